@@ -1,0 +1,426 @@
+"""The op registry: every op kind, its attributes, type rule, versions and kernels.
+
+An op kind is an :class:`OpDef`. Families under ``opgraph.ops`` define the
+built-in kinds; users register their own with :func:`register_op`::
+
+    >>> import numpy as np
+    >>> import opgraph
+    >>> from opgraph.core.registry import register_op, OpDef, get_op
+    >>> from opgraph.core.types import TensorType
+    >>> def cube_infer(in_types, attrs):
+    ...     (t,) = in_types
+    ...     return (t,)
+    >>> cube = register_op(OpDef(
+    ...     name="doc_cube", id=50001, arity=1, infer=cube_infer,
+    ...     kernels={"numpy": lambda x, out=None: np.power(x, 3, out=out)},
+    ...     elementwise=True, doc="x ** 3"))
+    >>> get_op("doc_cube") is cube
+    True
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(TensorType("float64", (3,)), name="x")
+    >>> y = b.op("doc_cube", x)
+    >>> b.run({x: np.array([1.0, 2.0, 3.0])}, [y])[0]
+    array([ 1.,  8., 27.])
+
+Ids 1-9999 are opgraph's own, 10001-30002 are reserved for TensCalc's
+registered types, and user kinds should take ids of 40000 and above.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.dtypes import DTYPE_CODES, as_dtype
+from opgraph.core.types import TensorType, ValueType
+from opgraph.errors import OpBuildError, OpTypeError
+
+Attrs = tuple[tuple[str, Any], ...]
+"""Normalised attributes: ``(name, value)`` pairs in schema order (hashable)."""
+
+InferFn = Callable[[tuple[ValueType, ...], dict[str, Any]], Sequence[ValueType]]
+VersionFn = Callable[[tuple[ValueType, ...], dict[str, Any]], int]
+
+_REQUIRED = object()
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.dtype):
+        return value.name
+    if isinstance(value, np.ndarray):
+        return _freeze(value.tolist())
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return value
+    raise OpTypeError(f"attribute value {value!r} is not a number, string, dtype or tuple of them")
+
+
+# Attribute normalisers: each maps what a user may pass to one hashable,
+# JSON-able canonical value, so equal attributes intern to one entry.
+def attr_int(v: Any) -> int:
+    """Normalise an integer attribute.
+
+    >>> attr_int(np.int64(3))
+    3
+    """
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise OpTypeError(f"expected an integer, got {v!r}")
+    return int(v)
+
+
+def attr_ints(v: Any) -> tuple[int, ...]:
+    """Normalise a tuple-of-ints attribute (a single int becomes a 1-tuple).
+
+    >>> attr_ints([1, 2]), attr_ints(3)
+    ((1, 2), (3,))
+    """
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return (int(v),)
+    return tuple(attr_int(x) for x in v)
+
+
+def attr_axes(v: Any) -> tuple[int, ...] | None:
+    """Normalise an ``axis`` attribute: None (all axes), an int or ints.
+
+    >>> attr_axes(None), attr_axes(1), attr_axes((0, -1))
+    (None, (1,), (0, -1))
+    """
+    return None if v is None else attr_ints(v)
+
+
+def attr_float(v: Any) -> float:
+    """Normalise a float attribute.
+
+    >>> attr_float(1)
+    1.0
+    """
+    return float(v)
+
+
+def attr_bool(v: Any) -> bool:
+    """Normalise a boolean attribute.
+
+    >>> attr_bool(np.True_)
+    True
+    """
+    if not isinstance(v, (bool, np.bool_)):
+        raise OpTypeError(f"expected a bool, got {v!r}")
+    return bool(v)
+
+
+def attr_str(v: Any) -> str:
+    """Normalise a string attribute.
+
+    >>> attr_str("same")
+    'same'
+    """
+    if not isinstance(v, str):
+        raise OpTypeError(f"expected a string, got {v!r}")
+    return v
+
+
+def attr_dtype(v: Any) -> str:
+    """Normalise a dtype attribute to its name.
+
+    >>> attr_dtype(np.float32)
+    'float32'
+    """
+    return as_dtype(v).name
+
+
+def attr_any(v: Any) -> Any:
+    """Normalise a nested structure of numbers/strings/None to tuples.
+
+    >>> attr_any([[0, 1], [2, 3]])
+    ((0, 1), (2, 3))
+    """
+    return _freeze(v)
+
+
+def optional(norm: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Allow ``None`` besides what ``norm`` accepts.
+
+    >>> optional(attr_int)(None), optional(attr_int)(2)
+    (None, 2)
+    """
+
+    def normalise(v: Any) -> Any:
+        return None if v is None else norm(v)
+
+    return normalise
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute: a normaliser and a default (``REQUIRED`` if none).
+
+    >>> Attr(attr_int, 0).normalise(np.int8(4))
+    4
+    """
+
+    norm: Callable[[Any], Any]
+    default: Any = _REQUIRED
+    doc: str = ""
+
+    def normalise(self, value: Any) -> Any:
+        """Apply the normaliser."""
+        return self.norm(value)
+
+    @property
+    def required(self) -> bool:
+        """True when the attribute has no default."""
+        return self.default is _REQUIRED
+
+
+def default_version(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    """The default version: the code of the promoted dtype of the inputs (0 if none).
+
+    >>> default_version((TensorType("int8", ()), TensorType("float32", ())), {})
+    11
+    """
+    dts = [t.dtype for t in in_types if isinstance(t, TensorType)]
+    if not dts:
+        return 0
+    return DTYPE_CODES[np.result_type(*dts).name]
+
+
+@dataclass(eq=False)
+class OpDef:
+    """One op kind.
+
+    * ``name``, ``id``: unique; the id is stable (it is the type in .cg files).
+    * ``arity``: number of inputs, or None for variadic (at least ``min_inputs``).
+    * ``attrs``: the attribute schema, name -> :class:`Attr`.
+    * ``infer(in_types, attrs) -> out_types``: the type rule; raises
+      :class:`~opgraph.errors.OpTypeError` with a reason when inputs are bad.
+    * ``version(in_types, attrs) -> int``: picks the version stored on the op
+      (default: the promoted input dtype's code).
+    * ``kernels``: ``{backend: fn}`` or ``{(backend, version): fn}``; a kernel
+      is ``fn(*arrays, out=None, **attrs)`` returning an array (one output) or
+      a tuple; ``out`` is a preallocated array (or tuple of them) to write into.
+    * flags: ``elementwise``, ``commutative``, ``inplace`` (the input
+      positions whose buffer an output may overwrite).
+    * ``grad``: the reverse-mode rule, filled by the autodiff layer's families.
+    """
+
+    name: str
+    id: int
+    infer: InferFn
+    arity: int | None = None
+    min_inputs: int = 0
+    attrs: Mapping[str, Attr] = field(default_factory=dict)
+    kernels: dict[Any, Callable[..., Any]] = field(default_factory=dict)
+    version: VersionFn = default_version
+    elementwise: bool = False
+    commutative: bool = False
+    inplace: tuple[int, ...] = ()
+    grad: Callable[..., Any] | None = None
+    family: str = "user"
+    doc: str = ""
+
+    def kernel_for(self, backend: str, version: int) -> Callable[..., Any]:
+        """The kernel for a backend and version (a versioned kernel wins).
+
+        >>> get_op("add").kernel_for("numpy", 12) is not None
+        True
+        """
+        fn = self.kernels.get((backend, version)) or self.kernels.get(backend)
+        if fn is None:
+            raise NotImplementedError(f"op {self.name!r} has no {backend} kernel")
+        return fn
+
+    def normalise_attrs(self, raw: Mapping[str, Any]) -> Attrs:
+        """Check names against the schema, fill defaults, normalise values.
+
+        >>> get_op("sum").normalise_attrs({"axis": 1})
+        (('axis', (1,)), ('keepdims', False))
+        """
+        unknown = set(raw) - set(self.attrs)
+        if unknown:
+            raise OpTypeError(
+                f"unknown attribute(s) {sorted(unknown)}; {self.name} takes {sorted(self.attrs) or 'none'}"
+            )
+        out = []
+        for key, spec in self.attrs.items():
+            if key in raw:
+                try:
+                    value = spec.normalise(raw[key])
+                except (TypeError, ValueError) as exc:
+                    raise OpTypeError(f"attribute {key}={raw[key]!r}: {exc}") from None
+            elif spec.required:
+                raise OpTypeError(f"missing required attribute {key!r}")
+            else:
+                value = spec.default
+            out.append((key, value))
+        return tuple(out)
+
+    def check_arity(self, n: int) -> None:
+        """Raise OpTypeError when ``n`` inputs do not fit the arity."""
+        if self.arity is not None and n != self.arity:
+            raise OpTypeError(f"takes {self.arity} input(s), got {n}")
+        if n < self.min_inputs:
+            raise OpTypeError(f"takes at least {self.min_inputs} input(s), got {n}")
+
+
+_BY_NAME: dict[str, OpDef] = {}
+_BY_ID: dict[int, OpDef] = {}
+
+
+def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
+    """Add an op kind to the registry and return it.
+
+    Names and ids are unique; ``replace=True`` re-registers a kind with the
+    same name and id (useful while developing a user op).
+
+    >>> from opgraph.core.registry import register_op, OpDef
+    >>> d = register_op(OpDef(name="doc_ident", id=50002, arity=1,
+    ...                       infer=lambda t, a: t, kernels={"numpy": lambda x, out=None: x}))
+    >>> d.id
+    50002
+    """
+    old_name = _BY_NAME.get(opdef.name)
+    old_id = _BY_ID.get(opdef.id)
+    if not replace and (old_name is not None or old_id is not None):
+        other = old_name or old_id
+        raise ValueError(f"op {opdef.name!r} (id {opdef.id}) clashes with registered op "
+                         f"{other.name!r} (id {other.id})")  # type: ignore[union-attr]
+    if replace and old_name is not None and old_name.id != opdef.id:
+        raise ValueError(f"op {opdef.name!r} is registered with id {old_name.id}, not {opdef.id}")
+    if not (0 <= opdef.id < 2**31):
+        raise ValueError(f"op id {opdef.id} out of range")
+    _BY_NAME[opdef.name] = opdef
+    _BY_ID[opdef.id] = opdef
+    return opdef
+
+
+def get_op(kind: str | int | OpDef) -> OpDef:
+    """Look up an op kind by name or id.
+
+    >>> get_op("matmul").name, get_op(get_op("matmul").id).name
+    ('matmul', 'matmul')
+    """
+    if isinstance(kind, OpDef):
+        return kind
+    _ensure_loaded()
+    found = _BY_NAME.get(kind) if isinstance(kind, str) else _BY_ID.get(int(kind))
+    if found is None:
+        raise KeyError(f"unknown op kind {kind!r}")
+    return found
+
+
+def all_ops() -> list[OpDef]:
+    """Every registered op kind, by id.
+
+    >>> any(d.name == "add" for d in all_ops())
+    True
+    """
+    _ensure_loaded()
+    return sorted(_BY_ID.values(), key=lambda d: d.id)
+
+
+_loaded = False
+
+
+def _ensure_loaded() -> None:
+    # The op families live in opgraph.ops, which imports this module; they
+    # are loaded on first look-up so that core stays importable on its own.
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import opgraph.ops  # noqa: F401
+
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str | None:
+    """``file:line`` of the innermost caller outside the opgraph package.
+
+    >>> user_location() is None or ":" in user_location()
+    True
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PKG_DIR + os.sep):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What building one op decided: normalised attrs, output types, version."""
+
+    opdef: OpDef
+    attrs: Attrs
+    out_types: tuple[ValueType, ...]
+    version: int
+
+
+def resolve(kind: str | int | OpDef, in_types: Sequence[ValueType], raw_attrs: Mapping[str, Any]) -> Resolved:
+    """Normalise attributes, run the type rule and choose the version.
+
+    Raises :class:`OpBuildError` naming the op, its input types and the
+    user's source line.
+
+    >>> from opgraph.core.types import TensorType
+    >>> resolve("add", [TensorType("f4", (2, 1)), TensorType("f4", (3,))], {}).out_types
+    (f32[2,3],)
+    >>> resolve("add", [TensorType("f4", (2,)), TensorType("f4", (3,))], {})
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpBuildError: add(f32[2], f32[3]): shapes (2,) and (3,) do not broadcast (at ...)
+    """
+    opdef = get_op(kind)
+    in_types = tuple(in_types)
+    try:
+        opdef.check_arity(len(in_types))
+        attrs = opdef.normalise_attrs(raw_attrs)
+        attr_dict = dict(attrs)
+        out_types = tuple(opdef.infer(in_types, attr_dict))
+        version = int(opdef.version(in_types, attr_dict))
+    except OpTypeError as exc:
+        raise build_error(opdef.name, in_types, str(exc)) from None
+    return Resolved(opdef, attrs, out_types, version)
+
+
+def build_error(op_name: str, in_types: Sequence[ValueType], reason: str) -> OpBuildError:
+    """Make the :class:`OpBuildError` for a rejected op, with the user's line.
+
+    >>> str(build_error("add", [], "nope")).startswith("add(): nope")
+    True
+    """
+    loc = user_location()
+    where = f" (at {loc})" if loc else ""
+    sig = ", ".join(repr(t) for t in in_types)
+    return OpBuildError(f"{op_name}({sig}): {reason}{where}", op=op_name, location=loc)
+
+
+def _const_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[ValueType, ...]:
+    raise OpTypeError("const ops are made with GraphBuilder.constant(), which knows the constant's type")
+
+
+CONST = register_op(
+    OpDef(
+        name="const",
+        id=0,
+        arity=0,
+        infer=_const_infer,
+        attrs={"index": Attr(attr_int, doc="index into the graph's constants table")},
+        family="core",
+        doc="A constant from the graph's constants table (type 0 in .cg files).",
+    )
+)

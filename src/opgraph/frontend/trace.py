@@ -1,0 +1,2 @@
+def function(f): return f
+def trace(f): return f

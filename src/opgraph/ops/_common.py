@@ -1,0 +1,110 @@
+"""Shared helpers for op families: type-rule pieces and kernel adapters.
+
+    >>> from opgraph.ops._common import normalize_axes
+    >>> normalize_axes((-1, 0), 3)
+    (0, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.types import Shape, TensorType, ValueType
+from opgraph.errors import OpTypeError
+
+
+def tensor(t: ValueType, what: str = "input") -> TensorType:
+    """Check that a type is a tensor type (not void) and return it."""
+    if not isinstance(t, TensorType):
+        raise OpTypeError(f"{what} must be a tensor, got {t}")
+    return t
+
+
+def normalize_axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    """Turn possibly negative axes into sorted non-negative ones; None means all.
+
+    >>> normalize_axes(None, 2)
+    (0, 1)
+    """
+    if axes is None:
+        return tuple(range(rank))
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise OpTypeError(f"axis {a} is out of bounds for rank {rank}")
+        out.append(a % rank if rank else a)
+    if len(set(out)) != len(out):
+        raise OpTypeError(f"repeated axis in {tuple(axes)}")
+    return tuple(sorted(out))
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """One possibly negative axis to a non-negative one.
+
+    >>> normalize_axis(-1, 3)
+    2
+    """
+    if not -rank <= axis < rank:
+        raise OpTypeError(f"axis {axis} is out of bounds for rank {rank}")
+    return axis % rank
+
+
+def write_out(result: Any, out: Any) -> Any:
+    """Copy a computed result into a preallocated ``out`` (array or tuple), if given.
+
+    Kernels whose NumPy function has no ``out=`` use this so every kernel
+    honours the same contract.
+
+    >>> buf = np.empty(2)
+    >>> write_out(np.array([1.0, 2.0]), buf) is buf
+    True
+    """
+    if out is None:
+        return result
+    if isinstance(out, tuple):
+        for o, r in zip(out, result, strict=True):
+            np.copyto(o, r, casting="unsafe")
+        return out
+    np.copyto(out, result, casting="unsafe")
+    return out
+
+
+def with_out(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``fn(*arrays, **attrs)`` into a kernel that accepts ``out=``.
+
+    >>> k = with_out(lambda x: x[::-1])
+    >>> buf = np.empty(3)
+    >>> k(np.arange(3.0), out=buf) is buf
+    True
+    """
+
+    def kernel(*args: Any, out: Any = None, **attrs: Any) -> Any:
+        return write_out(fn(*args, **attrs), out)
+
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    kernel.__doc__ = fn.__doc__
+    return kernel
+
+
+def ufunc_dtypes(ufunc: np.ufunc, dtypes: Sequence[np.dtype]) -> tuple[np.dtype, ...]:
+    """The output dtypes NumPy's ``ufunc`` gives for inputs of ``dtypes``.
+
+    >>> ufunc_dtypes(np.add, [np.dtype("int8"), np.dtype("float16")])
+    (dtype('float16'),)
+    >>> ufunc_dtypes(np.absolute, [np.dtype("complex64")])
+    (dtype('float32'),)
+    """
+    try:
+        resolved = ufunc.resolve_dtypes(tuple(dtypes) + (None,) * ufunc.nout)
+    except (TypeError, np._core._exceptions._UFuncNoLoopError) as exc:  # type: ignore[attr-defined]
+        names = ", ".join(str(d) for d in dtypes)
+        raise OpTypeError(f"not defined for dtype(s) {names}") from exc
+    return tuple(resolved[ufunc.nin:])
+
+
+def same_shape(t: TensorType) -> Shape:
+    """Shape of an elementwise unary result (the input's)."""
+    return t.shape

@@ -1,0 +1,1 @@
+"""contraction ops (being written)."""

@@ -1,0 +1,197 @@
+"""Elementwise ops: arithmetic, math functions, comparisons, logic, where, cast.
+
+Most are NumPy (or SciPy) ufuncs; their dtype rules are NumPy's own, asked
+of the ufunc with ``resolve_dtypes``, so results match NumPy exactly.
+Ids: unary 1-199, binary 200-399, others 400-499.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("int8", (3,)), name="x")
+    >>> y = b.op("sqrt", x)       # NumPy computes sqrt of int8 in float16
+    >>> y.type
+    f16[3]
+    >>> b.run({x: np.array([1, 4, 9], np.int8)}, [y])[0]
+    array([1., 2., 3.], dtype=float16)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.registry import Attr, OpDef, attr_dtype, register_op
+from opgraph.core.types import TensorType, ValueType, broadcast_shapes
+from opgraph.ops._common import tensor, ufunc_dtypes, with_out
+
+FAMILY = "elementwise"
+
+
+def _scipy_ufunc(name: str) -> Callable[[], np.ufunc]:
+    def load() -> np.ufunc:
+        try:
+            import scipy.special
+        except ImportError as exc:  # pragma: no cover - scipy is installed by every make target
+            raise ImportError(f"the {name} op needs SciPy: pip install 'opgraph[scipy]'") from exc
+        return getattr(scipy.special, name)
+
+    return load
+
+
+class _LazyUfunc:
+    """A ufunc looked up on first use (SciPy is imported only when needed)."""
+
+    def __init__(self, load: Callable[[], np.ufunc]) -> None:
+        self._load = load
+        self._ufunc: np.ufunc | None = None
+
+    def get(self) -> np.ufunc:
+        if self._ufunc is None:
+            self._ufunc = self._load()
+        return self._ufunc
+
+
+def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
+              commutative: bool = False) -> OpDef:
+    get = ufunc.get if isinstance(ufunc, _LazyUfunc) else (lambda: ufunc)
+
+    def infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+        ts = [tensor(t) for t in in_types]
+        shape = broadcast_shapes(*(t.shape for t in ts))
+        return tuple(TensorType(dt, shape) for dt in ufunc_dtypes(get(), [t.dtype for t in ts]))
+
+    def kernel(*args: np.ndarray, out: Any = None) -> Any:
+        return get()(*args, out=out)
+
+    kernel.__name__ = f"{name}_numpy"
+    nin = 1 if doc.startswith("unary") else 2
+    return register_op(OpDef(
+        name=name, id=id, arity=nin, infer=infer, kernels={"numpy": kernel},
+        elementwise=True, commutative=commutative, inplace=tuple(range(nin)),
+        family=FAMILY, doc=doc,
+    ))
+
+
+# name, id, ufunc. Ids are stable: append, never renumber.
+UNARY: list[tuple[str, int, Any]] = [
+    ("negative", 1, np.negative), ("positive", 2, np.positive), ("abs", 3, np.absolute),
+    ("sign", 4, np.sign), ("exp", 5, np.exp), ("expm1", 6, np.expm1), ("log", 7, np.log),
+    ("log1p", 8, np.log1p), ("log2", 9, np.log2), ("log10", 10, np.log10), ("sqrt", 11, np.sqrt),
+    ("square", 12, np.square), ("reciprocal", 13, np.reciprocal), ("sin", 14, np.sin),
+    ("cos", 15, np.cos), ("tan", 16, np.tan), ("asin", 17, np.arcsin), ("acos", 18, np.arccos),
+    ("atan", 19, np.arctan), ("sinh", 20, np.sinh), ("cosh", 21, np.cosh), ("tanh", 22, np.tanh),
+    ("asinh", 23, np.arcsinh), ("acosh", 24, np.arccosh), ("atanh", 25, np.arctanh),
+    ("floor", 26, np.floor), ("ceil", 27, np.ceil), ("trunc", 28, np.trunc), ("round", 29, np.rint),
+    ("sigmoid", 30, _LazyUfunc(_scipy_ufunc("expit"))), ("erf", 31, _LazyUfunc(_scipy_ufunc("erf"))),
+    ("isnan", 32, np.isnan), ("isinf", 33, np.isinf), ("isfinite", 34, np.isfinite),
+    ("logical_not", 35, np.logical_not), ("bitwise_invert", 36, np.invert), ("conj", 37, np.conjugate),
+    ("signbit", 38, np.signbit), ("exp2", 39, np.exp2), ("cbrt", 40, np.cbrt),
+    ("erfc", 41, _LazyUfunc(_scipy_ufunc("erfc"))), ("real", 42, np.real), ("imag", 43, np.imag),
+]
+BINARY: list[tuple[str, int, Any, bool]] = [
+    ("add", 200, np.add, True), ("subtract", 201, np.subtract, False),
+    ("multiply", 202, np.multiply, True), ("divide", 203, np.divide, False),
+    ("floor_divide", 204, np.floor_divide, False), ("remainder", 205, np.remainder, False),
+    ("power", 206, np.power, False), ("maximum", 207, np.maximum, True),
+    ("minimum", 208, np.minimum, True), ("atan2", 209, np.arctan2, False),
+    ("hypot", 210, np.hypot, True), ("logaddexp", 211, np.logaddexp, True),
+    ("copysign", 212, np.copysign, False), ("nextafter", 213, np.nextafter, False),
+    ("equal", 220, np.equal, True), ("not_equal", 221, np.not_equal, True),
+    ("less", 222, np.less, False), ("less_equal", 223, np.less_equal, False),
+    ("greater", 224, np.greater, False), ("greater_equal", 225, np.greater_equal, False),
+    ("logical_and", 230, np.logical_and, True), ("logical_or", 231, np.logical_or, True),
+    ("logical_xor", 232, np.logical_xor, True), ("bitwise_and", 240, np.bitwise_and, True),
+    ("bitwise_or", 241, np.bitwise_or, True), ("bitwise_xor", 242, np.bitwise_xor, True),
+    ("bitwise_left_shift", 243, np.left_shift, False),
+    ("bitwise_right_shift", 244, np.right_shift, False),
+    ("fmax", 245, np.fmax, True), ("fmin", 246, np.fmin, True),
+]
+
+for _name, _id, _uf in UNARY:
+    if isinstance(_uf, (np.ufunc, _LazyUfunc)):  # np.real and np.imag are functions, registered below
+        _ufunc_op(_name, _id, _uf, f"unary elementwise: NumPy's {getattr(_uf, '__name__', _name)}")
+for _name, _id, _uf, _comm in BINARY:
+    _ufunc_op(_name, _id, _uf, f"binary elementwise with broadcasting: NumPy's {_uf.__name__}",
+              commutative=_comm)
+
+
+def _part_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    (t,) = (tensor(x) for x in in_types)
+    dt = np.dtype(np.float32) if t.dtype == np.complex64 else (
+        np.dtype(np.float64) if t.dtype == np.complex128 else t.dtype)
+    return (TensorType(dt, t.shape),)
+
+
+for _name, _id, _fn in (("real", 42, np.real), ("imag", 43, np.imag)):
+    register_op(OpDef(
+        name=_name, id=_id, arity=1, infer=_part_infer,
+        kernels={"numpy": with_out(lambda x, _f=_fn: np.array(_f(x), copy=True))},
+        elementwise=True, family=FAMILY, doc=f"NumPy's {_name}: the {_name} part (identity on reals for real)",
+    ))
+
+
+def _where_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    cond, x, y = (tensor(t) for t in in_types)
+    if cond.dtype != np.bool_:
+        from opgraph.errors import OpTypeError
+
+        raise OpTypeError(f"condition must be bool, got {cond.dtype}")
+    shape = broadcast_shapes(cond.shape, x.shape, y.shape)
+    return (TensorType(np.result_type(x.dtype, y.dtype), shape),)
+
+
+def _where_kernel(cond: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any = None) -> np.ndarray:
+    if out is None:
+        return np.where(cond, x, y)
+    np.copyto(out, y, casting="unsafe")
+    np.copyto(out, x, casting="unsafe", where=cond)
+    return out
+
+
+register_op(OpDef(
+    name="where", id=400, arity=3, infer=_where_infer, kernels={"numpy": _where_kernel},
+    elementwise=True, inplace=(1, 2), family=FAMILY,
+    doc="where(cond, x, y): x where cond else y, with broadcasting (NumPy's where)",
+))
+
+
+def _cast_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    (t,) = (tensor(x) for x in in_types)
+    return (TensorType(attrs["dtype"], t.shape),)
+
+
+def _cast_version(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    from opgraph.core.dtypes import dtype_code
+
+    (t,) = in_types
+    return dtype_code(t.dtype) * 16 + dtype_code(attrs["dtype"])  # type: ignore[union-attr]
+
+
+def _cast_kernel(x: np.ndarray, out: Any = None, *, dtype: str) -> np.ndarray:
+    if out is None:
+        return np.array(x, dtype=dtype, copy=True)
+    np.copyto(out, x, casting="unsafe")
+    return out
+
+
+register_op(OpDef(
+    name="cast", id=401, arity=1, infer=_cast_infer, version=_cast_version,
+    attrs={"dtype": Attr(attr_dtype, doc="target dtype")}, kernels={"numpy": _cast_kernel},
+    elementwise=True, family=FAMILY,
+    doc="cast(x, dtype): NumPy's astype with unsafe casting (the version encodes source and target dtype)",
+))
+
+
+def _clip_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, lo, hi = (tensor(t) for t in in_types)
+    return (TensorType(np.result_type(x.dtype, lo.dtype, hi.dtype),
+                       broadcast_shapes(x.shape, lo.shape, hi.shape)),)
+
+
+register_op(OpDef(
+    name="clip", id=402, arity=3, infer=_clip_infer,
+    kernels={"numpy": lambda x, lo, hi, out=None: np.clip(x, lo, hi, out=out)},
+    elementwise=True, inplace=(0,), family=FAMILY,
+    doc="clip(x, lo, hi): NumPy's clip with array bounds",
+))

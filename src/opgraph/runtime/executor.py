@@ -1,0 +1,146 @@
+"""The plain executor: run the ops a set of targets needs, in topological order.
+
+Each intermediate is dropped right after its last use. Later layers
+(memory planning, fusion, incremental runs) replace the insides; the
+interface stays :func:`execute`.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.runtime.executor import execute
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (3,)), name="x")
+    >>> y = b.op("multiply", x, 2.0)
+    >>> g = b.freeze()
+    >>> execute(g, {"x": np.arange(3.0)}, [y.id])
+    [array([0., 2., 4.])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.graph import Graph, Value
+from opgraph.core.registry import CONST, get_op
+from opgraph.core.types import TensorType
+from opgraph.errors import ExecutionError, GraphError
+
+
+def _value_id(graph: Graph, key: Any) -> int:
+    if isinstance(key, Value):
+        return key.id
+    if isinstance(key, str):
+        return graph.find_value(key)
+    return int(key)
+
+
+def _describe(graph: Graph, v: int) -> str:
+    name = graph.symbols.values.get(v)
+    return f"%{name}" if name else f"%{v}"
+
+
+def coerce_feed(graph: Graph, v: int, data: Any) -> np.ndarray:
+    """Check a fed array against input ``v``'s type; cast only where NumPy would do so safely."""
+    t = graph.type_of(v)
+    assert isinstance(t, TensorType)
+    arr = np.asarray(data)
+    if arr.dtype != t.dtype:
+        if isinstance(data, np.ndarray) and not np.can_cast(arr.dtype, t.dtype, "same_kind"):
+            raise ExecutionError(f"input {_describe(graph, v)} expects {t}, got an array of dtype {arr.dtype}")
+        arr = arr.astype(t.dtype)
+    if not t.accepts(arr):
+        raise ExecutionError(f"input {_describe(graph, v)} expects {t}, got shape {arr.shape}")
+    return arr
+
+
+def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None = None,
+            *, backend: str = "numpy", check: bool = True,
+            on_kernel: Callable[[int], None] | None = None) -> list[np.ndarray]:
+    """Evaluate ``targets`` (default: the graph's outputs) given ``feeds``.
+
+    ``feeds`` maps inputs (ids, names or Values) to arrays; only inputs the
+    targets need must be fed. With ``check`` every kernel result is checked
+    against the op's declared type, so a wrong kernel cannot pass silently.
+    ``on_kernel(op)`` is called before each kernel call (used to count them).
+    """
+    if targets is None:
+        targets = list(graph.outputs)
+    target_ids = [_value_id(graph, t) for t in targets]
+    for t in target_ids:
+        if not 0 <= t < graph.num_values:
+            raise ExecutionError(f"target value {t} does not exist")
+    env: dict[int, Any] = {}
+    for k, data in feeds.items():
+        v = _value_id(graph, k)
+        if graph.value_producer[v] != -1:
+            raise ExecutionError(f"{_describe(graph, v)} is computed by the graph and cannot be fed")
+        env[v] = coerce_feed(graph, v, data)
+
+    needed = graph.needed_ops(target_ids)
+    order = graph.topological_order()
+    order = order[needed[order]]
+    # Every needed input must be fed.
+    for t in target_ids:
+        if graph.value_producer[t] == -1 and t not in env:
+            raise ExecutionError(f"target {_describe(graph, t)} is an input and was not fed")
+    if len(order):
+        ins = graph.in_ids[needed[np.repeat(np.arange(graph.num_ops), np.diff(graph.in_ptr))]]
+        missing = [int(v) for v in np.unique(ins) if graph.value_producer[v] == -1 and int(v) not in env]
+        if missing:
+            names = ", ".join(f"{_describe(graph, v)}: {graph.type_of(v)}" for v in missing)
+            raise ExecutionError(f"missing feed(s) for input(s) {names}")
+        # Reference counts among the needed ops; targets are pinned.
+        refs = np.bincount(ins, minlength=graph.num_values).tolist()
+    else:
+        refs = [0] * graph.num_values
+    pinned = set(target_ids)
+
+    kernels: dict[tuple[int, int], Callable[..., Any]] = {}
+    attr_dicts: dict[int, dict[str, Any]] = {}
+    in_ptr, in_ids, out_ptr, out_ids = (graph.in_ptr.tolist(), graph.in_ids.tolist(),
+                                        graph.out_ptr.tolist(), graph.out_ids.tolist())
+    kinds, versions, attr_ids = graph.op_kind.tolist(), graph.op_version.tolist(), graph.op_attr.tolist()
+    for op in order.tolist():
+        outs = out_ids[out_ptr[op]:out_ptr[op + 1]]
+        kind = kinds[op]
+        if kind == CONST.id:
+            env[outs[0]] = graph.constants[dict(graph.attrs[attr_ids[op]])["index"]]
+            continue
+        kkey = (kind, versions[op])
+        fn = kernels.get(kkey)
+        if fn is None:
+            try:
+                fn = kernels[kkey] = get_op(kind).kernel_for(backend, versions[op])
+            except (KeyError, NotImplementedError) as exc:
+                raise ExecutionError(f"op {op} ({graph.kind_of(op)}): {exc}") from None
+        attrs = attr_dicts.get(attr_ids[op])
+        if attrs is None:
+            attrs = attr_dicts[attr_ids[op]] = dict(graph.attrs[attr_ids[op]])
+        args = [env[v] for v in in_ids[in_ptr[op]:in_ptr[op + 1]]]
+        if on_kernel is not None:
+            on_kernel(op)
+        try:
+            result = fn(*args, **attrs)
+        except GraphError:
+            raise
+        except Exception as exc:
+            raise ExecutionError(f"op {op} ({graph.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
+        if len(outs) == 1:
+            result = (result,)
+        elif len(result) != len(outs):
+            raise ExecutionError(f"op {op} ({graph.kind_of(op)}): kernel returned {len(result)} "
+                                 f"results for {len(outs)} outputs")
+        for v, r in zip(outs, result, strict=True):
+            r = np.asarray(r)
+            if check:
+                t = graph.type_of(v)
+                if isinstance(t, TensorType) and not t.accepts(r):
+                    raise ExecutionError(f"op {op} ({graph.kind_of(op)}): kernel produced "
+                                         f"{TensorType.of(r)} where the type rule says {t}")
+            env[v] = r
+        for v in in_ids[in_ptr[op]:in_ptr[op + 1]]:
+            refs[v] -= 1
+            if refs[v] == 0 and v not in pinned:
+                env.pop(v, None)
+    return [env[t] for t in target_ids]
