@@ -261,6 +261,9 @@ class GraphBuilder:
         f64[3]
         """
         opdef = get_op(kind)
+        for v in inputs:
+            if isinstance(v, Value) and v.owner is not self:
+                raise GraphError("a value from another builder or graph was passed to this builder")
         tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value)]
         ids = tuple(self._as_value(v, tensor_types) for v in inputs)
         in_tids = tuple(self._value_type[v] for v in ids)

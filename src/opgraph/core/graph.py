@@ -441,6 +441,7 @@ class Graph:
                 problems.append(f"update (copy) {int(src)} -> {int(dst)} changes type "
                                 f"{self.types[self.value_type[src]]} -> {self.types[self.value_type[dst]]}")
         # Tables.
+        n_before = len(problems)
         for name, table in (("value_type", self.types), ("op_attr", self.attrs)):
             ids = getattr(self, name)
             bad = np.flatnonzero((ids < 0) | (ids >= len(table)))
@@ -457,7 +458,7 @@ class Graph:
         for k in sorted(unknown):
             first = int(np.flatnonzero(self.op_kind == k)[0])
             problems.append(f"op {first}: unknown op kind id {k}")
-        if problems:
+        if len(problems) > n_before:
             return
         # Cycles.
         try:
@@ -597,7 +598,8 @@ class Graph:
         attrs = self.attrs_of(op)
         if kind == "const":
             c = self.constants[attrs["index"]]
-            body = np.array2string(c, threshold=6, separator=", ").replace("\n", "")
+            body = repr(c.item()) if c.ndim == 0 else \
+                np.array2string(c, threshold=6, separator=", ").replace("\n", "")
             return f"{lhs} = const {body}"
         args = ", ".join(self._vname(int(v)) for v in self.op_inputs(op))
         attr_s = ""

@@ -23,7 +23,7 @@ import numpy as np
 
 from opgraph.core.registry import Attr, OpDef, attr_dtype, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
-from opgraph.ops._common import tensor, ufunc_dtypes, with_out
+from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
 
 FAMILY = "elementwise"
 
@@ -82,7 +82,7 @@ UNARY: list[tuple[str, int, Any]] = [
     ("cos", 15, np.cos), ("tan", 16, np.tan), ("asin", 17, np.arcsin), ("acos", 18, np.arccos),
     ("atan", 19, np.arctan), ("sinh", 20, np.sinh), ("cosh", 21, np.cosh), ("tanh", 22, np.tanh),
     ("asinh", 23, np.arcsinh), ("acosh", 24, np.arccosh), ("atanh", 25, np.arctanh),
-    ("floor", 26, np.floor), ("ceil", 27, np.ceil), ("trunc", 28, np.trunc), ("round", 29, np.rint),
+    ("floor", 26, np.floor), ("ceil", 27, np.ceil), ("trunc", 28, np.trunc), ("round", 29, None),
     ("sigmoid", 30, _LazyUfunc(_scipy_ufunc("expit"))), ("erf", 31, _LazyUfunc(_scipy_ufunc("erf"))),
     ("isnan", 32, np.isnan), ("isinf", 33, np.isinf), ("isfinite", 34, np.isfinite),
     ("logical_not", 35, np.logical_not), ("bitwise_invert", 36, np.invert), ("conj", 37, np.conjugate),
@@ -109,7 +109,7 @@ BINARY: list[tuple[str, int, Any, bool]] = [
 ]
 
 for _name, _id, _uf in UNARY:
-    if isinstance(_uf, (np.ufunc, _LazyUfunc)):  # np.real and np.imag are functions, registered below
+    if isinstance(_uf, (np.ufunc, _LazyUfunc)):  # round, real and imag are registered below
         _ufunc_op(_name, _id, _uf, f"unary elementwise: NumPy's {getattr(_uf, '__name__', _name)}")
 for _name, _id, _uf, _comm in BINARY:
     _ufunc_op(_name, _id, _uf, f"binary elementwise with broadcasting: NumPy's {_uf.__name__}",
@@ -129,6 +129,19 @@ for _name, _id, _fn in (("real", 42, np.real), ("imag", 43, np.imag)):
         kernels={"numpy": with_out(lambda x, _f=_fn: np.array(_f(x), copy=True))},
         elementwise=True, family=FAMILY, doc=f"NumPy's {_name}: the {_name} part (identity on reals for real)",
     ))
+
+
+def _round_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
+    if x.dtype.kind in "biu":  # integers are already round; np.rint would turn them into floats
+        return write_out(x.copy(), out)
+    return np.rint(x, out=out)
+
+
+register_op(OpDef(
+    name="round", id=29, arity=1, infer=lambda ts, a: (tensor(ts[0]),), kernels={"numpy": _round_kernel},
+    elementwise=True, inplace=(0,), family=FAMILY,
+    doc="round half to even, keeping the dtype (NumPy's round with decimals=0)",
+))
 
 
 def _where_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:

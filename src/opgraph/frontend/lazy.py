@@ -1,0 +1,432 @@
+"""Lazy arrays: NumPy-style arrays that record ops and evaluate on demand.
+
+A :class:`LazyArray` knows its ``shape`` and ``dtype`` at once (types are
+inferred when each op is built) but computes its value only when asked
+(``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.eval()``). Every lazy
+expression is a graph: ``x.graph`` is the same core :class:`Graph` the
+explicit builder makes for the same program.
+
+    >>> import numpy as np
+    >>> import opgraph.numpy as onp
+    >>> x = onp.asarray(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> y = (x @ x.T).sum(axis=1)
+    >>> y.shape, y.dtype
+    ((2,), dtype('float64'))
+    >>> y.eval()
+    array([16., 36.])
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.builder import GraphBuilder
+from opgraph.core.graph import Graph
+from opgraph.core.registry import OpDef, Resolved, get_op, resolve, user_location
+from opgraph.core.types import TensorType
+from opgraph.errors import ExecutionError, GraphError
+
+_SEQ = itertools.count()
+_TRACING = 0  # how many traces are under way (only changes the wording of errors)
+
+
+class TracingError(GraphError):
+    """A traced function asked for a value that depends on its inputs (e.g. ``if x > 0``)."""
+
+
+class _Node:
+    """One recorded op (or input, or constant) with the types of its outputs."""
+
+    __slots__ = ("attrs", "const", "inputs", "name", "opdef", "seq", "types", "value")
+
+    def __init__(self, opdef: OpDef | None, attrs: tuple[tuple[str, Any], ...], inputs: tuple[LazyArray, ...],
+                 types: tuple[TensorType, ...], *, const: np.ndarray | None = None, name: str | None = None) -> None:
+        self.opdef = opdef
+        self.attrs = attrs
+        self.inputs = inputs
+        self.types = types
+        self.const = const
+        self.name = name
+        self.seq = next(_SEQ)
+        self.value: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def is_input(self) -> bool:
+        return self.opdef is None and self.const is None
+
+
+class LazyArray:
+    """A lazily evaluated array; see the module doc. Made by :mod:`opgraph.numpy` functions."""
+
+    __slots__ = ("__weakref__", "_index", "_node")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, node: _Node, index: int = 0) -> None:
+        self._node = node
+        self._index = index
+
+    # ------------------------------------------------------------ type
+    @property
+    def type(self) -> TensorType:
+        """The inferred :class:`TensorType`."""
+        return self._node.types[self._index]
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        """The inferred shape; ``None`` entries are unknown until evaluation."""
+        shape = self.type.shape
+        if shape is None:
+            raise GraphError("this array's rank is unknown until it is evaluated")
+        return shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The inferred dtype."""
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int | None:
+        """Number of elements (None if a dimension is unknown)."""
+        return self.type.size
+
+    @property
+    def device(self) -> str:
+        """Always ``"cpu"``."""
+        return "cpu"
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> LazyArray:
+        """Array API: only the CPU device exists."""
+        if device != "cpu":
+            raise ValueError(f"unsupported device {device!r}")
+        return self
+
+    def __array_namespace__(self, *, api_version: str | None = None) -> Any:
+        import opgraph.numpy
+
+        return opgraph.numpy
+
+    def __repr__(self) -> str:
+        return f"LazyArray({self.type})"
+
+    # ------------------------------------------------------------ graph
+    @property
+    def graph(self) -> Graph:
+        """The graph computing this array; its inputs are the placeholders it uses."""
+        return to_graph([self])
+
+    # ------------------------------------------------------------ evaluation
+    def eval(self) -> np.ndarray:
+        """Compute (once) and return the value as a NumPy array."""
+        node = self._node
+        if node.value is None:
+            _evaluate(node)
+        assert node.value is not None
+        return node.value[self._index]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        value = self.eval()
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            return value.astype(dtype)
+        return value.copy() if copy else value
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex"))
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer arrays can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
+
+    def _scalar(self, what: str) -> Any:
+        if self.type.shape is not None and self.type.size not in (None, 1):
+            raise TypeError(f"only size-1 arrays convert to Python {what}s; this one is {self.type}")
+        return self.eval().reshape(()).item() if self.eval().size == 1 else self.eval().item()
+
+    def __len__(self) -> int:
+        n = self.shape[0] if self.shape else None
+        if n is None:
+            if not self.shape:
+                raise TypeError("len() of a 0-d array")
+            n = self.eval().shape[0]
+        return n
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
+    # ------------------------------------------------------------ operators
+    def __add__(self, o: Any) -> LazyArray: return apply("add", self, o)
+    def __radd__(self, o: Any) -> LazyArray: return apply("add", o, self)
+    def __sub__(self, o: Any) -> LazyArray: return apply("subtract", self, o)
+    def __rsub__(self, o: Any) -> LazyArray: return apply("subtract", o, self)
+    def __mul__(self, o: Any) -> LazyArray: return apply("multiply", self, o)
+    def __rmul__(self, o: Any) -> LazyArray: return apply("multiply", o, self)
+    def __truediv__(self, o: Any) -> LazyArray: return apply("divide", self, o)
+    def __rtruediv__(self, o: Any) -> LazyArray: return apply("divide", o, self)
+    def __floordiv__(self, o: Any) -> LazyArray: return apply("floor_divide", self, o)
+    def __rfloordiv__(self, o: Any) -> LazyArray: return apply("floor_divide", o, self)
+    def __mod__(self, o: Any) -> LazyArray: return apply("remainder", self, o)
+    def __rmod__(self, o: Any) -> LazyArray: return apply("remainder", o, self)
+    def __pow__(self, o: Any) -> LazyArray: return apply("power", self, o)
+    def __rpow__(self, o: Any) -> LazyArray: return apply("power", o, self)
+    def __matmul__(self, o: Any) -> LazyArray: return apply("matmul", self, o)
+    def __rmatmul__(self, o: Any) -> LazyArray: return apply("matmul", o, self)
+    def __and__(self, o: Any) -> LazyArray: return apply("bitwise_and", self, o)
+    def __rand__(self, o: Any) -> LazyArray: return apply("bitwise_and", o, self)
+    def __or__(self, o: Any) -> LazyArray: return apply("bitwise_or", self, o)
+    def __ror__(self, o: Any) -> LazyArray: return apply("bitwise_or", o, self)
+    def __xor__(self, o: Any) -> LazyArray: return apply("bitwise_xor", self, o)
+    def __rxor__(self, o: Any) -> LazyArray: return apply("bitwise_xor", o, self)
+    def __lshift__(self, o: Any) -> LazyArray: return apply("bitwise_left_shift", self, o)
+    def __rlshift__(self, o: Any) -> LazyArray: return apply("bitwise_left_shift", o, self)
+    def __rshift__(self, o: Any) -> LazyArray: return apply("bitwise_right_shift", self, o)
+    def __rrshift__(self, o: Any) -> LazyArray: return apply("bitwise_right_shift", o, self)
+    def __neg__(self) -> LazyArray: return apply("negative", self)
+    def __pos__(self) -> LazyArray: return apply("positive", self)
+    def __abs__(self) -> LazyArray: return apply("abs", self)
+    def __invert__(self) -> LazyArray: return apply("bitwise_invert", self)
+    def __lt__(self, o: Any) -> LazyArray: return apply("less", self, o)
+    def __le__(self, o: Any) -> LazyArray: return apply("less_equal", self, o)
+    def __gt__(self, o: Any) -> LazyArray: return apply("greater", self, o)
+    def __ge__(self, o: Any) -> LazyArray: return apply("greater_equal", self, o)
+    def __eq__(self, o: Any) -> LazyArray: return apply("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> LazyArray: return apply("not_equal", self, o)  # type: ignore[override]
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getitem__(self, key: Any) -> LazyArray:
+        from opgraph.frontend import api
+
+        return api.getitem(self, key)
+
+    # ------------------------------------------------------------ methods
+    @property
+    def T(self) -> LazyArray:
+        """Transpose (all axes reversed)."""
+        return apply("permute_dims", self, axes=None)
+
+    @property
+    def mT(self) -> LazyArray:
+        """Transpose of the last two axes."""
+        from opgraph.frontend import api
+
+        return api.matrix_transpose(self)
+
+    def astype(self, dtype: Any, copy: bool = True) -> LazyArray:
+        """Cast to ``dtype``."""
+        if not copy and np.dtype(dtype) == self.dtype:
+            return self
+        return apply("cast", self, dtype=dtype)
+
+    def reshape(self, *shape: Any) -> LazyArray:
+        """Reshape (NumPy's method: shape as one tuple or several ints)."""
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        return apply("reshape", self, shape=shape)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """Sum over axes."""
+        return apply("sum", self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """Mean over axes."""
+        return apply("mean", self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """Maximum over axes."""
+        return apply("max", self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """Minimum over axes."""
+        return apply("min", self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """Product over axes."""
+        return apply("prod", self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> LazyArray:
+        """Index of the maximum."""
+        return apply("argmax", self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> LazyArray:
+        """Index of the minimum."""
+        return apply("argmin", self, axis=axis, keepdims=keepdims)
+
+    def transpose(self, *axes: Any) -> LazyArray:
+        """Permute axes (NumPy's method)."""
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)):
+            axes = axes[0]
+        return apply("permute_dims", self, axes=axes or None)
+
+    def flatten(self) -> LazyArray:
+        """A 1-D copy."""
+        return apply("reshape", self, shape=(-1,))
+
+    ravel = flatten
+
+    def squeeze(self, axis: Any = None) -> LazyArray:
+        """Drop size-1 axes."""
+        return apply("squeeze", self, axis=axis)
+
+
+def _weak_dtype(x: Any, others: Sequence[Any]) -> np.dtype:
+    # Python scalars are "weak" (NEP 50): they take the dtype of the array operands.
+    dts = [o.dtype for o in others if isinstance(o, (LazyArray, np.ndarray, np.generic))]
+    return np.result_type(*dts, x) if dts else np.result_type(x)
+
+
+def constant(value: Any, dtype: Any = None, name: str | None = None) -> LazyArray:
+    """A lazy array holding a known value (a graph constant)."""
+    arr = np.array(value, dtype=dtype)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy()
+    node = _Node(None, (), (), (TensorType(arr.dtype, arr.shape),), const=arr, name=name)
+    node.value = (arr,)
+    return LazyArray(node)
+
+
+def placeholder(shape: Any, dtype: Any = np.float64, name: str | None = None) -> LazyArray:
+    """A lazy array with a type but no value: an input of the graph it feeds.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((None, 3), "float32", name="x")
+    >>> (x * 2).shape
+    (None, 3)
+    """
+    return LazyArray(_Node(None, (), (), (TensorType(dtype, shape),), name=name))
+
+
+def as_lazy(x: Any, others: Sequence[Any] = ()) -> LazyArray:
+    """Wrap arrays and Python scalars as lazy constants; pass lazy arrays through."""
+    if isinstance(x, LazyArray):
+        return x
+    if isinstance(x, (bool, int, float, complex)):
+        return constant(x, dtype=_weak_dtype(x, others))
+    return constant(x)
+
+
+def apply(kind: str | OpDef, *args: Any, **attrs: Any) -> Any:
+    """Record op ``kind`` on ``args``; return a LazyArray, or a tuple for 0 or several outputs.
+
+    >>> import opgraph.numpy as onp
+    >>> apply("add", onp.asarray([1, 2]), 3).eval()
+    array([4, 5])
+    """
+    inputs = tuple(as_lazy(a, args) for a in args)
+    r: Resolved = resolve(kind, [a.type for a in inputs], attrs)
+    node = _Node(r.opdef, r.attrs, inputs, r.out_types)  # type: ignore[arg-type]
+    if len(r.out_types) == 1:
+        return LazyArray(node, 0)
+    return tuple(LazyArray(node, i) for i in range(len(r.out_types)))
+
+
+def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
+    seen: dict[int, _Node] = {}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        if stop_at_values and node.value is not None:
+            continue
+        stack.extend(a._node for a in node.inputs)
+    return sorted(seen.values(), key=lambda n: n.seq)
+
+
+def _build(nodes: list[_Node], builder: GraphBuilder, as_input: set[int],
+           input_order: Sequence[_Node] | None = None) -> dict[int, tuple[Any, ...]]:
+    values: dict[int, tuple[Any, ...]] = {}
+    if input_order is not None:
+        for node in input_order:
+            values[id(node)] = (builder.input(node.types[0], name=node.name),)
+    for node in nodes:
+        if id(node) in values:
+            continue
+        if id(node) in as_input:
+            values[id(node)] = tuple(builder.input(t) for t in node.types)
+        elif node.const is not None:
+            values[id(node)] = (builder.constant(node.const, name=node.name),)
+        elif node.is_input:
+            if input_order is not None:
+                raise TracingError(f"the function uses a placeholder {node.name or ''} that is not one of its inputs")
+            values[id(node)] = (builder.input(node.types[0], name=node.name),)
+        else:
+            ins = [values[id(a._node)][a._index] for a in node.inputs]
+            out = builder.op(node.opdef, *ins, **dict(node.attrs))  # type: ignore[arg-type]
+            values[id(node)] = out if isinstance(out, tuple) else (out,)
+    return values
+
+
+def to_graph(outputs: Sequence[LazyArray], inputs: Sequence[LazyArray] | None = None) -> Graph:
+    """The core graph computing ``outputs`` from placeholder ``inputs``.
+
+    Ops appear in the order the program built them, so the graph equals the
+    one the explicit builder makes for the same program. Without ``inputs``,
+    every placeholder used becomes an input, in creation order.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((3,), name="x")
+    >>> print(to_graph([onp.exp(x)]))
+    graph(%x: f64[3]) {
+      %1: f64[3] = exp(%x)
+      return %1
+    }
+    """
+    outputs = [as_lazy(o) for o in outputs]
+    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    order = None
+    if inputs is not None:
+        order = [i._node for i in inputs]
+        for i in inputs:
+            if not i._node.is_input:
+                raise TracingError("graph inputs must be placeholders")
+    b = GraphBuilder()
+    values = _build(nodes, b, set(), order)
+    b.output(*(values[id(o._node)][o._index] for o in outputs))
+    return b.freeze()
+
+
+def _evaluate(target: _Node) -> None:
+    nodes = _collect([target], stop_at_values=True)
+    pending = [n for n in nodes if n.is_input and n.value is None]
+    if pending:
+        p = pending[0]
+        where = user_location()
+        hint = (" (inside a traced function, Python control flow and conversions cannot depend on"
+                " the function's inputs; use where() or make the value a static argument)") if _TRACING else ""
+        raise TracingError(
+            f"this array depends on placeholder {p.name or ('of type ' + repr(p.types[0]))}, which has no value"
+            + hint + (f" (at {where})" if where else ""))
+    known = {id(n) for n in nodes if n.value is not None and n is not target}
+    b = GraphBuilder(hash_cons=False)
+    values = _build(nodes, b, known)
+    feeds = {}
+    for n in nodes:
+        if id(n) in known:
+            for v, arr in zip(values[id(n)], n.value, strict=True):  # type: ignore[arg-type]
+                feeds[v] = arr
+    targets = list(values[id(target)])
+    try:
+        results = b.run(feeds, targets)
+    except ExecutionError as exc:
+        where = user_location()
+        raise ExecutionError(f"{exc}" + (f" (evaluating the array built at {where})" if where else "")) from exc
+    target.value = tuple(results)

@@ -1,0 +1,16 @@
+"""``import opgraph.numpy as onp``: NumPy-style lazy arrays (Array API names).
+
+See :mod:`opgraph.frontend.api` for the functions and
+:mod:`opgraph.frontend.lazy` for :class:`LazyArray`.
+
+    >>> import opgraph.numpy as onp
+    >>> (onp.ones((2, 2)) * 3).sum().eval()
+    array(12.)
+"""
+
+from opgraph.frontend.api import *  # noqa: F403
+from opgraph.frontend.api import __all__ as _api_all
+from opgraph.frontend.lazy import TracingError, placeholder, to_graph
+
+__array_api_version__ = "2023.12"
+__all__ = [*_api_all, "TracingError", "placeholder", "to_graph"]
