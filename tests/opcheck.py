@@ -41,7 +41,7 @@ def noncontiguous(a: np.ndarray) -> np.ndarray:
     """A non-contiguous view with the same values (every other element of a bigger array)."""
     if a.ndim == 0 or a.size == 0:
         return a
-    big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+    big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), dtype=a.dtype)
     view = big[..., ::2]
     view[...] = a
     assert not view.flags.c_contiguous or a.shape[-1] <= 1

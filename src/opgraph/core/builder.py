@@ -38,6 +38,25 @@ from opgraph.errors import GraphError, OpTypeError
 ValueLike = Value | int | float | bool | complex | np.ndarray | np.generic
 
 
+def exact_key(value: Any) -> Any:
+    """A hashable key that tells apart values Python calls equal (1, 1.0, True; 0.0, -0.0).
+
+    Raises TypeError for values that have no exact key (arrays, unhashables).
+
+    >>> exact_key(True) == exact_key(1), exact_key(0.0) == exact_key(-0.0)
+    (False, False)
+    """
+    if isinstance(value, dict):
+        value = tuple(sorted(value.items()))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(exact_key(v) for v in value))
+    if value is None or isinstance(value, (str, int, float, complex, np.generic)):
+        return (type(value).__name__, repr(value) if isinstance(value, (float, complex, np.generic)) else value)
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    raise TypeError(f"no exact key for {type(value).__name__}")
+
+
 class GraphBuilder:
     """Builds a graph op by op; see the module doc for an example.
 
@@ -60,7 +79,7 @@ class GraphBuilder:
         self._types: list[ValueType] = []
         self._type_ids: dict[ValueType, int] = {}
         self._attrs: list[Attrs] = []
-        self._attr_ids: dict[Attrs, int] = {}
+        self._attr_ids: dict[Any, int] = {}
         self._constants: list[np.ndarray] = []
         self._const_keys: dict[Any, int] = {}
         self._inputs: list[int] = []
@@ -73,6 +92,7 @@ class GraphBuilder:
         self._cse: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self._infer_memo: dict[tuple[Any, ...], tuple[tuple[int, ...], int]] = {}
         self._frozen: Graph | None = None
+        self._opdefs: dict[Any, OpDef] = {}
 
     # ------------------------------------------------------------ interning
     def _type_id(self, t: ValueType) -> int:
@@ -83,9 +103,10 @@ class GraphBuilder:
         return tid
 
     def _attr_id(self, a: Attrs) -> int:
-        aid = self._attr_ids.get(a)
+        key = exact_key(a)
+        aid = self._attr_ids.get(key)
         if aid is None:
-            aid = self._attr_ids[a] = len(self._attrs)
+            aid = self._attr_ids[key] = len(self._attrs)
             self._attrs.append(a)
         return aid
 
@@ -260,15 +281,24 @@ class GraphBuilder:
         >>> a.type
         f64[3]
         """
-        opdef = get_op(kind)
-        for v in inputs:
-            if isinstance(v, Value) and v.owner is not self:
-                raise GraphError("a value from another builder or graph was passed to this builder")
-        tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value)]
-        ids = tuple(self._as_value(v, tensor_types) for v in inputs)
-        in_tids = tuple(self._value_type[v] for v in ids)
-        key = (opdef.id, tuple(sorted(attrs.items())) if attrs else (), in_tids)
+        opdef = self._opdefs.get(kind)  # type: ignore[arg-type]
+        if opdef is None:
+            opdef = self._opdefs[kind] = get_op(kind)  # type: ignore[index]
+        vt = self._value_type
         try:
+            # Fast path: every input is a Value of this builder.
+            ids = tuple([v.id for v in inputs if v.owner is self])  # type: ignore[union-attr]
+            if len(ids) != len(inputs):
+                raise GraphError("a value from another builder or graph was passed to this builder")
+        except AttributeError:
+            for v in inputs:
+                if isinstance(v, Value) and v.owner is not self:
+                    raise GraphError("a value from another builder or graph was passed to this builder") from None
+            tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value)]
+            ids = tuple(self._as_value(v, tensor_types) for v in inputs)
+        in_tids = tuple([vt[v] for v in ids])
+        try:
+            key: Any = (opdef.id, exact_key(attrs), in_tids) if attrs else (opdef.id, in_tids)
             memo = self._infer_memo.get(key)
         except TypeError:  # unhashable attribute values (lists): normalise first
             memo, key = None, None
@@ -284,22 +314,29 @@ class GraphBuilder:
             hit = self._cse.get(cse_key)
             if hit is not None:
                 return self._wrap(hit)
-        self._touch()
+        self._frozen = None
         op = len(self._op_kind)
         self._op_kind.append(opdef.id)
         self._op_attr.append(aid)
         self._op_version.append(version)
         self._in_ids.extend(ids)
         self._in_ptr.append(len(self._in_ids))
-        outs = tuple(self._new_value(t, op, i) for i, t in enumerate(out_tids))
+        first = len(vt)
+        n_out = len(out_tids)
+        outs = tuple(range(first, first + n_out))
+        vt.extend(out_tids)
+        self._value_producer.extend([op] * n_out)
+        self._value_index.extend(range(n_out))
         self._out_ids.extend(outs)
         self._out_ptr.append(len(self._out_ids))
         if self.hash_cons:
             self._cse[cse_key] = outs
         if name is not None:
             self._op_names[op] = name
-            if len(outs) == 1:
+            if n_out == 1:
                 self._set_name(outs[0], name)
+        if n_out == 1:
+            return Value(self, first)
         return self._wrap(outs)
 
     def _wrap(self, outs: tuple[int, ...]) -> Any:

@@ -79,9 +79,24 @@ class Graph:
     """
 
     __slots__ = (
-        "op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids",
-        "value_type", "value_producer", "value_index", "types", "attrs", "constants",
-        "inputs", "outputs", "updates", "symbols", "_cache",
+        "_cache",
+        "attrs",
+        "constants",
+        "in_ids",
+        "in_ptr",
+        "inputs",
+        "op_attr",
+        "op_kind",
+        "op_version",
+        "out_ids",
+        "out_ptr",
+        "outputs",
+        "symbols",
+        "types",
+        "updates",
+        "value_index",
+        "value_producer",
+        "value_type",
     )
 
     def __init__(
@@ -286,23 +301,34 @@ class Graph:
         n = self.num_ops
         src, dst = self.op_dependencies()
         indeg = np.bincount(dst, minlength=n)
-        order_src = np.argsort(src, kind="stable")
-        succ = dst[order_src]
+        succ = dst[np.argsort(src, kind="stable")]
         sptr = np.zeros(n + 1, dtype=PTR)
         np.cumsum(np.bincount(src, minlength=n), out=sptr[1:])
         frontier = np.flatnonzero(indeg == 0).astype(INDEX)
         parts: list[np.ndarray] = []
         levels: list[int] = []
-        while len(frontier):
+        # Level by level with NumPy while levels are wide; a narrow level means a deep
+        # graph (a chain costs one NumPy round per op), so finish with plain lists.
+        while len(frontier) >= _NARROW:
             parts.append(frontier)
             levels.append(len(frontier))
-            starts, ends = sptr[frontier], sptr[frontier + 1]
-            nxt = succ[_ranges(starts, ends)]
-            if len(nxt) == 0:
-                break
+            nxt = succ[_ranges(sptr[frontier], sptr[frontier + 1])]
             uniq, cnt = np.unique(nxt, return_counts=True)
             indeg[uniq] -= cnt
             frontier = uniq[indeg[uniq] == 0].astype(INDEX)
+        if len(frontier):
+            deg, sp, sc = indeg.tolist(), sptr.tolist(), succ.tolist()
+            stack = frontier.tolist()
+            tail: list[int] = []
+            while stack:
+                op = stack.pop()
+                tail.append(op)
+                for k in range(sp[op], sp[op + 1]):
+                    nxt_op = sc[k]
+                    deg[nxt_op] -= 1
+                    if deg[nxt_op] == 0:
+                        stack.append(nxt_op)
+            parts.append(np.asarray(tail, dtype=INDEX))
         order = np.concatenate(parts) if parts else np.zeros(0, INDEX)
         return order.astype(INDEX), levels
 
@@ -317,32 +343,27 @@ class Graph:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        mask = np.zeros(self.num_ops, dtype=bool)
-        frontier = np.unique(self.value_producer[targets]) if len(targets) else np.zeros(0, INDEX)
-        frontier = frontier[frontier >= 0]
-        while len(frontier):
-            mask[frontier] = True
-            vals = self.in_ids[_ranges(self.in_ptr[frontier], self.in_ptr[frontier + 1])]
-            prods = self.value_producer[vals]
-            prods = prods[prods >= 0]
-            prods = np.unique(prods)
-            frontier = prods[~mask[prods]]
+        start = self.value_producer[targets] if len(targets) else np.zeros(0, INDEX)
+        mask = _reach(self.in_ptr, self.input_producers(), start[start >= 0], self.num_ops)
         mask.flags.writeable = False
         self._cache[key] = mask
         return mask
 
     def descendants(self, values: Iterable[int]) -> np.ndarray:
         """Boolean mask of the values that depend on any of ``values`` (included)."""
+        succ_ptr, succ = self._cache.get("value_succ") or self._value_successors()
+        return _reach(succ_ptr, succ, np.asarray(list(values), dtype=INDEX), self.num_values)
+
+    def _value_successors(self) -> tuple[np.ndarray, np.ndarray]:
+        # value -> values computed from it: consumers' outputs, as CSR over values.
         ptr, cons = self.consumers()
-        vals = np.unique(np.asarray(list(values), dtype=INDEX))
-        seen = np.zeros(self.num_values, dtype=bool)
-        frontier = vals
-        while len(frontier):
-            seen[frontier] = True
-            ops = np.unique(cons[_ranges(ptr[frontier], ptr[frontier + 1])])
-            outs = self.out_ids[_ranges(self.out_ptr[ops], self.out_ptr[ops + 1])]
-            frontier = np.unique(outs[~seen[outs]])
-        return seen
+        n_out = np.diff(self.out_ptr)[cons]
+        succ = self.out_ids[_ranges(self.out_ptr[cons], self.out_ptr[cons + 1])]
+        counts = np.bincount(_csr_rows(ptr), weights=n_out, minlength=self.num_values).astype(PTR)
+        sptr = np.zeros(self.num_values + 1, dtype=PTR)
+        np.cumsum(counts, out=sptr[1:])
+        self._cache["value_succ"] = (sptr, succ)
+        return sptr, succ
 
     # ------------------------------------------------------------ checking
     def verify(self, *, check_types: bool = True) -> Graph:
@@ -497,7 +518,8 @@ class Graph:
             for j in range(a_out):
                 cols.append(self.value_type[self.out_ids[self.out_ptr[ops] + j]])
             sig = np.stack(cols, axis=1)
-            uniq, first = np.unique(sig, axis=0, return_index=True)
+            first = _distinct_rows(sig)
+            uniq = sig[first]
             for row, op in zip(uniq, ops[first], strict=True):
                 opdef = get_op(int(row[0]))
                 in_types = tuple(self.types[t] for t in row[3:3 + a_in])
@@ -629,6 +651,41 @@ class Graph:
         return execute(self, feeds or {}, targets, backend=backend)
 
 
+_NARROW = 64
+"""Frontier size below which level-wise walks switch from NumPy to plain lists."""
+
+
+def _reach(ptr: np.ndarray, adj: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
+    """Mask of the nodes reachable from ``start`` (included) along a CSR adjacency.
+
+    Entries of ``adj`` below 0 are ignored. Wide frontiers are expanded with
+    NumPy, narrow ones (deep graphs) with plain lists.
+    """
+    mask = np.zeros(n, dtype=bool)
+    frontier = np.unique(start)
+    while len(frontier) >= _NARROW:
+        mask[frontier] = True
+        nxt = adj[_ranges(ptr[frontier], ptr[frontier + 1])]
+        nxt = np.unique(nxt[nxt >= 0])
+        frontier = nxt[~mask[nxt]]
+    if len(frontier):
+        seen = mask.tolist()
+        p, a = ptr, adj
+        stack = frontier.tolist()
+        for node in stack:
+            seen[node] = True
+        found: list[int] = []
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            for nxt_node in a[p[node]:p[node + 1]].tolist():
+                if nxt_node >= 0 and not seen[nxt_node]:
+                    seen[nxt_node] = True
+                    stack.append(nxt_node)
+        mask[np.asarray(found, dtype=np.int64)] = True
+    return mask
+
+
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, e)`` for each pair, vectorised."""
     lengths = ends - starts
@@ -642,6 +699,26 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     out[0] = starts[0]
     out[offsets[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
     return np.cumsum(out)
+
+
+def _distinct_rows(rows: np.ndarray) -> np.ndarray:
+    """Indices of one representative of each distinct row of a 2-D int array.
+
+    Rows are hashed to one uint64 each so a 1-D unique does the grouping;
+    a hash collision is detected and then handled exactly by a row-wise unique.
+    """
+    if len(rows) == 0:
+        return np.zeros(0, dtype=np.int64)
+    r = rows.astype(np.uint64)
+    h = np.zeros(len(rows), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(rows.shape[1]):
+            h = (h ^ (r[:, j] + np.uint64(0x9E3779B97F4A7C15))) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    if np.array_equal(rows, rows[first[inverse]]):
+        return first
+    return np.unique(rows, axis=0, return_index=True)[1]
 
 
 def _same_interned(ids_a: np.ndarray, table_a: Sequence[Any], ids_b: np.ndarray, table_b: Sequence[Any]) -> bool:
@@ -668,7 +745,7 @@ class Value:
     (i32[2], 'x')
     """
 
-    __slots__ = ("owner", "id")
+    __slots__ = ("id", "owner")
 
     def __init__(self, owner: Any, id: int) -> None:
         self.owner = owner
@@ -735,7 +812,7 @@ class Op:
     ('sum', {'axis': (0,), 'keepdims': False}, [f32[]])
     """
 
-    __slots__ = ("owner", "id")
+    __slots__ = ("id", "owner")
 
     def __init__(self, owner: Any, id: int) -> None:
         self.owner = owner

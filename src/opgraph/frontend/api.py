@@ -26,7 +26,7 @@ from opgraph.frontend.lazy import LazyArray, apply, as_lazy, constant, placehold
 __all__: list[str] = ["LazyArray", "asarray", "placeholder"]
 
 # ---------------------------------------------------------------- dtypes
-bool = np.bool_  # noqa: A001 - Array API name
+bool = np.bool_
 int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
 uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
 float16, float32, float64 = np.float16, np.float32, np.float64
@@ -98,8 +98,8 @@ def full(shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) 
 
 def _like(x: Any, fill: Any, dtype: Any) -> LazyArray:
     x = as_lazy(x)
-    if None in x.shape:
-        return apply("broadcast_to", constant(np.array(fill, dtype=dtype or x.dtype)), shape=x.shape)
+    if x.type.shape is None or None in x.shape:
+        raise ValueError(f"*_like needs a known shape; this array is {x.type}")
     return constant(np.full(x.shape, fill, dtype=dtype or x.dtype))
 
 
@@ -231,7 +231,7 @@ def where(condition: Any, x1: Any, x2: Any, /) -> LazyArray:
     return apply("where", condition, x1, x2)
 
 
-def clip(x: Any, /, min: Any = None, max: Any = None) -> LazyArray:  # noqa: A002
+def clip(x: Any, /, min: Any = None, max: Any = None) -> LazyArray:
     """Clip to ``[min, max]`` (None means unbounded).
 
     >>> clip(asarray([-2.0, 0.5, 3.0]), 0.0, 1.0).eval()
@@ -257,7 +257,7 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> L
 
 
 # ---------------------------------------------------------------- reductions
-def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:  # noqa: A001
+def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
     """Sum over ``axis`` (all axes by default).
 
     >>> sum(asarray([[1, 2], [3, 4]]), axis=0).eval()
@@ -290,11 +290,11 @@ def _reduction(kind: str) -> Any:
     return fn
 
 
-max = _reduction("max")  # noqa: A001
-min = _reduction("min")  # noqa: A001
+max = _reduction("max")
+min = _reduction("min")
 mean = _reduction("mean")
-any = _reduction("any")  # noqa: A001
-all = _reduction("all")  # noqa: A001
+any = _reduction("any")
+all = _reduction("all")
 logsumexp = _reduction("logsumexp")
 amax, amin = max, min
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
-from opgraph.core.registry import OpDef, Resolved, get_op, resolve, user_location
+from opgraph.core.registry import OpDef, Resolved, resolve, user_location
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
 

@@ -1,1 +1,690 @@
-"""shape ops (being written)."""
+"""Shape ops: reshape, transpose, broadcast, join, split, index, pad and friends.
+
+Every op keeps its input's dtype (``concat`` and ``stack`` promote their
+inputs with ``np.result_type``, as NumPy does) and computes the result
+shape exactly as NumPy, with ``None`` for dims (or ranks) that cannot be
+known before run time. Ids 700-799, stable: append, never renumber.
+
+Kernels of view-like ops (see :data:`VIEW_OPS`) may return a view of their
+first input when no ``out`` buffer is given; with ``out`` they copy into it.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (None, 6)), name="x")
+    >>> y = b.op("reshape", x, shape=(-1, 2, 3))
+    >>> z = b.op("getitem", y, index=(slice(None), 0, slice(None, None, -1)))
+    >>> y.type, z.type
+    (f32[?,2,3], f32[?,3])
+    >>> b.run({x: np.arange(6, dtype=np.float32).reshape(1, 6)}, [z])[0]
+    array([[2., 1., 0.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.dtypes import dtype_code
+from opgraph.core.registry import (
+    Attr,
+    OpDef,
+    attr_any,
+    attr_axes,
+    attr_float,
+    attr_int,
+    attr_ints,
+    attr_str,
+    optional,
+    register_op,
+)
+from opgraph.core.types import Shape, TensorType, ValueType, shape_str
+from opgraph.errors import OpTypeError
+from opgraph.ops._common import normalize_axes, normalize_axis, tensor, with_out, write_out
+
+FAMILY = "shape"
+
+Dim = int | None
+IndexEntry = int | tuple[Any, ...]
+"""One entry of a normalised index: an int, ``("slice", start, stop, step)``,
+``("newaxis",)`` or ``("ellipsis",)``."""
+
+#: Ops whose NumPy kernel may return a view of (aliasing) its first input
+#: when called without ``out`` (``split`` returns views for every output).
+VIEW_OPS: frozenset[str] = frozenset({
+    "reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split", "getitem",
+    "flip", "moveaxis",
+})
+
+
+# ---------------------------------------------------------------- helpers
+def _one(in_types: tuple[ValueType, ...]) -> TensorType:
+    (t,) = in_types
+    return tensor(t)
+
+
+def _size(shape: Shape) -> int | None:
+    """Number of elements: 0 if a known dim is 0 (whatever the others), None if unknown."""
+    if shape is None:
+        return None
+    if any(d == 0 for d in shape):
+        return 0
+    if any(d is None for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _mul(d: Dim, k: int) -> Dim:
+    """``d * k`` where ``d`` may be unknown (still 0 when ``k`` is 0)."""
+    if k == 0:
+        return 0
+    return None if d is None else d * k
+
+
+def _merge_dims(dims: Sequence[Dim], what: str) -> Dim:
+    """The common value of dims that must be equal (None when all unknown)."""
+    known = {d for d in dims if d is not None}
+    if len(known) > 1:
+        raise OpTypeError(f"{what} differ: {', '.join('?' if d is None else str(d) for d in dims)}")
+    return known.pop() if known else None
+
+
+def _version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    """Version: the code of the first input's dtype (the output dtype of ``take``)."""
+    return dtype_code(tensor(in_types[0]).dtype)
+
+
+def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: int | None = 1,
+              min_inputs: int = 0, attrs: dict[str, Attr] | None = None, version: Any = None) -> OpDef:
+    kernel.__name__ = f"{name}_numpy"
+    extra = {} if version is None else {"version": version}
+    return register_op(OpDef(
+        name=name, id=id, arity=arity, min_inputs=min_inputs, infer=infer, attrs=attrs or {},
+        kernels={"numpy": kernel}, family=FAMILY, doc=doc, **extra,
+    ))
+
+
+# ---------------------------------------------------------------- reshape 700
+def _reshape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    target: tuple[int, ...] = attrs["shape"]
+    if sum(d == -1 for d in target) > 1:
+        raise OpTypeError(f"can only specify one unknown dimension (-1) in shape {target}")
+    if any(d < -1 for d in target):
+        raise OpTypeError(f"invalid dimension in target shape {target}")
+    size = _size(t.shape)
+    if -1 in target:
+        rest = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+        if rest == 0:
+            raise OpTypeError(f"cannot infer the -1 in shape {target}: the other dims have size 0")
+        if size is None:
+            return (t.with_shape(tuple(None if d == -1 else d for d in target)),)
+        if size % rest:
+            raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size {size}) into shape {target}")
+        return (t.with_shape(tuple(size // rest if d == -1 else d for d in target)),)
+    want = int(np.prod(target, dtype=np.int64))
+    if size is not None and size != want:
+        raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size {size}) into shape {target} (size {want})")
+    if size is None and t.shape is not None:
+        known = int(np.prod([d for d in t.shape if d is not None], dtype=np.int64))
+        if want % known:
+            raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size a multiple of {known}) "
+                              f"into shape {target} (size {want})")
+    return (t.with_shape(target),)
+
+
+_register("reshape", 700, _reshape_infer,
+          with_out(lambda x, *, shape: np.reshape(x, shape)),
+          "reshape(x, shape): NumPy's reshape; one -1 entry is inferred",
+          attrs={"shape": Attr(attr_ints, doc="target shape; one entry may be -1")})
+
+
+# ---------------------------------------------------------------- permute_dims 701
+def _permute_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    axes: tuple[int, ...] | None = attrs["axes"]
+    if t.shape is None:
+        return (t.with_shape(None if axes is None else (None,) * len(axes)),)
+    rank = len(t.shape)
+    if axes is None:
+        return (t.with_shape(t.shape[::-1]),)
+    if len(axes) != rank:
+        raise OpTypeError(f"axes {axes} do not match rank {rank}")
+    norm = [normalize_axis(a, rank) for a in axes]
+    if len(set(norm)) != rank:
+        raise OpTypeError(f"axes {axes} are not a permutation of the {rank} axes (repeated axis)")
+    return (t.with_shape(tuple(t.shape[a] for a in norm)),)
+
+
+_register("permute_dims", 701, _permute_infer,
+          with_out(lambda x, *, axes: np.transpose(x, axes)),
+          "permute_dims(x, axes=None): NumPy's transpose; None reverses the axes",
+          attrs={"axes": Attr(optional(attr_ints), None, doc="permutation of the axes; None reverses")})
+
+
+# ---------------------------------------------------------------- broadcast_to 702
+def _broadcast_to_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    target: tuple[int, ...] = attrs["shape"]
+    if any(d < 0 for d in target):
+        raise OpTypeError(f"all elements of the target shape {target} must be non-negative")
+    if t.shape is not None:
+        if len(t.shape) > len(target):
+            raise OpTypeError(f"cannot broadcast {shape_str(t.shape)} to a shape of lower rank {target}")
+        for d, w in zip(t.shape[::-1], target[::-1], strict=False):
+            if d is not None and d != 1 and d != w:
+                raise OpTypeError(f"cannot broadcast {shape_str(t.shape)} to shape {target}")
+    return (t.with_shape(target),)
+
+
+_register("broadcast_to", 702, _broadcast_to_infer,
+          with_out(lambda x, *, shape: np.broadcast_to(x, shape)),
+          "broadcast_to(x, shape): NumPy's broadcast_to (a read-only view)",
+          attrs={"shape": Attr(attr_ints, doc="target shape")})
+
+
+# ---------------------------------------------------------------- expand_dims 703
+def _expand_dims_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    if t.shape is None:
+        return (t,)
+    axis: tuple[int, ...] = attrs["axis"]
+    out_rank = len(t.shape) + len(axis)
+    new = set(normalize_axes(axis, out_rank))
+    dims = iter(t.shape)
+    return (t.with_shape(tuple(1 if i in new else next(dims) for i in range(out_rank))),)
+
+
+_register("expand_dims", 703, _expand_dims_infer,
+          with_out(lambda x, *, axis: np.expand_dims(x, axis)),
+          "expand_dims(x, axis): NumPy's expand_dims; axis positions refer to the result",
+          attrs={"axis": Attr(attr_ints, doc="positions of the new size-1 axes in the result")})
+
+
+# ---------------------------------------------------------------- squeeze 704
+def _squeeze_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    axis: tuple[int, ...] | None = attrs["axis"]
+    if t.shape is None:
+        return (t,)
+    if axis is None:
+        if any(d is None for d in t.shape):
+            return (t.with_shape(None),)  # which axes go depends on the unknown dims
+        return (t.with_shape(tuple(d for d in t.shape if d != 1)),)
+    axes = normalize_axes(axis, len(t.shape))
+    for a in axes:
+        if t.shape[a] not in (1, None):
+            raise OpTypeError(f"cannot squeeze axis {a} of size {t.shape[a]} (only size-1 axes)")
+    return (t.with_shape(tuple(d for i, d in enumerate(t.shape) if i not in axes)),)
+
+
+_register("squeeze", 704, _squeeze_infer,
+          with_out(lambda x, *, axis: np.squeeze(x, axis=axis)),
+          "squeeze(x, axis=None): NumPy's squeeze; None removes every size-1 axis",
+          attrs={"axis": Attr(attr_axes, None, doc="size-1 axes to remove; None: all of them")})
+
+
+# ---------------------------------------------------------------- concat 705
+def _concat_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    ts = [tensor(t, f"input {i}") for i, t in enumerate(in_types)]
+    dtype = np.result_type(*(t.dtype for t in ts))
+    axis: int | None = attrs["axis"]
+    if axis is None:
+        sizes = [_size(t.shape) for t in ts]
+        return (TensorType(dtype, (None if None in sizes else sum(sizes),)),)  # type: ignore[arg-type]
+    known = [t.shape for t in ts if t.shape is not None]
+    if not known:
+        return (TensorType(dtype, None),)
+    ranks = {len(s) for s in known}
+    if len(ranks) > 1:
+        raise OpTypeError(f"all inputs must have the same rank, got shapes {', '.join(map(shape_str, known))}")
+    rank = ranks.pop()
+    if rank == 0:
+        raise OpTypeError("zero-dimensional arrays cannot be concatenated (use axis=None or stack)")
+    ax = normalize_axis(axis, rank)
+    out: list[Dim] = []
+    for k in range(rank):
+        if k == ax:
+            dims = [None if t.shape is None else t.shape[k] for t in ts]
+            out.append(None if None in dims else sum(dims))  # type: ignore[arg-type]
+        else:
+            out.append(_merge_dims([s[k] for s in known], f"input sizes along axis {k} (concatenating on {ax})"))
+    return (TensorType(dtype, tuple(out)),)
+
+
+def _concat_kernel(*xs: np.ndarray, out: Any = None, axis: int | None) -> np.ndarray:
+    return np.concatenate(xs, axis=axis, out=out)
+
+
+_register("concat", 705, _concat_infer, _concat_kernel,
+          "concat(*xs, axis=0): NumPy's concatenate; axis=None flattens the inputs first",
+          arity=None, min_inputs=1,
+          attrs={"axis": Attr(optional(attr_int), 0, doc="axis to join along; None: flatten all")})
+
+
+# ---------------------------------------------------------------- stack 706
+def _stack_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    ts = [tensor(t, f"input {i}") for i, t in enumerate(in_types)]
+    dtype = np.result_type(*(t.dtype for t in ts))
+    known = [t.shape for t in ts if t.shape is not None]
+    if not known:
+        return (TensorType(dtype, None),)
+    if len({len(s) for s in known}) > 1:
+        raise OpTypeError(f"all inputs must have the same shape, got {', '.join(map(shape_str, known))}")
+    rank = len(known[0])
+    dims = [_merge_dims([s[k] for s in known], f"input sizes along axis {k}") for k in range(rank)]
+    ax = normalize_axis(attrs["axis"], rank + 1)
+    dims.insert(ax, len(ts))
+    return (TensorType(dtype, tuple(dims)),)
+
+
+def _stack_kernel(*xs: np.ndarray, out: Any = None, axis: int) -> np.ndarray:
+    return np.stack(xs, axis=axis, out=out)
+
+
+_register("stack", 706, _stack_infer, _stack_kernel,
+          "stack(*xs, axis=0): NumPy's stack; joins equal-shaped inputs along a new axis",
+          arity=None, min_inputs=1, attrs={"axis": Attr(attr_int, 0, doc="position of the new axis in the result")})
+
+
+# ---------------------------------------------------------------- split 707
+def _attr_sections(v: Any) -> int | tuple[int, ...]:
+    """An int N (N equal parts) or split indices (a tuple of ints)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise OpTypeError(f"sections must be an int or a sequence of ints, got {v!r}")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    v = attr_any(v)
+    if not isinstance(v, tuple):
+        raise OpTypeError(f"sections must be an int or a sequence of ints, got {v!r}")
+    return tuple(attr_int(i) for i in v)
+
+
+def _slice_len(start: int | None, stop: int | None, step: int | None, n: Dim) -> Dim:
+    """Length of ``range(n)[start:stop:step]``; for unknown ``n`` only when provably 0."""
+    step = 1 if step is None else step
+    if n is not None:
+        return len(range(*slice(start, stop, step).indices(n)))
+    if step > 0 and start is None:
+        start = 0
+    if start is not None and stop is not None and (start < 0) == (stop < 0):
+        # Clipping to [0, n] is monotone, so an empty range stays empty for every n.
+        if (step > 0 and stop <= start) or (step < 0 and stop >= start):
+            return 0
+    return None
+
+
+def _split_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    sections: int | tuple[int, ...] = attrs["sections"]
+    if isinstance(sections, int) and sections <= 0:
+        raise OpTypeError(f"the number of sections must be larger than 0, got {sections}")
+    n_out = sections if isinstance(sections, int) else len(sections) + 1
+    if t.shape is None:
+        return (t,) * n_out
+    ax = normalize_axis(attrs["axis"], len(t.shape))
+    d = t.shape[ax]
+    if isinstance(sections, int):
+        if d is not None and d % sections:
+            raise OpTypeError(f"array split does not result in an equal division: axis {ax} of size {d} "
+                              f"into {sections} sections")
+        pieces: list[Dim] = [None if d is None else d // sections] * sections
+    else:
+        bounds: list[int | None] = [0, *sections, None]
+        pieces = [_slice_len(bounds[i], bounds[i + 1], 1, d) for i in range(n_out)]
+    return tuple(t.with_shape((*t.shape[:ax], p, *t.shape[ax + 1:])) for p in pieces)
+
+
+def _split_kernel(x: np.ndarray, out: Any = None, *, sections: int | tuple[int, ...], axis: int) -> Any:
+    parts = np.split(x, sections if isinstance(sections, int) else list(sections), axis=axis)
+    if len(parts) == 1 and not isinstance(out, tuple):
+        return write_out(parts[0], out)  # one output: a single array, not a tuple
+    return write_out(tuple(parts), out)
+
+
+_register("split", 707, _split_infer, _split_kernel,
+          "split(x, sections, axis=0): NumPy's split; an int N gives N equal parts, "
+          "a tuple gives the split indices (len + 1 outputs)",
+          attrs={"sections": Attr(_attr_sections, doc="N equal parts, or a tuple of split indices"),
+                 "axis": Attr(attr_int, 0, doc="axis to split")})
+
+
+# ---------------------------------------------------------------- getitem 708
+_ADVANCED = "only basic indexing (ints, slices, None, Ellipsis) is supported; use take for integer arrays"
+
+
+def _index_int(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise OpTypeError(f"{what} must be an int or None, got {v!r}")
+    return int(v)
+
+
+def _index_entry(e: Any) -> IndexEntry:
+    if isinstance(e, (bool, np.bool_)):
+        raise OpTypeError(f"boolean index {e!r} is not supported: {_ADVANCED}")
+    if isinstance(e, (int, np.integer)):
+        return int(e)
+    if e is None:
+        return ("newaxis",)
+    if e is Ellipsis:
+        return ("ellipsis",)
+    if isinstance(e, slice):
+        e = ("slice", e.start, e.stop, e.step)
+    if isinstance(e, tuple) and e and isinstance(e[0], str):  # already normalised
+        if e[0] == "slice" and len(e) == 4:
+            step = _index_int(e[3], "slice step")
+            if step == 0:
+                raise OpTypeError("slice step cannot be zero")
+            return ("slice", _index_int(e[1], "slice start"), _index_int(e[2], "slice stop"), step)
+        if e in (("newaxis",), ("ellipsis",)):
+            return e
+        raise OpTypeError(f"malformed index entry {e!r}")
+    raise OpTypeError(f"unsupported index {e!r}: {_ADVANCED}")
+
+
+def normalize_index(key: Any, rank: int | None = None) -> tuple[IndexEntry, ...]:
+    """Turn a basic-indexing key into the normalised tuple the ``getitem`` op stores.
+
+    ``key`` is what goes between the brackets of ``x[key]``: an int, a slice,
+    ``None``, ``Ellipsis`` or a tuple of them. Each entry becomes an int,
+    ``("slice", start, stop, step)`` (each an int or None), ``("newaxis",)``
+    or ``("ellipsis",)``. Already normalised entries are kept, so the function
+    is idempotent. With ``rank`` known, too many indices are an error.
+    Array, list and boolean keys (advanced indexing) raise ``OpTypeError``.
+
+    >>> normalize_index((0, slice(None, None, -1), None, Ellipsis))
+    (0, ('slice', None, None, -1), ('newaxis',), ('ellipsis',))
+    >>> normalize_index(normalize_index(slice(1, 3))) == normalize_index(slice(1, 3))
+    True
+    >>> normalize_index((0, 0, 0), rank=2)
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpTypeError: too many indices: the array is 2-dimensional, but 3 were indexed
+    >>> normalize_index([0, 1])
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpTypeError: unsupported index [0, 1]: only basic indexing ...
+    """
+    if isinstance(key, tuple) and not (key and isinstance(key[0], str)):
+        entries = tuple(_index_entry(e) for e in key)
+    else:
+        entries = (_index_entry(key),)
+    if entries.count(("ellipsis",)) > 1:
+        raise OpTypeError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for e in entries if isinstance(e, int) or e[0] == "slice")
+    if rank is not None and used > rank:
+        raise OpTypeError(f"too many indices: the array is {rank}-dimensional, but {used} were indexed")
+    return entries
+
+
+def _getitem_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    if t.shape is None:
+        return (t,)
+    rank = len(t.shape)
+    index = normalize_index(attrs["index"], rank)
+    used = sum(1 for e in index if isinstance(e, int) or e[0] == "slice")
+    full = ("slice", None, None, None)
+    if ("ellipsis",) in index:
+        i = index.index(("ellipsis",))
+        index = index[:i] + (full,) * (rank - used) + index[i + 1:]
+    else:
+        index = index + (full,) * (rank - used)
+    out: list[Dim] = []
+    axis = 0
+    for e in index:
+        if e == ("newaxis",):
+            out.append(1)
+            continue
+        d = t.shape[axis]
+        if isinstance(e, int):
+            if d is not None and not -d <= e < d:
+                raise OpTypeError(f"index {e} is out of bounds for axis {axis} with size {d}")
+        else:
+            out.append(_slice_len(e[1], e[2], e[3], d))
+        axis += 1
+    return (t.with_shape(tuple(out)),)
+
+
+def _python_key(index: tuple[IndexEntry, ...]) -> tuple[Any, ...]:
+    key: list[Any] = []
+    for e in index:
+        if isinstance(e, int):
+            key.append(e)
+        elif e[0] == "slice":
+            key.append(slice(e[1], e[2], e[3]))
+        else:
+            key.append(None if e[0] == "newaxis" else Ellipsis)
+    if Ellipsis not in key:
+        key.append(Ellipsis)  # so that all-int keys give a 0-d array, not a scalar
+    return tuple(key)
+
+
+def _getitem_kernel(x: np.ndarray, out: Any = None, *, index: tuple[IndexEntry, ...]) -> np.ndarray:
+    return write_out(x[_python_key(index)], out)
+
+
+_register("getitem", 708, _getitem_infer, _getitem_kernel,
+          "getitem(x, index): NumPy's basic indexing x[key]; index is normalize_index(key)",
+          attrs={"index": Attr(normalize_index, doc="normalised index tuple (see normalize_index)")})
+
+
+# ---------------------------------------------------------------- take 709
+def _take_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, idx = tensor(in_types[0], "x"), tensor(in_types[1], "indices")
+    if idx.dtype.kind not in "iu":
+        raise OpTypeError(f"indices must have an integer dtype, got {idx.dtype}")
+    axis: int | None = attrs["axis"]
+    if axis is None:
+        extent = _size(x.shape)
+        shape = idx.shape
+    else:
+        if x.shape is None:
+            return (x.with_shape(None),)
+        xs = x.shape or (1,)  # like NumPy, a 0-d x is taken from as a 1-d one
+        ax = normalize_axis(axis, len(xs))
+        extent = xs[ax]
+        shape = None if idx.shape is None else (*xs[:ax], *idx.shape, *xs[ax + 1:])
+    if extent == 0 and (_size(shape) or 0) > 0:
+        raise OpTypeError("cannot do a non-empty take from an empty axis")
+    return (x.with_shape(shape),)
+
+
+def _take_kernel(x: np.ndarray, indices: np.ndarray, out: Any = None, *, axis: int | None) -> np.ndarray:
+    return np.take(x, indices, axis=axis, out=out)
+
+
+_register("take", 709, _take_infer, _take_kernel,
+          "take(x, indices, axis=None): NumPy's take (negative indices count from the end); "
+          "axis=None takes from the flattened x",
+          arity=2, version=_version_of_first,
+          attrs={"axis": Attr(optional(attr_int), None, doc="axis to take along; None: the flattened x")})
+
+
+# ---------------------------------------------------------------- pad 710
+PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+def _attr_pad_width(v: Any) -> tuple[tuple[int, int], ...]:
+    """NumPy's pad_width forms -> a tuple of (before, after) pairs: one per axis, or one for all."""
+    arr = np.asarray(attr_any(v))
+    if arr.size == 0 or arr.dtype.kind not in "iu":
+        raise OpTypeError(f"pad_width must be non-negative ints: N, (before, after) or one pair per axis, got {v!r}")
+    if (arr < 0).any():
+        raise OpTypeError(f"pad_width must be non-negative, got {v!r}")
+    if arr.ndim == 0 or arr.shape in ((1,), (2,)):
+        arr = np.broadcast_to(arr, (1, 2))
+    elif arr.ndim == 2 and arr.shape[1] in (1, 2):
+        arr = np.broadcast_to(arr, (arr.shape[0], 2))
+    else:
+        raise OpTypeError(f"pad_width {v!r} is not N, (before, after) or one (before, after) pair per axis")
+    return tuple((int(b), int(a)) for b, a in arr)
+
+
+def _attr_pad_mode(v: Any) -> str:
+    mode = attr_str(v)
+    if mode not in PAD_MODES:
+        raise OpTypeError(f"unsupported pad mode {mode!r}; supported: {', '.join(PAD_MODES)}")
+    return mode
+
+
+def _pad_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    pw: tuple[tuple[int, int], ...] = attrs["pad_width"]
+    mode: str = attrs["mode"]
+    if t.shape is None:
+        return (t if len(pw) == 1 else t.with_shape((None,) * len(pw)),)
+    rank = len(t.shape)
+    if len(pw) not in (1, rank):
+        raise OpTypeError(f"pad_width has {len(pw)} (before, after) pairs for an input of rank {rank}")
+    pairs = pw * rank if len(pw) == 1 else pw
+    for i, (d, (b, a)) in enumerate(zip(t.shape, pairs, strict=True)):
+        if d == 0 and (b or a) and mode != "constant":
+            raise OpTypeError(f"can't extend empty axis {i} using mode {mode!r} (only 'constant')")
+    return (t.with_shape(tuple(None if d is None else d + b + a for d, (b, a) in zip(t.shape, pairs, strict=True))),)
+
+
+def _pad_kernel(x: np.ndarray, out: Any = None, *, pad_width: tuple[tuple[int, int], ...], mode: str,
+                constant_value: float) -> np.ndarray:
+    kw = {"constant_values": constant_value} if mode == "constant" else {}
+    return write_out(np.pad(x, pad_width, mode=mode, **kw), out)  # type: ignore[call-overload]
+
+
+_register("pad", 710, _pad_infer, _pad_kernel,
+          "pad(x, pad_width, mode='constant', constant_value=0.0): NumPy's pad with modes "
+          + ", ".join(PAD_MODES),
+          attrs={"pad_width": Attr(_attr_pad_width, doc="(before, after) pairs: one per axis, or one for all"),
+                 "mode": Attr(_attr_pad_mode, "constant", doc="one of " + ", ".join(PAD_MODES)),
+                 "constant_value": Attr(attr_float, 0.0, doc="fill value for mode='constant'")})
+
+
+# ---------------------------------------------------------------- flip 711
+def _flip_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    if t.shape is not None and attrs["axis"] is not None:
+        normalize_axes(attrs["axis"], len(t.shape))
+    return (t,)
+
+
+_register("flip", 711, _flip_infer,
+          with_out(lambda x, *, axis: np.flip(x, axis)),
+          "flip(x, axis=None): NumPy's flip; None reverses every axis",
+          attrs={"axis": Attr(attr_axes, None, doc="axes to reverse; None: all")})
+
+
+# ---------------------------------------------------------------- roll 712
+def _roll_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    shift: tuple[int, ...] = attrs["shift"]
+    axis: tuple[int, ...] | None = attrs["axis"]
+    if not shift:
+        raise OpTypeError("shift must have at least one entry")
+    if axis is not None:
+        if not axis:
+            raise OpTypeError("axis must have at least one entry (or be None)")
+        if len(shift) != len(axis) and 1 not in (len(shift), len(axis)):
+            raise OpTypeError(f"shift {shift} and axis {axis} must have the same length (or one of them length 1)")
+        if t.shape is not None:
+            for a in axis:  # repeated axes are allowed: their shifts add up
+                normalize_axis(a, len(t.shape))
+    return (t,)
+
+
+def _roll_kernel(x: np.ndarray, out: Any = None, *, shift: tuple[int, ...],
+                 axis: tuple[int, ...] | None) -> np.ndarray:
+    return write_out(np.roll(x, shift[0] if len(shift) == 1 else shift, axis=axis), out)
+
+
+_register("roll", 712, _roll_infer, _roll_kernel,
+          "roll(x, shift, axis=None): NumPy's roll; None rolls the flattened x",
+          attrs={"shift": Attr(attr_ints, doc="shift(s), broadcast against axis"),
+                 "axis": Attr(attr_axes, None, doc="axes to roll; None: the flattened array")})
+
+
+# ---------------------------------------------------------------- tile 713
+def _tile_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    reps: tuple[int, ...] = attrs["reps"]
+    if any(r < 0 for r in reps):
+        raise OpTypeError(f"reps must be non-negative, got {reps}")
+    if t.shape is None:
+        return (t,)
+    n = max(len(reps), len(t.shape))
+    reps = (1,) * (n - len(reps)) + reps
+    shape = (1,) * (n - len(t.shape)) + t.shape
+    return (t.with_shape(tuple(_mul(d, r) for d, r in zip(shape, reps, strict=True))),)
+
+
+_register("tile", 713, _tile_infer,
+          with_out(lambda x, *, reps: np.tile(x, reps)),
+          "tile(x, reps): NumPy's tile",
+          attrs={"reps": Attr(attr_ints, doc="repetitions per axis (aligned to the last axes)")})
+
+
+# ---------------------------------------------------------------- repeat 714
+def _repeat_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    repeats: int = attrs["repeats"]
+    axis: int | None = attrs["axis"]
+    if repeats < 0:
+        raise OpTypeError(f"repeats must be non-negative, got {repeats}")
+    if axis is None:
+        return (t.with_shape((_mul(_size(t.shape), repeats),)),)
+    if t.shape is None:
+        return (t,)
+    shape = t.shape or (1,)  # like NumPy, a 0-d input repeats as a 1-d one
+    ax = normalize_axis(axis, len(shape))
+    return (t.with_shape((*shape[:ax], _mul(shape[ax], repeats), *shape[ax + 1:])),)
+
+
+_register("repeat", 714, _repeat_infer,
+          with_out(lambda x, *, repeats, axis: np.repeat(x, repeats, axis=axis)),
+          "repeat(x, repeats, axis=None): NumPy's repeat; None repeats the flattened x",
+          attrs={"repeats": Attr(attr_int, doc="repetitions of each element"),
+                 "axis": Attr(optional(attr_int), None, doc="axis to repeat along; None: the flattened x")})
+
+
+# ---------------------------------------------------------------- moveaxis 715
+def _moveaxis_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    source: tuple[int, ...] = attrs["source"]
+    destination: tuple[int, ...] = attrs["destination"]
+    if len(source) != len(destination):
+        raise OpTypeError(f"source {source} and destination {destination} must have the same number of elements")
+    if t.shape is None:
+        return (t,)
+    rank = len(t.shape)
+    src = [normalize_axis(a, rank) for a in source]
+    dst = [normalize_axis(a, rank) for a in destination]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise OpTypeError(f"repeated axis in source {source} or destination {destination}")
+    order = [a for a in range(rank) if a not in src]
+    for d, s in sorted(zip(dst, src, strict=True)):
+        order.insert(d, s)
+    return (t.with_shape(tuple(t.shape[a] for a in order)),)
+
+
+_register("moveaxis", 715, _moveaxis_infer,
+          with_out(lambda x, *, source, destination: np.moveaxis(x, source, destination)),
+          "moveaxis(x, source, destination): NumPy's moveaxis",
+          attrs={"source": Attr(attr_ints, doc="axes to move"),
+                 "destination": Attr(attr_ints, doc="their positions in the result")})
+
+
+# ---------------------------------------------------------------- copy 716
+def _copy_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    return (_one(in_types),)
+
+
+def _copy_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
+    if out is None:
+        return np.array(x, copy=True, order="C")
+    np.copyto(out, x)
+    return out
+
+
+_register("copy", 716, _copy_infer, _copy_kernel,
+          "copy(x): the identity, as a fresh C-contiguous array that shares no memory with x")

@@ -1,0 +1,44 @@
+# Every target does its own set-up: a fresh machine needs only python3, pip and make.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Benchmarks and tests run with one BLAS/OpenMP thread for every library compared.
+THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1
+
+.PHONY: demo test lint bench docs clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# One stamp per extra, redone when pyproject.toml changes.
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[$*]"
+	touch $@
+
+# PyTorch is an optional peer used by some tests and benchmarks. Only the
+# local CPU build is accepted ("+cpu"); where it is not available the tests
+# that compare with it say so, and nothing large is downloaded.
+$(VENV)/.installed-torch: | $(BIN)/python
+	-$(BIN)/python -m pip install -q "torch==2.13.0+cpu" || echo "note: PyTorch CPU build not available here"
+	touch $@
+
+demo: $(VENV)/.installed-demo
+	$(THREADS) $(BIN)/python examples/demo.py
+
+test: $(VENV)/.installed-test $(VENV)/.installed-torch
+	$(BIN)/ruff check src tests bench examples tools
+	$(BIN)/python tools/gen_ops_doc.py --check
+	$(THREADS) $(BIN)/python -m pytest -n 2 -p no:cacheprovider
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests bench examples tools
+
+bench: $(VENV)/.installed-bench
+	$(THREADS) $(BIN)/python bench/run.py
+
+docs: $(VENV)/.installed-test
+	$(BIN)/python tools/gen_ops_doc.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,526 @@
+"""Tests of the shape op family (ids 700-799) against NumPy."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import opgraph
+from opcheck import RNG_SEED, check_op, rand
+from opgraph.core.registry import get_op
+from opgraph.core.types import TensorType
+from opgraph.errors import ExecutionError, OpBuildError, OpTypeError
+from opgraph.ops.shape import VIEW_OPS, normalize_index
+
+DTYPES = ["bool", "int8", "uint16", "float32", "float64", "complex128"]
+
+IDS = {
+    "reshape": 700, "permute_dims": 701, "broadcast_to": 702, "expand_dims": 703, "squeeze": 704,
+    "concat": 705, "stack": 706, "split": 707, "getitem": 708, "take": 709, "pad": 710, "flip": 711,
+    "roll": 712, "tile": 713, "repeat": 714, "moveaxis": 715, "copy": 716,
+}
+
+
+def _pad_ref(x: np.ndarray, pad_width: Any, mode: str = "constant", constant_value: float = 0.0) -> np.ndarray:
+    kw = {"constant_values": constant_value} if mode == "constant" else {}
+    return np.pad(x, pad_width, mode=mode, **kw)
+
+
+# NumPy references, spelled with NumPy's own functions (independent of the kernels).
+REF: dict[str, Callable[..., Any]] = {
+    "reshape": lambda x, shape: np.reshape(x, shape),
+    "permute_dims": lambda x, axes=None: np.transpose(x, axes),
+    "broadcast_to": lambda x, shape: np.broadcast_to(x, shape),
+    "expand_dims": lambda x, axis: np.expand_dims(x, axis),
+    "squeeze": lambda x, axis=None: np.squeeze(x, axis),
+    "concat": lambda *xs, axis=0: np.concatenate(xs, axis=axis),
+    "stack": lambda *xs, axis=0: np.stack(xs, axis=axis),
+    "split": lambda x, sections, axis=0: np.split(x, sections, axis=axis),
+    "getitem": lambda x, index: x[index],
+    "take": lambda x, i, axis=None: np.take(x, i, axis=axis),
+    "pad": _pad_ref,
+    "flip": lambda x, axis=None: np.flip(x, axis),
+    "roll": lambda x, shift, axis=None: np.roll(x, shift, axis),
+    "tile": lambda x, reps: np.tile(x, reps),
+    "repeat": lambda x, repeats, axis=None: np.repeat(x, repeats, axis),
+    "moveaxis": lambda x, source, destination: np.moveaxis(x, source, destination),
+    "copy": lambda x: np.copy(x),
+}
+
+IDX = np.array([2, -1, 0, 1], dtype=np.int64)
+
+# (kind, inputs, attrs): an input is a shape (random data of the test's dtype) or a fixed array.
+CASES: list[tuple[str, list[Any], dict[str, Any]]] = [
+    ("reshape", [(2, 3)], {"shape": (3, 2)}),
+    ("reshape", [(2, 3)], {"shape": (-1,)}),
+    ("reshape", [(2, 3, 4)], {"shape": (4, -1)}),
+    ("reshape", [(6,)], {"shape": (1, 2, 1, 3)}),
+    ("reshape", [(0, 3)], {"shape": (3, 0)}),
+    ("reshape", [(0, 3)], {"shape": (-1, 3)}),
+    ("reshape", [()], {"shape": (1,)}),
+    ("reshape", [(1,)], {"shape": ()}),
+    ("permute_dims", [(2, 3, 4)], {}),
+    ("permute_dims", [(2, 3, 4)], {"axes": (1, -1, 0)}),
+    ("permute_dims", [(0, 3)], {"axes": None}),
+    ("permute_dims", [()], {}),
+    ("broadcast_to", [(3,)], {"shape": (2, 3)}),
+    ("broadcast_to", [(2, 1)], {"shape": (2, 4)}),
+    ("broadcast_to", [()], {"shape": (2, 2)}),
+    ("broadcast_to", [(0, 1)], {"shape": (0, 5)}),
+    ("broadcast_to", [(1, 3)], {"shape": (0, 3)}),
+    ("expand_dims", [(2, 3)], {"axis": 0}),
+    ("expand_dims", [(2, 3)], {"axis": -1}),
+    ("expand_dims", [(2, 3)], {"axis": (0, 2)}),
+    ("expand_dims", [(2, 3)], {"axis": (-1, 0)}),
+    ("expand_dims", [(0, 3)], {"axis": 1}),
+    ("expand_dims", [()], {"axis": 0}),
+    ("squeeze", [(1, 3, 1)], {}),
+    ("squeeze", [(1, 3, 1)], {"axis": 0}),
+    ("squeeze", [(1, 3, 1)], {"axis": -1}),
+    ("squeeze", [(1, 3, 1)], {"axis": (0, 2)}),
+    ("squeeze", [(0, 1)], {"axis": 1}),
+    ("squeeze", [()], {}),
+    ("concat", [(2, 3), (4, 3)], {}),
+    ("concat", [(2, 3), (2, 1)], {"axis": -1}),
+    ("concat", [(2, 2), (2, 2), (2, 2)], {"axis": 1}),
+    ("concat", [(0, 3), (2, 3)], {"axis": 0}),
+    ("concat", [(0, 3), (0, 3)], {"axis": 0}),
+    ("concat", [(3, 0), (3, 0)], {"axis": 1}),
+    ("concat", [(2, 3), (3,)], {"axis": None}),
+    ("concat", [(2, 3)], {}),
+    ("stack", [(2, 3), (2, 3)], {}),
+    ("stack", [(2, 3), (2, 3)], {"axis": -1}),
+    ("stack", [(2, 3), (2, 3), (2, 3)], {"axis": 1}),
+    ("stack", [(0, 3), (0, 3)], {"axis": 2}),
+    ("stack", [(), (), ()], {}),
+    ("split", [(6, 4)], {"sections": 3}),
+    ("split", [(6, 4)], {"sections": (1, 4)}),
+    ("split", [(4, 6)], {"sections": 2, "axis": -1}),
+    ("split", [(5,)], {"sections": (3, 1)}),
+    ("split", [(5,)], {"sections": (-2,)}),
+    ("split", [(5,)], {"sections": (10,)}),
+    ("split", [(4,)], {"sections": 1}),
+    ("split", [(4,)], {"sections": ()}),
+    ("split", [(0, 3)], {"sections": 3}),
+    ("split", [(0, 3)], {"sections": (1,)}),
+    ("split", [(2, 0)], {"sections": 2, "axis": 1}),
+    ("take", [(4, 5), IDX], {"axis": 0}),
+    ("take", [(4, 5), IDX], {"axis": -1}),
+    ("take", [(4, 5), IDX], {}),
+    ("take", [(4, 5), np.array([[0, -2], [3, 4]], np.int32)], {"axis": 1}),
+    ("take", [(4, 5), np.array([1, 3], np.uint8)], {"axis": 0}),
+    ("take", [(4, 5), np.array([-1, -4], np.int8)], {"axis": 0}),
+    ("take", [(4, 5), np.zeros(0, np.int64)], {"axis": 1}),
+    ("take", [(0, 3), np.array([2, 0], np.int64)], {"axis": 1}),
+    ("take", [(), np.array([0, 0, -1], np.int64)], {}),
+    ("take", [(), np.array([[0], [-1]], np.int64)], {"axis": -1}),
+    ("take", [(0, 0), np.array([1, 2], np.int64)], {"axis": 1}),
+    *[("pad", [(2, 3)], {"pad_width": 2, "mode": m}) for m in ("constant", "edge", "reflect", "symmetric", "wrap")],
+    *[("pad", [(3, 2)], {"pad_width": ((1, 4), (0, 3)), "mode": m}) for m in ("edge", "reflect", "symmetric", "wrap")],
+    ("pad", [(2, 3)], {"pad_width": (1, 2)}),
+    ("pad", [(2, 3)], {"pad_width": ((1,), (2,)), "constant_value": 2.0}),
+    ("pad", [(3,)], {"pad_width": ((2,),), "mode": "reflect"}),
+    ("pad", [(1,)], {"pad_width": 3, "mode": "reflect"}),
+    ("pad", [(0, 3)], {"pad_width": ((1, 1), (1, 1))}),
+    ("pad", [(0, 3)], {"pad_width": ((0, 0), (1, 2)), "mode": "edge"}),
+    ("pad", [()], {"pad_width": 1}),
+    ("flip", [(2, 3)], {}),
+    ("flip", [(2, 3)], {"axis": 0}),
+    ("flip", [(2, 3)], {"axis": -1}),
+    ("flip", [(2, 3, 2)], {"axis": (0, -1)}),
+    ("flip", [(0, 3)], {"axis": 1}),
+    ("flip", [()], {}),
+    ("roll", [(2, 3)], {"shift": 1}),
+    ("roll", [(2, 3)], {"shift": -2, "axis": 0}),
+    ("roll", [(2, 3)], {"shift": (1, 2), "axis": (0, -1)}),
+    ("roll", [(2, 3)], {"shift": (1, 2), "axis": 1}),
+    ("roll", [(2, 3)], {"shift": 1, "axis": (1, 1)}),
+    ("roll", [(0, 3)], {"shift": 2, "axis": 1}),
+    ("roll", [()], {"shift": 1}),
+    ("tile", [(2, 3)], {"reps": 2}),
+    ("tile", [(2, 3)], {"reps": (2, 1, 2)}),
+    ("tile", [(3,)], {"reps": (2, 2)}),
+    ("tile", [(2, 3)], {"reps": (0,)}),
+    ("tile", [()], {"reps": (2, 3)}),
+    ("repeat", [(2, 3)], {"repeats": 2}),
+    ("repeat", [(2, 3)], {"repeats": 3, "axis": 0}),
+    ("repeat", [(2, 3)], {"repeats": 2, "axis": -1}),
+    ("repeat", [(2, 3)], {"repeats": 0, "axis": 1}),
+    ("repeat", [(0, 3)], {"repeats": 2, "axis": 0}),
+    ("repeat", [()], {"repeats": 2, "axis": -1}),
+    ("moveaxis", [(2, 3, 4)], {"source": 0, "destination": -1}),
+    ("moveaxis", [(2, 3, 4)], {"source": (0, 1), "destination": (-1, -2)}),
+    ("moveaxis", [(0, 3, 2)], {"source": 2, "destination": 0}),
+    ("copy", [(2, 3)], {}),
+    ("copy", [(0, 3)], {}),
+    ("copy", [()], {}),
+]
+
+
+def _case_id(case: tuple[str, list[Any], dict[str, Any]]) -> str:
+    kind, inputs, attrs = case
+    shown = ",".join(str(i) if isinstance(i, tuple) else f"{i.dtype}{list(i.shape)}" for i in inputs)
+    return f"{kind}[{shown}]{attrs}".replace(" ", "")
+
+
+def _arrays(inputs: list[Any], dtype: Any, rng: np.random.Generator) -> list[np.ndarray]:
+    return [rand(rng, i, dtype) if isinstance(i, tuple) else i for i in inputs]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_matches_numpy(case: tuple[str, list[Any], dict[str, Any]], dtype: str) -> None:
+    kind, inputs, attrs = case
+    arrays = _arrays(inputs, dtype, np.random.default_rng(RNG_SEED))
+    check_op(kind, arrays, functools.partial(REF[kind], **attrs), **attrs)
+
+
+def _run_typed(kind: str, arrays: list[np.ndarray], types: list[TensorType], attrs: dict[str, Any]) -> Any:
+    b = opgraph.GraphBuilder()
+    ins = [b.input(t) for t in types]
+    outs = b.op(kind, *ins, **attrs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [o.type for o in outs], b.run(dict(zip(ins, arrays, strict=True)), list(outs))
+
+
+@pytest.mark.parametrize("unknown", ["dims", "rank"])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_unknown_dims_and_rank_are_sound(case: tuple[str, list[Any], dict[str, Any]], unknown: str) -> None:
+    """With every dim (or the rank) unknown, building succeeds and the runtime results fit the types."""
+    kind, inputs, attrs = case
+    arrays = _arrays(inputs, "float64", np.random.default_rng(RNG_SEED))
+    types = [TensorType(a.dtype, None if unknown == "rank" else (None,) * a.ndim) for a in arrays]
+    out_types, got = _run_typed(kind, arrays, types, attrs)  # the executor checks results against types
+    want = REF[kind](*arrays, **attrs)
+    want = list(want) if isinstance(want, list) else [want]
+    for t, g, w in zip(out_types, got, want, strict=True):
+        assert t.accepts(np.asarray(w))
+        np.testing.assert_array_equal(g, w)
+
+
+def test_ids_and_family() -> None:
+    for name, id in IDS.items():
+        d = get_op(name)
+        assert (d.id, d.family, get_op(id).name) == (id, "shape", name)
+        assert d.doc and "numpy" in d.kernels
+    assert VIEW_OPS <= set(IDS)
+
+
+def test_concat_and_stack_promote_like_numpy() -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    for a, b in [("bool", "int8"), ("uint16", "int8"), ("float32", "int8"), ("int8", "complex128"),
+                 ("float32", "float64"), ("uint16", "float32")]:
+        xa, xb = rand(rng, (2, 3), a), rand(rng, (1, 3), b)
+        check_op("concat", [xa, xb], lambda p, q: np.concatenate([p, q]))
+        check_op("concat", [xa, xb], lambda p, q: np.concatenate([p, q], axis=None), axis=None)
+        check_op("stack", [xa, xa.astype(b)], lambda p, q: np.stack([p, q], axis=1), axis=1)
+
+
+# ---------------------------------------------------------------- type rules with unknown dims
+def T(shape: Any, dtype: str = "float64") -> TensorType:
+    return TensorType(dtype, shape)
+
+
+I64 = "int64"
+INFER_CASES: list[tuple[str, list[TensorType], dict[str, Any], list[Any]]] = [
+    ("reshape", [T((None, 3))], {"shape": (-1,)}, [(None,)]),
+    ("reshape", [T((None, 3))], {"shape": (-1, 3)}, [(None, 3)]),
+    ("reshape", [T(None)], {"shape": (2, 3)}, [(2, 3)]),
+    ("reshape", [T((None, 0))], {"shape": (-1, 5)}, [(0, 5)]),
+    ("permute_dims", [T((None, 3))], {}, [(3, None)]),
+    ("permute_dims", [T(None)], {"axes": (1, 0)}, [(None, None)]),
+    ("permute_dims", [T(None)], {}, [None]),
+    ("broadcast_to", [T((None,))], {"shape": (2, 3)}, [(2, 3)]),
+    ("broadcast_to", [T(None)], {"shape": (2, 3)}, [(2, 3)]),
+    ("expand_dims", [T((None, 3))], {"axis": (0, -1)}, [(1, None, 3, 1)]),
+    ("expand_dims", [T(None)], {"axis": 0}, [None]),
+    ("squeeze", [T((None, 1))], {"axis": -1}, [(None,)]),
+    ("squeeze", [T((None, 1))], {}, [None]),
+    ("squeeze", [T((None, 5))], {"axis": 0}, [(5,)]),
+    ("concat", [T((None, 3)), T((2, 3))], {}, [(None, 3)]),
+    ("concat", [T((None, 3)), T((2, None))], {"axis": 1}, [(2, None)]),
+    ("concat", [T(None), T((2, 3))], {}, [(None, 3)]),
+    ("concat", [T(None), T(None)], {}, [None]),
+    ("concat", [T((2, 3)), T((0, None))], {"axis": None}, [(6,)]),
+    ("concat", [T((2, 3)), T((1, None))], {"axis": None}, [(None,)]),
+    ("stack", [T((None, 3)), T((2, None))], {}, [(2, 2, 3)]),
+    ("stack", [T(None), T((2,))], {"axis": -1}, [(2, 2)]),
+    ("split", [T((None, 4))], {"sections": 2}, [(None, 4), (None, 4)]),
+    ("split", [T((None,))], {"sections": (3, 1)}, [(None,), (0,), (None,)]),
+    ("split", [T((None,))], {"sections": (0,)}, [(0,), (None,)]),
+    ("split", [T(None)], {"sections": 3}, [None, None, None]),
+    ("getitem", [T((None, 5))], {"index": (0, slice(1, 3))}, [(2,)]),
+    ("getitem", [T((None, 5))], {"index": (slice(1, None), -1)}, [(None,)]),
+    ("getitem", [T((None, 5))], {"index": (slice(2, 1), 0)}, [(0,)]),
+    ("getitem", [T((None, 5))], {"index": (slice(-1, -3, -1),)}, [(None, 5)]),
+    ("getitem", [T((None, 5))], {"index": (slice(-3, -1, -1),)}, [(0, 5)]),
+    ("getitem", [T((None, 5))], {"index": (None, Ellipsis, slice(None, None, -2))}, [(1, None, 3)]),
+    ("getitem", [T((None, 5))], {"index": 7}, [(5,)]),
+    ("getitem", [T(None)], {"index": 0}, [None]),
+    ("take", [T((None, 3)), T((4,), I64)], {"axis": 1}, [(None, 4)]),
+    ("take", [T(None), T((2, 2), I64)], {}, [(2, 2)]),
+    ("take", [T(None), T((2, 2), I64)], {"axis": 0}, [None]),
+    ("take", [T((2, 3)), T(None, I64)], {"axis": 0}, [None]),
+    ("pad", [T((None, 3))], {"pad_width": 1}, [(None, 5)]),
+    ("pad", [T(None)], {"pad_width": ((1, 2), (3, 4))}, [(None, None)]),
+    ("pad", [T(None)], {"pad_width": 1}, [None]),
+    ("flip", [T((None, 3))], {"axis": 1}, [(None, 3)]),
+    ("roll", [T(None)], {"shift": 1, "axis": 5}, [None]),
+    ("tile", [T((None, 3))], {"reps": (0, 2)}, [(0, 6)]),
+    ("tile", [T((None,))], {"reps": (2, 2)}, [(2, None)]),
+    ("tile", [T(None)], {"reps": 2}, [None]),
+    ("repeat", [T((None, 3))], {"repeats": 0}, [(0,)]),
+    ("repeat", [T((None, 3))], {"repeats": 2}, [(None,)]),
+    ("repeat", [T(None)], {"repeats": 2}, [(None,)]),
+    ("repeat", [T((None, 3))], {"repeats": 2, "axis": 1}, [(None, 6)]),
+    ("moveaxis", [T((None, 3, 4))], {"source": 0, "destination": -1}, [(3, 4, None)]),
+    ("copy", [T((None, 3))], {}, [(None, 3)]),
+]
+
+
+@pytest.mark.parametrize(("kind", "types", "attrs", "want"), INFER_CASES)
+def test_type_rules_with_unknown_dims(kind: str, types: list[TensorType], attrs: dict[str, Any],
+                                      want: list[Any]) -> None:
+    b = opgraph.GraphBuilder()
+    outs = b.op(kind, *[b.input(t) for t in types], **attrs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    assert [o.type.shape for o in outs] == [w if w is None else tuple(w) for w in want]
+    assert all(o.type.dtype == types[0].dtype for o in outs)
+
+
+def test_reshape_unknown_dim_example() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (None, 3)))
+    y = b.op("reshape", x, shape=(-1,))
+    assert y.type == TensorType("float64", (None,))
+    assert b.run({x: np.ones((4, 3))}, [y])[0].shape == (12,)
+
+
+# ---------------------------------------------------------------- build-time errors
+ERROR_CASES: list[tuple[str, list[Any], dict[str, Any], str]] = [
+    ("reshape", [(2, 3)], {"shape": (4,)}, "cannot reshape"),
+    ("reshape", [(2, 3)], {"shape": (-1, 4)}, "cannot reshape"),
+    ("reshape", [(2, 3)], {"shape": (-1, -1)}, "one unknown dimension"),
+    ("reshape", [(2, 3)], {"shape": (-1, 0)}, "size 0"),
+    ("reshape", [(None, 3)], {"shape": (4,)}, "multiple of 3"),
+    ("permute_dims", [(2, 3)], {"axes": (0,)}, "do not match rank"),
+    ("permute_dims", [(2, 3)], {"axes": (0, -2)}, "repeated axis"),
+    ("permute_dims", [(2, 3)], {"axes": (0, 2)}, "out of bounds"),
+    ("broadcast_to", [(2, 3)], {"shape": (3, 3)}, "cannot broadcast"),
+    ("broadcast_to", [(2, 3)], {"shape": (3,)}, "lower rank"),
+    ("broadcast_to", [(3,)], {"shape": (-1, 3)}, "non-negative"),
+    ("expand_dims", [(2, 3)], {"axis": 3}, "out of bounds"),
+    ("expand_dims", [(2, 3)], {"axis": (0, 0)}, "repeated axis"),
+    ("squeeze", [(2, 3)], {"axis": 0}, "cannot squeeze axis 0 of size 2"),
+    ("squeeze", [(1, 3)], {"axis": 2}, "out of bounds"),
+    ("concat", [(2, 3), (2, 4)], {}, "differ"),
+    ("concat", [(2, 3), (3,)], {}, "same rank"),
+    ("concat", [(), ()], {}, "zero-dimensional"),
+    ("concat", [(2, 3), (2, 3)], {"axis": 2}, "out of bounds"),
+    ("stack", [(2, 3), (2, 4)], {}, "differ"),
+    ("stack", [(2, 3), (2, 3)], {"axis": 3}, "out of bounds"),
+    ("split", [(5,)], {"sections": 2}, "equal division"),
+    ("split", [(6,)], {"sections": 0}, "larger than 0"),
+    ("split", [(6,)], {"sections": 1.5}, "sections"),
+    ("split", [(6,)], {"sections": True}, "sections"),
+    ("split", [()], {"sections": 1}, "out of bounds"),
+    ("getitem", [(2, 3)], {"index": 2}, "out of bounds for axis 0 with size 2"),
+    ("getitem", [(2, 3)], {"index": (slice(None), -4)}, "index -4 is out of bounds for axis 1"),
+    ("getitem", [(2, 3)], {"index": (0, 0, 0)}, "too many indices"),
+    ("getitem", [(2, 3)], {"index": (Ellipsis, 0, Ellipsis)}, "single ellipsis"),
+    ("getitem", [(2, 3)], {"index": [0, 1]}, "basic indexing"),
+    ("getitem", [(2, 3)], {"index": slice(None, None, 0)}, "step cannot be zero"),
+    ("take", [(2, 3), ("float64", (2,))], {}, "integer dtype"),
+    ("take", [(2, 3), ("bool", (2,))], {}, "integer dtype"),
+    ("take", [(2, 3), ("int64", (2,))], {"axis": 2}, "out of bounds"),
+    ("take", [(0, 3), ("int64", (2,))], {"axis": 0}, "empty axis"),
+    ("pad", [(2, 3)], {"pad_width": ((1, 1), (1, 1), (1, 1))}, r"3 \(before, after\) pairs"),
+    ("pad", [(2, 3)], {"pad_width": -1}, "non-negative"),
+    ("pad", [(2, 3)], {"pad_width": (1, 2, 3)}, "pad_width"),
+    ("pad", [(2, 3)], {"pad_width": 1.5}, "ints"),
+    ("pad", [(2, 3)], {"pad_width": 1, "mode": "mean"}, "unsupported pad mode"),
+    ("pad", [(0, 3)], {"pad_width": 1, "mode": "edge"}, "empty axis 0"),
+    ("flip", [(2, 3)], {"axis": (0, 0)}, "repeated axis"),
+    ("flip", [(2, 3)], {"axis": 2}, "out of bounds"),
+    ("roll", [(2, 3)], {"shift": (1, 2, 3), "axis": (0, 1)}, "same length"),
+    ("roll", [(2, 3)], {"shift": 1, "axis": 2}, "out of bounds"),
+    ("tile", [(2, 3)], {"reps": -1}, "non-negative"),
+    ("repeat", [(2, 3)], {"repeats": -1}, "non-negative"),
+    ("repeat", [(2, 3)], {"repeats": 2, "axis": -3}, "out of bounds"),
+    ("moveaxis", [(2, 3)], {"source": (0, 1), "destination": 0}, "same number"),
+    ("moveaxis", [(2, 3)], {"source": (0, 0), "destination": (0, 1)}, "repeated axis"),
+    ("reshape", [(2, 3)], {"shape": (6,), "order": "F"}, "unknown attribute"),
+    ("split", [(2, 3)], {}, "missing required attribute 'sections'"),
+]
+
+
+@pytest.mark.parametrize(("kind", "inputs", "attrs", "match"), ERROR_CASES)
+def test_build_errors(kind: str, inputs: list[Any], attrs: dict[str, Any], match: str) -> None:
+    b = opgraph.GraphBuilder()
+    ins = [b.input(i if i and isinstance(i[0], str) else ("float64", i)) for i in inputs]
+    with pytest.raises(OpBuildError, match=match) as info:
+        b.op(kind, *ins, **attrs)
+    assert info.value.op == kind
+    assert str(info.value).startswith(f"{kind}(")
+    assert "test_ops_shape.py" in str(info.value)  # names the user's line
+
+
+def test_build_error_example_from_brief() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (2, 3)))
+    with pytest.raises(opgraph.OpBuildError, match=r"reshape\(f64\[2,3\]\): cannot reshape"):
+        b.op("reshape", x, shape=(4,))
+
+
+# ---------------------------------------------------------------- attribute normalisation
+@pytest.mark.parametrize(("raw", "want"), [
+    (1, ((1, 1),)),
+    ((1, 2), ((1, 2),)),
+    ([[1, 2]], ((1, 2),)),
+    (((1, 2), (3, 4)), ((1, 2), (3, 4))),
+    (((1,), (2,)), ((1, 1), (2, 2))),
+    ((3,), ((3, 3),)),
+    (np.array([[0, 1], [2, 0]]), ((0, 1), (2, 0))),
+    (np.int8(2), ((2, 2),)),
+])
+def test_pad_width_forms(raw: Any, want: Any) -> None:
+    attrs = dict(get_op("pad").normalise_attrs({"pad_width": raw}))
+    assert attrs == {"pad_width": want, "mode": "constant", "constant_value": 0.0}
+
+
+@pytest.mark.parametrize(("raw", "want"), [(3, 3), (np.int64(2), 2), ([1, 2], (1, 2)), (np.array([4]), (4,)),
+                                           ((), ())])
+def test_split_sections_forms(raw: Any, want: Any) -> None:
+    assert dict(get_op("split").normalise_attrs({"sections": raw}))["sections"] == want
+
+
+def test_split_of_one_section_is_one_value() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (4,)))
+    y = b.op("split", x, sections=1)
+    assert isinstance(y, opgraph.Value) and y.type == TensorType("float64", (4,))
+    np.testing.assert_array_equal(b.run({x: np.arange(4.0)}, [y])[0], np.arange(4.0))
+
+
+def test_copy_shares_no_memory_and_view_ops_copy_into_out() -> None:
+    x = np.arange(6.0).reshape(2, 3)
+    fn = get_op("copy").kernel_for("numpy", 12)
+    assert not np.shares_memory(fn(x), x)
+    r = get_op("reshape").kernel_for("numpy", 12)
+    buf = np.empty(6)
+    assert r(x, out=buf, shape=(6,)) is buf and not np.shares_memory(buf, x)
+
+
+# ---------------------------------------------------------------- getitem
+GETITEM_KEYS: list[Any] = [
+    0, -1, 3, (1, 2), (-4, -5, -6), slice(None), slice(1, 3), slice(None, None, -1), slice(-1, -10, -2),
+    slice(10, 20), slice(-20, 2), slice(3, 1), slice(None, None, 3), slice(100, None, -1), slice(-100, 100, 7),
+    (slice(None), 2), (Ellipsis, 0), Ellipsis, (Ellipsis,), None, (None,), (0, None, slice(None, None, -2)),
+    (None, Ellipsis, None), (slice(1, None), Ellipsis, -1), (), (0, 1, 2), (0, 1, 2, None), (0, 1, 2, Ellipsis),
+    (Ellipsis, None, 1, slice(5, 0, -2)), (1, Ellipsis, 2, None), (slice(None), slice(None), slice(None), Ellipsis),
+    np.int64(2), (np.int8(-1), slice(np.int64(1), None)), (slice(2, -1, -1), slice(-2, None), slice(4, -7, -3)),
+]
+
+
+def _key_id(key: Any) -> str:
+    return repr(key).replace(" ", "")
+
+
+@pytest.mark.parametrize("dtype", ["bool", "float64", "complex128"])
+@pytest.mark.parametrize("key", GETITEM_KEYS, ids=_key_id)
+def test_getitem_keys(key: Any, dtype: str) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), (4, 5, 6), dtype)
+    check_op("getitem", [x], lambda a: a[key], index=key)
+    # normalised keys (as the frontend passes them) give the same op
+    check_op("getitem", [x], lambda a: a[key], index=normalize_index(key, 3))
+
+
+@pytest.mark.parametrize(("shape", "key"), [
+    ((0, 3), slice(None)), ((0, 3), (slice(None), 1)), ((0, 3), (Ellipsis, None)),
+    ((0, 3), slice(None, None, -1)), ((3, 0), (1,)), ((), ()), ((), Ellipsis), ((), (None, None)),
+])
+def test_getitem_zero_size_and_scalars(shape: tuple[int, ...], key: Any) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), shape, "int8")
+    check_op("getitem", [x], lambda a: a[key], index=key)
+
+
+def test_normalize_index() -> None:
+    assert normalize_index(3) == (3,)
+    assert normalize_index(None) == (("newaxis",),)
+    assert normalize_index(Ellipsis, 0) == (("ellipsis",),)
+    assert normalize_index(()) == ()
+    assert normalize_index((np.int64(1), slice(np.int32(2), None, -1))) == (1, ("slice", 2, None, -1))
+    assert normalize_index(("slice", 1, 2, None)) == (("slice", 1, 2, None),)
+    assert normalize_index((("newaxis",), 0, ("ellipsis",))) == (("newaxis",), 0, ("ellipsis",))
+    for bad in ([0], np.array([0, 1]), True, np.True_, 1.0, "a", (0, [1]), slice(1.5, 2), (Ellipsis, Ellipsis),
+                slice(None, None, 0), ("slice", 1), ("bogus",)):
+        with pytest.raises(OpTypeError):
+            normalize_index(bad)
+    with pytest.raises(OpTypeError, match="too many indices"):
+        normalize_index((0, None, 0), 1)
+
+
+ENTRY = st.one_of(
+    st.integers(-7, 7),
+    st.builds(slice, st.none() | st.integers(-8, 8), st.none() | st.integers(-8, 8),
+              st.none() | st.integers(-4, 4).filter(bool)),
+    st.none(),
+)
+
+
+@st.composite
+def shapes_and_keys(draw: st.DrawFn) -> tuple[tuple[int, ...], Any, tuple[bool, ...]]:
+    shape = tuple(draw(st.lists(st.integers(0, 5), max_size=4)))
+    entries = draw(st.lists(ENTRY, max_size=len(shape) + 2))
+    if draw(st.booleans()):
+        entries.insert(draw(st.integers(0, len(entries))), Ellipsis)
+    key: Any = tuple(entries)
+    if len(entries) == 1 and draw(st.booleans()):
+        key = entries[0]  # a bare key, not a tuple
+    unknown = tuple(draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape))))
+    return shape, key, unknown
+
+
+@settings(max_examples=250, deadline=None)
+@given(shapes_and_keys())
+def test_getitem_property(case: tuple[tuple[int, ...], Any, tuple[bool, ...]]) -> None:
+    shape, key, unknown = case
+    x = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    try:
+        want = np.asarray(x[key])
+    except IndexError:
+        want = None
+    # Static shapes: the type is exactly NumPy's, or the build fails where NumPy raises.
+    b = opgraph.GraphBuilder()
+    v = b.input(TensorType.of(x))
+    if want is None:
+        with pytest.raises(OpBuildError, match="getitem"):
+            b.op("getitem", v, index=key)
+    else:
+        y = b.op("getitem", v, index=key)
+        assert y.type == TensorType(x.dtype, want.shape)
+        got = b.run({v: x}, [y])[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert normalize_index(normalize_index(key, x.ndim)) == normalize_index(key, x.ndim)
+    # Some dims unknown: the rank is exact, each dim is NumPy's or None.
+    b = opgraph.GraphBuilder()
+    v = b.input(TensorType(x.dtype, tuple(None if u else d for d, u in zip(shape, unknown, strict=True))))
+    try:
+        y = b.op("getitem", v, index=key)
+    except OpBuildError:
+        assert want is None
+        return
+    if want is None:
+        with pytest.raises(ExecutionError):
+            b.run({v: x}, [y])
+        return
+    assert len(y.type.shape) == want.ndim
+    assert all(d is None or d == w for d, w in zip(y.type.shape, want.shape, strict=True))
+    np.testing.assert_array_equal(b.run({v: x}, [y])[0], want)
