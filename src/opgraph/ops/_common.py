@@ -99,7 +99,7 @@ def ufunc_dtypes(ufunc: np.ufunc, dtypes: Sequence[np.dtype]) -> tuple[np.dtype,
     """
     try:
         resolved = ufunc.resolve_dtypes(tuple(dtypes) + (None,) * ufunc.nout)
-    except (TypeError, np._core._exceptions._UFuncNoLoopError) as exc:  # type: ignore[attr-defined]
+    except TypeError as exc:  # NumPy raises a TypeError subclass when no loop exists
         names = ", ".join(str(d) for d in dtypes)
         raise OpTypeError(f"not defined for dtype(s) {names}") from exc
     return tuple(resolved[ufunc.nin:])

@@ -1,1 +1,404 @@
-"""contraction ops (being written)."""
+"""Contraction ops: matmul, einsum, tensordot, vecdot, outer.
+
+Shapes and dtypes follow NumPy (``np.matmul``, ``np.einsum``,
+``np.tensordot``, ``np.vecdot``, ``np.outer``); ``einsum`` runs through
+opt_einsum, which picks the contraction order. Ids 600-699.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (4, 2, 3)), name="x")
+    >>> y = b.input(("float32", (3,)), name="y")
+    >>> b.op("matmul", x, y).type
+    f64[4,2]
+    >>> b.op("einsum", x, y, subscripts="bij,j").type
+    f64[4,2]
+    >>> b.op("matmul", x, b.input(("float64", (4, 5))))
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpBuildError: matmul(f64[4,2,3], f64[4,5]): shapes [4,2,3] and [4,5] do not match: ...
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, register_op
+from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
+from opgraph.errors import OpTypeError
+from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
+
+FAMILY = "contraction"
+Dim = int | None
+
+
+def _known_product(dims: Sequence[Dim]) -> Dim:
+    if any(d is None for d in dims):
+        return None
+    return int(np.prod(dims, dtype=np.int64))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- matmul
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    """Result shape of NumPy's ``matmul`` (1-D promotion and removal, batch broadcasting).
+
+    >>> matmul_shape((2, 1, 3, 4), (5, 4, 2))
+    (2, 5, 3, 2)
+    >>> matmul_shape((None, 3), (3,))
+    (None,)
+    >>> matmul_shape((2, 3), (4, 5))
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpTypeError: shapes [2,3] and [4,5] do not match: ...
+    """
+    if a == () or b == ():
+        raise OpTypeError(f"matmul needs inputs of rank >= 1, got shapes {shape_str(a)} and {shape_str(b)}")
+    if a is None or b is None:
+        return None
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    k1, k2 = a2[-1], b2[-2]
+    if k1 is not None and k2 is not None and k1 != k2:
+        raise OpTypeError(f"shapes {shape_str(a)} and {shape_str(b)} do not match: the last axis of the first "
+                          f"({k1}) must equal the {'only' if len(b) == 1 else 'second-to-last'} axis of the second "
+                          f"({k2})")
+    try:
+        batch = broadcast_shapes(a2[:-2], b2[:-2])
+    except OpTypeError:
+        raise OpTypeError(f"batch dims of shapes {shape_str(a)} and {shape_str(b)} do not broadcast") from None
+    assert batch is not None
+    return batch + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+
+
+def _matmul_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, b = (tensor(t) for t in in_types)
+    (dt,) = ufunc_dtypes(np.matmul, [a.dtype, b.dtype])
+    return (TensorType(dt, matmul_shape(a.shape, b.shape)),)
+
+
+def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.asarray(np.matmul(a, b, out=out))
+
+
+register_op(OpDef(
+    name="matmul", id=600, arity=2, infer=_matmul_infer, kernels={"numpy": _matmul_kernel}, family=FAMILY,
+    doc="matmul(a, b): NumPy's matmul (1-D operands promoted then removed; batch dims broadcast)",
+))
+
+
+# ---------------------------------------------------------------- einsum
+_LETTERS = frozenset(string.ascii_letters)
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One operand's subscripts: labels before and after an optional ellipsis."""
+
+    head: str
+    ellipsis: bool
+    tail: str
+
+    @property
+    def labels(self) -> str:
+        return self.head + self.tail
+
+    def render(self) -> str:
+        return self.head + ("..." if self.ellipsis else "") + self.tail
+
+
+def _parse_term(term: str, what: str) -> _Term:
+    head, ell, tail = term.partition("...")
+    if "." in head or "." in tail:
+        raise OpTypeError(f"{what} {term!r} has a '.' that is not part of an ellipsis '...'")
+    for c in head + tail:
+        if c not in _LETTERS:
+            raise OpTypeError(f"{what} {term!r} has invalid subscript {c!r}; subscripts must be letters")
+    return _Term(head, bool(ell), tail)
+
+
+def _merge_dims(dims: Sequence[Dim], label: str) -> Dim:
+    # NumPy einsum broadcasts size-1 dims of a label across operands.
+    known = {d for d in dims if d is not None and d != 1}
+    if len(known) > 1:
+        raise OpTypeError(f"subscript {label!r} has sizes {sorted(known)} that do not match")
+    if known:
+        return known.pop()
+    return None if any(d is None for d in dims) else 1
+
+
+def einsum_signature(subscripts: str, shapes: Sequence[Shape]) -> tuple[str, Shape]:
+    """Parse einsum ``subscripts`` for operands of ``shapes``: the explicit form and the result shape.
+
+    Follows ``np.einsum``: the implicit output is the ellipsis (if any)
+    followed by the labels used once, in alphabetical order; size-1 dims
+    broadcast; ellipsis dims broadcast. Unknown dims and ranks give ``None``.
+
+    >>> einsum_signature("ij,jk", [(2, 3), (3, 4)])
+    ('ij,jk->ik', (2, 4))
+    >>> einsum_signature("...ij,...jk", [(5, 1, 2, 3), (4, 3, None)])
+    ('...ij,...jk->...ik', (5, 4, 2, None))
+    >>> einsum_signature("ii", [(3, 3)])
+    ('ii->', ())
+    >>> einsum_signature("ij,jk", [(2, 3), (4, 5)])
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpTypeError: subscript 'j' has sizes [3, 4] that do not match
+    """
+    spec = "".join(subscripts.split())
+    lhs, arrow, rhs = spec.partition("->")
+    if "->" in rhs or "-" in lhs + rhs or ">" in lhs + rhs:
+        raise OpTypeError(f"subscripts {subscripts!r} have a stray '-' or '>' (use one '->')")
+    raw_terms = lhs.split(",")
+    if len(raw_terms) != len(shapes):
+        raise OpTypeError(f"subscripts {subscripts!r} name {len(raw_terms)} operand(s), got {len(shapes)}")
+    terms = [_parse_term(t, f"operand {i} subscripts") for i, t in enumerate(raw_terms)]
+
+    sizes: dict[str, list[Dim]] = {}
+    ell_shapes: list[Shape] = []
+    for i, (term, shape) in enumerate(zip(terms, shapes, strict=True)):
+        n = len(term.labels)
+        if shape is None:
+            dims: tuple[Dim, ...] = (None,) * n
+            if term.ellipsis:
+                ell_shapes.append(None)
+        else:
+            if len(shape) < n or (len(shape) != n and not term.ellipsis):
+                raise OpTypeError(f"operand {i} has rank {len(shape)} but subscripts {term.render()!r} "
+                                  f"name {n} ax{'i' if n == 1 else 'e'}s")
+            dims = shape[:len(term.head)] + shape[len(shape) - len(term.tail):]
+            if term.ellipsis:
+                ell_shapes.append(shape[len(term.head):len(shape) - len(term.tail)])
+        own: dict[str, Dim] = {}
+        for label, d in zip(term.labels, dims, strict=True):
+            prev = own.get(label)
+            if prev is not None and d is not None and prev != d:
+                raise OpTypeError(f"operand {i} repeats subscript {label!r} over axes of different sizes "
+                                  f"({prev} != {d})")
+            if prev is None:
+                own[label] = d
+            sizes.setdefault(label, []).append(d)
+    size = {label: _merge_dims(dims, label) for label, dims in sizes.items()}
+    try:
+        ell = broadcast_shapes(*ell_shapes)
+    except OpTypeError:
+        shown = " and ".join(shape_str(s) for s in ell_shapes)
+        raise OpTypeError(f"ellipsis dims {shown} do not broadcast") from None
+    any_ellipsis = any(t.ellipsis for t in terms)
+
+    if arrow:
+        out = _parse_term(rhs, "output subscripts")
+        for c in out.labels:
+            if out.labels.count(c) > 1:
+                raise OpTypeError(f"output subscripts {rhs!r} repeat {c!r}")
+            if c not in size:
+                raise OpTypeError(f"output subscript {c!r} does not appear in any operand's subscripts")
+        if not out.ellipsis and ell:
+            raise OpTypeError(f"operands have {len(ell)} broadcast (ellipsis) dim(s) but output "
+                              f"subscripts {rhs!r} have no '...'")
+    else:
+        counts = "".join(t.labels for t in terms)
+        once = "".join(c for c in sorted(set(counts)) if counts.count(c) == 1)
+        out = _Term("", any_ellipsis, once)
+
+    explicit = ",".join(t.render() for t in terms) + "->" + out.render()
+    if out.ellipsis and ell is None:
+        return explicit, None
+    result = tuple(size[c] for c in out.head) + (ell if out.ellipsis and ell else ()) + tuple(
+        size[c] for c in out.tail)
+    return explicit, result
+
+
+def _check_optimize(optimize: str) -> None:
+    import opt_einsum
+
+    try:
+        opt_einsum.paths.get_path_fn(optimize)
+    except KeyError:
+        choices = ", ".join(sorted(getattr(opt_einsum.paths, "_PATH_OPTIONS", ())))
+        raise OpTypeError(f"unknown optimize={optimize!r}; opt_einsum offers {choices or 'auto, greedy, optimal'}"
+                          ) from None
+
+
+def _einsum_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    ts = [tensor(t) for t in in_types]
+    _check_optimize(attrs["optimize"])
+    _, shape = einsum_signature(attrs["subscripts"], [t.shape for t in ts])
+    return (TensorType(np.result_type(*(t.dtype for t in ts)), shape),)
+
+
+@functools.lru_cache(maxsize=512)
+def _einsum_plan(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: str) -> Any:
+    import opt_einsum
+
+    explicit, _ = einsum_signature(subscripts, shapes)
+    return opt_einsum.contract_expression(explicit, *shapes, optimize=optimize)
+
+
+def einsum(subscripts: str, *operands: np.ndarray, optimize: str = "auto", out: np.ndarray | None = None) -> np.ndarray:
+    """``np.einsum`` computed by opt_einsum, whose contraction plans are cached per subscripts and shapes.
+
+    Operands are first cast to their common dtype, so every intermediate is
+    computed in the result dtype as ``np.einsum`` does.
+
+    >>> einsum("ij,jk,kl", np.ones((2, 3)), np.ones((3, 4)), np.ones((4, 5)))
+    array([[12., 12., 12., 12., 12.],
+           [12., 12., 12., 12., 12.]])
+    """
+    dt = np.result_type(*operands)
+    arrays = [np.asarray(a).astype(dt, copy=False) for a in operands]
+    plan = _einsum_plan(subscripts, tuple(a.shape for a in arrays), optimize)
+    if out is not None and out.ndim > 0 and out.dtype == dt:
+        # opt_einsum writes the last step into ``out`` (with ``out[:] = ...``, so not for 0-d).
+        return plan(*arrays, out=out)  # type: ignore[no-any-return]
+    return write_out(np.asarray(plan(*arrays)), out)  # type: ignore[no-any-return]
+
+
+def _einsum_kernel(*operands: np.ndarray, out: np.ndarray | None = None, subscripts: str,
+                   optimize: str) -> np.ndarray:
+    return einsum(subscripts, *operands, optimize=optimize, out=out)
+
+
+register_op(OpDef(
+    name="einsum", id=601, arity=None, min_inputs=1, infer=_einsum_infer, kernels={"numpy": _einsum_kernel},
+    attrs={"subscripts": Attr(attr_str, doc="Einstein summation subscripts, as np.einsum ('ij,jk->ik')"),
+           "optimize": Attr(attr_str, "auto", "opt_einsum path optimizer ('auto', 'greedy', 'optimal', ...)")},
+    family=FAMILY,
+    doc="einsum(*xs, subscripts, optimize='auto'): np.einsum semantics; opt_einsum picks the contraction order",
+))
+
+
+# ---------------------------------------------------------------- tensordot
+def tensordot_axes(axes: Any, rank_a: int, rank_b: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Normalise ``tensordot``'s ``axes`` (an int N, or a pair of ints / int sequences) for given ranks.
+
+    >>> tensordot_axes(2, 3, 2)
+    ((1, 2), (0, 1))
+    >>> tensordot_axes(((0, -1), (1, 0)), 3, 2)
+    ((0, 2), (1, 0))
+    """
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        n = int(axes)
+        if n < 0:
+            raise OpTypeError(f"axes={n} must be >= 0")
+        if n > rank_a or n > rank_b:
+            raise OpTypeError(f"axes={n} contracts more axes than the ranks {rank_a} and {rank_b} have")
+        return tuple(range(rank_a - n, rank_a)), tuple(range(n))
+    if not isinstance(axes, (tuple, list)) or len(axes) != 2:
+        raise OpTypeError(f"axes must be an int or a pair (axes of a, axes of b), got {axes!r}")
+    pair = []
+    for side, rank in zip(axes, (rank_a, rank_b), strict=True):
+        seq = (side,) if isinstance(side, (int, np.integer)) else side
+        if not isinstance(seq, (tuple, list)) or any(
+                isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in seq):
+            raise OpTypeError(f"axes must be an int or a pair of ints / int sequences, got {axes!r}")
+        norm = tuple(normalize_axis(int(x), rank) for x in seq)
+        if len(set(norm)) != len(norm):
+            raise OpTypeError(f"repeated axis in {tuple(seq)}")
+        pair.append(norm)
+    if len(pair[0]) != len(pair[1]):
+        raise OpTypeError(f"axes {axes!r} name {len(pair[0])} axes of a but {len(pair[1])} of b")
+    return pair[0], pair[1]
+
+
+_UNKNOWN_RANK = 1 << 30  # stands in for an unknown rank when checking axes
+
+
+@functools.cache
+def _tensordot_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
+    return np.asarray(np.tensordot(np.ones((1,), a), np.ones((1,), b), axes=1)).dtype
+
+
+def _tensordot_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, b = (tensor(t) for t in in_types)
+    dt = _tensordot_dtype(a.dtype, b.dtype)
+    if a.shape is None or b.shape is None:
+        # The result's rank depends on the unknown one; still check what can be checked.
+        tensordot_axes(attrs["axes"], _UNKNOWN_RANK if a.rank is None else a.rank,
+                       _UNKNOWN_RANK if b.rank is None else b.rank)
+        return (TensorType(dt, None),)
+    ax_a, ax_b = tensordot_axes(attrs["axes"], len(a.shape), len(b.shape))
+    for i, j in zip(ax_a, ax_b, strict=True):
+        da, db = a.shape[i], b.shape[j]
+        if da is not None and db is not None and da != db:
+            raise OpTypeError(f"shapes {shape_str(a.shape)} and {shape_str(b.shape)} do not match: axis {i} of "
+                              f"the first has size {da}, axis {j} of the second {db}")
+    shape = tuple(d for i, d in enumerate(a.shape) if i not in ax_a) + tuple(
+        d for j, d in enumerate(b.shape) if j not in ax_b)
+    return (TensorType(dt, shape),)
+
+
+def _tensordot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, axes: Any) -> np.ndarray:
+    return write_out(np.asarray(np.tensordot(a, b, axes=axes)), out)  # type: ignore[no-any-return]
+
+
+register_op(OpDef(
+    name="tensordot", id=602, arity=2, infer=_tensordot_infer, kernels={"numpy": _tensordot_kernel},
+    attrs={"axes": Attr(attr_any, 2, "N (last N axes of a with first N of b) or (axes of a, axes of b)")},
+    family=FAMILY,
+    doc="tensordot(a, b, axes=2): NumPy's tensordot (negative int axes are rejected)",
+))
+
+
+# ---------------------------------------------------------------- vecdot
+def vecdot_shape(a: Shape, b: Shape, axis: int) -> Shape:
+    """Result shape of ``vecdot`` along ``axis`` (taken on each operand), batch dims broadcast.
+
+    >>> vecdot_shape((3, 4, 5), (4, 5), -2)
+    (3, 5)
+    """
+    for s in (a, b):
+        if s is not None:
+            if len(s) == 0:
+                raise OpTypeError(f"vecdot needs inputs of rank >= 1, got shapes {shape_str(a)} and {shape_str(b)}")
+            normalize_axis(axis, len(s))
+    if a is None or b is None:
+        return None
+    ia, ib = normalize_axis(axis, len(a)), normalize_axis(axis, len(b))
+    if a[ia] is not None and b[ib] is not None and a[ia] != b[ib]:
+        raise OpTypeError(f"shapes {shape_str(a)} and {shape_str(b)} do not match along axis {axis} "
+                          f"({a[ia]} != {b[ib]})")
+    try:
+        return broadcast_shapes(a[:ia] + a[ia + 1:], b[:ib] + b[ib + 1:])
+    except OpTypeError:
+        raise OpTypeError(f"batch dims of shapes {shape_str(a)} and {shape_str(b)} do not broadcast") from None
+
+
+def _vecdot_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, b = (tensor(t) for t in in_types)
+    (dt,) = ufunc_dtypes(np.vecdot, [a.dtype, b.dtype])
+    return (TensorType(dt, vecdot_shape(a.shape, b.shape, attrs["axis"])),)
+
+
+def _vecdot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, axis: int) -> np.ndarray:
+    return np.asarray(np.vecdot(a, b, axis=axis, out=out))
+
+
+register_op(OpDef(
+    name="vecdot", id=603, arity=2, infer=_vecdot_infer, kernels={"numpy": _vecdot_kernel},
+    attrs={"axis": Attr(attr_int, -1, "axis to contract, counted on each operand (negative: from the end)")},
+    family=FAMILY,
+    doc="vecdot(x1, x2, axis=-1): sum(conj(x1) * x2) over axis with broadcast batch dims (Array API, np.vecdot)",
+))
+
+
+# ---------------------------------------------------------------- outer
+def _outer_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, b = (tensor(t) for t in in_types)
+    (dt,) = ufunc_dtypes(np.multiply, [a.dtype, b.dtype])
+    sizes = tuple(None if t.shape is None else _known_product(t.shape) for t in (a, b))
+    return (TensorType(dt, sizes),)
+
+
+def _outer_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.outer(a, b, out=out)
+
+
+register_op(OpDef(
+    name="outer", id=604, arity=2, infer=_outer_infer, kernels={"numpy": _outer_kernel}, family=FAMILY,
+    doc="outer(a, b): NumPy's outer product of the flattened inputs, shape (a.size, b.size)",
+))
