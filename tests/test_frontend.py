@@ -134,6 +134,7 @@ def test_namespace_functions() -> None:
     np.testing.assert_allclose(onp.tril(x[0]).eval(), np.tril(x_np[0]))
     w, v = onp.linalg.eigh(onp.asarray(np.diag([3.0, 1.0, 2.0])))
     np.testing.assert_allclose(w.eval(), [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(np.abs(v.eval()), np.eye(3)[:, [1, 2, 0]])
     q, r = onp.linalg.qr(x[0].T)
     np.testing.assert_allclose((q @ r).eval(), x_np[0].T, atol=1e-12)
 
