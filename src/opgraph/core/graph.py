@@ -507,11 +507,11 @@ class Graph:
         nonconst = self.op_kind != CONST.id
         # Group ops by (n_in, n_out); inside a group the signature is a fixed-width row,
         # so np.unique finds the distinct signatures and each type rule runs once per signature.
-        arity_keys = np.unique(np.stack([n_in[nonconst], n_out[nonconst]], axis=1), axis=0) if nonconst.any() \
-            else np.zeros((0, 2), dtype=np.int64)
+        arity = n_in * (int(n_out.max(initial=0)) + 1) + n_out
         reported = 0
-        for a_in, a_out in arity_keys:
-            ops = np.flatnonzero(nonconst & (n_in == a_in) & (n_out == a_out))
+        for key in np.unique(arity[nonconst]):
+            ops = np.flatnonzero(nonconst & (arity == key))
+            a_in, a_out = int(n_in[ops[0]]), int(n_out[ops[0]])
             cols = [self.op_kind[ops], self.op_attr[ops], self.op_version[ops]]
             for j in range(a_in):
                 cols.append(self.value_type[self.in_ids[self.in_ptr[ops] + j]])
@@ -709,13 +709,19 @@ def _distinct_rows(rows: np.ndarray) -> np.ndarray:
     """
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int64)
-    r = rows.astype(np.uint64)
     h = np.zeros(len(rows), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(rows.shape[1]):
-            h = (h ^ (r[:, j] + np.uint64(0x9E3779B97F4A7C15))) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= rows[:, j].astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+            h *= np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
-    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    uniq = np.unique(h)
+    if len(uniq) > 4096:  # many signatures: one sort does it all
+        _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    else:
+        inverse = np.searchsorted(uniq, h)
+        first = np.empty(len(uniq), dtype=np.int64)
+        first[inverse[::-1]] = np.arange(len(h) - 1, -1, -1)  # the last write is the first occurrence
     if np.array_equal(rows, rows[first[inverse]]):
         return first
     return np.unique(rows, axis=0, return_index=True)[1]
