@@ -42,9 +42,9 @@ def forward_builder(params: list[np.ndarray], batch: int) -> opgraph.Graph:
 
 def forward_lazy(params: list[np.ndarray], batch: int) -> opgraph.Graph:
     """The same forward pass with NumPy-style lazy arrays."""
-    w1, b1, w2, b2 = (onp.asarray(p) for p in params)
+    w1, b1, w2, b2 = params
     x = onp.placeholder((batch, w1.shape[0]), "float64", name="x")
-    probs = nn.softmax(nn.relu(x @ w1 + b1) @ w2 + b2, axis=-1)
+    probs = nn.softmax(nn.relu(x @ onp.asarray(w1) + onp.asarray(b1)) @ onp.asarray(w2) + onp.asarray(b2), axis=-1)
     return onp.to_graph([probs], inputs=[x])
 
 
@@ -85,7 +85,7 @@ def main() -> None:
     g_builder.verify()
 
     console.print()
-    console.print(g_builder)
+    console.print(str(g_builder), markup=False, highlight=False)
     stats = Table(title="graph statistics")
     stats.add_column("what")
     stats.add_column("value", justify="right")

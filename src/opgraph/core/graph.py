@@ -620,8 +620,12 @@ class Graph:
         attrs = self.attrs_of(op)
         if kind == "const":
             c = self.constants[attrs["index"]]
-            body = repr(c.item()) if c.ndim == 0 else \
-                np.array2string(c, threshold=6, separator=", ").replace("\n", "")
+            if c.ndim == 0:
+                body = repr(c.item())
+            elif c.size <= 8:
+                body = np.array2string(c, separator=", ").replace("\n", "")
+            else:
+                body = f"<{c.size} values, index {attrs['index']}>"
             return f"{lhs} = const {body}"
         args = ", ".join(self._vname(int(v)) for v in self.op_inputs(op))
         attr_s = ""
