@@ -222,6 +222,10 @@ class Graph:
         """Type of value ``value``."""
         return self.types[self.value_type[value]]
 
+    def name_of(self, value: int) -> str | None:
+        """Symbolic name of value ``value``, if any."""
+        return self.symbols.values.get(int(value))
+
     def attrs_of(self, op: int) -> dict[str, Any]:
         """Attributes of op ``op`` as a dict."""
         return dict(self.attrs[self.op_attr[op]])
@@ -582,7 +586,8 @@ class Graph:
     __hash__ = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------ printing
-    def _vname(self, v: int) -> str:
+    def value_label(self, v: int) -> str:
+        """``%name`` for a named value, else ``%id`` (as dumps print it)."""
         name = self.symbols.values.get(v)
         return f"%{name}" if name is not None else f"%{v}"
 
@@ -595,7 +600,7 @@ class Graph:
 
     def dump(self, limit: int | None = 2000) -> str:
         """A readable listing, one op per line in topological order (``limit`` ops at most)."""
-        head = ", ".join(f"{self._vname(int(v))}: {self.type_of(int(v))}" for v in self.inputs)
+        head = ", ".join(f"{self.value_label(int(v))}: {self.type_of(int(v))}" for v in self.inputs)
         lines = [f"graph({head}) {{"]
         try:
             order = self.topological_order()
@@ -607,15 +612,15 @@ class Graph:
                 break
             lines.append("  " + self._op_line(int(op)))
         if len(self.outputs):
-            lines.append("  return " + ", ".join(self._vname(int(v)) for v in self.outputs))
+            lines.append("  return " + ", ".join(self.value_label(int(v)) for v in self.outputs))
         for src, dst in self.updates:
-            lines.append(f"  update {self._vname(int(src))} -> {self._vname(int(dst))}")
+            lines.append(f"  update {self.value_label(int(src))} -> {self.value_label(int(dst))}")
         lines.append("}")
         return "\n".join(lines)
 
     def _op_line(self, op: int) -> str:
         outs = self.op_outputs(op)
-        lhs = ", ".join(f"{self._vname(int(v))}: {self.type_of(int(v))}" for v in outs) or "()"
+        lhs = ", ".join(f"{self.value_label(int(v))}: {self.type_of(int(v))}" for v in outs) or "()"
         kind = self.kind_of(op)
         attrs = self.attrs_of(op)
         if kind == "const":
@@ -627,7 +632,7 @@ class Graph:
             else:
                 body = f"<{c.size} values, index {attrs['index']}>"
             return f"{lhs} = const {body}"
-        args = ", ".join(self._vname(int(v)) for v in self.op_inputs(op))
+        args = ", ".join(self.value_label(int(v)) for v in self.op_inputs(op))
         attr_s = ""
         if attrs:
             attr_s = " {" + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) + "}"
@@ -779,8 +784,7 @@ class Value:
     @property
     def name(self) -> str | None:
         """The value's symbolic name, if any."""
-        return self.owner.name_of(self.id) if hasattr(self.owner, "name_of") else \
-            self.owner.symbols.values.get(self.id)
+        return self.owner.name_of(self.id)
 
     @property
     def producer(self) -> Op | None:

@@ -158,7 +158,7 @@ class LazyArray:
     def _scalar(self, what: str) -> Any:
         if self.type.shape is not None and self.type.size not in (None, 1):
             raise TypeError(f"only size-1 arrays convert to Python {what}s; this one is {self.type}")
-        return self.eval().reshape(()).item() if self.eval().size == 1 else self.eval().item()
+        return self.eval().item()
 
     def __len__(self) -> int:
         n = self.shape[0] if self.shape else None

@@ -35,11 +35,6 @@ def _value_id(graph: Graph, key: Any) -> int:
     return int(key)
 
 
-def _describe(graph: Graph, v: int) -> str:
-    name = graph.symbols.values.get(v)
-    return f"%{name}" if name else f"%{v}"
-
-
 def coerce_feed(graph: Graph, v: int, data: Any) -> np.ndarray:
     """Check a fed array against input ``v``'s type; cast only where NumPy would do so safely."""
     t = graph.type_of(v)
@@ -47,10 +42,10 @@ def coerce_feed(graph: Graph, v: int, data: Any) -> np.ndarray:
     arr = np.asarray(data)
     if arr.dtype != t.dtype:
         if isinstance(data, np.ndarray) and not np.can_cast(arr.dtype, t.dtype, "same_kind"):
-            raise ExecutionError(f"input {_describe(graph, v)} expects {t}, got an array of dtype {arr.dtype}")
+            raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got an array of dtype {arr.dtype}")
         arr = arr.astype(t.dtype)
     if not t.accepts(arr):
-        raise ExecutionError(f"input {_describe(graph, v)} expects {t}, got shape {arr.shape}")
+        raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got shape {arr.shape}")
     return arr
 
 
@@ -74,7 +69,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
     for k, data in feeds.items():
         v = _value_id(graph, k)
         if graph.value_producer[v] != -1:
-            raise ExecutionError(f"{_describe(graph, v)} is computed by the graph and cannot be fed")
+            raise ExecutionError(f"{graph.value_label(v)} is computed by the graph and cannot be fed")
         env[v] = coerce_feed(graph, v, data)
 
     needed = graph.needed_ops(target_ids)
@@ -83,12 +78,12 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
     # Every needed input must be fed.
     for t in target_ids:
         if graph.value_producer[t] == -1 and t not in env:
-            raise ExecutionError(f"target {_describe(graph, t)} is an input and was not fed")
+            raise ExecutionError(f"target {graph.value_label(t)} is an input and was not fed")
     if len(order):
         ins = graph.in_ids[needed[np.repeat(np.arange(graph.num_ops), np.diff(graph.in_ptr))]]
         missing = [int(v) for v in np.unique(ins) if graph.value_producer[v] == -1 and int(v) not in env]
         if missing:
-            names = ", ".join(f"{_describe(graph, v)}: {graph.type_of(v)}" for v in missing)
+            names = ", ".join(f"{graph.value_label(v)}: {graph.type_of(v)}" for v in missing)
             raise ExecutionError(f"missing feed(s) for input(s) {names}")
         # Reference counts among the needed ops; targets are pinned.
         refs = np.bincount(ins, minlength=graph.num_values).tolist()
