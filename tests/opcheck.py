@@ -59,6 +59,14 @@ def run_op(kind: str, *arrays: np.ndarray, **attrs: Any) -> list[np.ndarray]:
     return g.run({v: a for v, a in zip(ins, arrays, strict=True)})
 
 
+def out_type(kind: str, *types: Any, **attrs: Any) -> Any:
+    """The output type(s) the builder infers for ``kind`` on inputs of ``types``."""
+    b = opgraph.GraphBuilder()
+    ins = [b.input(t) for t in types]
+    outs = b.op(kind, *ins, **attrs)
+    return tuple(o.type for o in outs) if isinstance(outs, tuple) else outs.type
+
+
 def assert_same(got: np.ndarray, want: Any, rtol: float, atol: float, what: str) -> None:
     want = np.asarray(want)
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != NumPy's {want.dtype}"

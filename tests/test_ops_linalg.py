@@ -14,27 +14,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-import opgraph
-from opcheck import RNG_SEED, check_op, rand, run_op
+from opcheck import check_op, out_type, rand, run_op
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import OpBuildError
 
 DTYPES = ["float32", "float64", "int64", "complex128", "complex64"]
 BATCHES = [(), (2, 3), (0,)]
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(RNG_SEED)
-
-
-def out_type(kind: str, *types: Any, **attrs: Any) -> Any:
-    """The output type(s) the builder infers for ``kind`` on inputs of ``types``."""
-    b = opgraph.GraphBuilder()
-    ins = [b.input(t) for t in types]
-    outs = b.op(kind, *ins, **attrs)
-    return tuple(o.type for o in outs) if isinstance(outs, tuple) else outs.type
 
 
 def H(a: np.ndarray) -> np.ndarray:

@@ -14,24 +14,10 @@ import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import opgraph
-from opcheck import RNG_SEED, check_op, rand, run_op
+from opcheck import check_op, out_type, rand, run_op
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import OpBuildError
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(RNG_SEED)
-
-
-def out_type(kind: str, *types: Any, **attrs: Any) -> Any:
-    """The output type(s) the builder infers for ``kind`` on inputs of ``types``."""
-    b = opgraph.GraphBuilder()
-    ins = [b.input(t) for t in types]
-    outs = b.op(kind, *ins, **attrs)
-    return tuple(o.type for o in outs) if isinstance(outs, tuple) else outs.type
 
 
 def tol(dtype: Any) -> dict[str, float]:
