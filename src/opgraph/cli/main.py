@@ -1,0 +1,5 @@
+"""The opgraph command (being written)."""
+
+
+def main() -> int:
+    return 0

@@ -1,0 +1,1 @@
+"""The TensCalc .cg binary format (being written)."""

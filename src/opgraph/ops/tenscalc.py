@@ -1,0 +1,1 @@
+"""TensCalc op kinds (being written)."""
