@@ -54,6 +54,9 @@ PTR = np.int64
 class Symbols:
     """Optional names and descriptions (the .cgs file), keyed by index.
 
+    ``descriptions`` is keyed by ``(kind, index)`` with kind one of
+    ``"constant"``, ``"op"``, ``"value"`` and ``"io"``.
+
     >>> Symbols(values={0: "x"}).values[0]
     'x'
     """
@@ -62,6 +65,8 @@ class Symbols:
     ops: Mapping[int, str] = field(default_factory=dict)
     constants: Mapping[int, str] = field(default_factory=dict)
     descriptions: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    io: Mapping[int, str] = field(default_factory=dict)
+    """Names of io gateway records (.cgs record type 4), keyed by gateway record number."""
 
 
 def _csr_rows(ptr: np.ndarray) -> np.ndarray:
@@ -76,10 +81,15 @@ class Graph:
     Build one with :class:`~opgraph.core.builder.GraphBuilder` or load it from
     a file; the constructor takes the arrays as they are and does not check
     them (call :meth:`verify`).
+
+    ``file_meta`` carries format details a reader found and a writer needs to
+    write the same bytes again (for example how a TensCalc file encoded each
+    constant); it is not part of structural equality.
     """
 
     __slots__ = (
         "_cache",
+        "file_meta",
         "attrs",
         "constants",
         "in_ids",
@@ -119,6 +129,7 @@ class Graph:
         outputs: Any = (),
         updates: Any = (),
         symbols: Symbols | None = None,
+        file_meta: Mapping[str, Any] | None = None,
     ) -> None:
         def arr(a: Any, dt: Any) -> np.ndarray:
             out = np.ascontiguousarray(a, dtype=dt)
@@ -147,6 +158,7 @@ class Graph:
         self.outputs = arr(outputs, INDEX).reshape(-1)
         self.updates = arr(updates, INDEX).reshape(-1, 2)
         self.symbols = symbols or Symbols()
+        self.file_meta = dict(file_meta or {})
         self._cache: dict[Any, Any] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
