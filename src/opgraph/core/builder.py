@@ -319,23 +319,32 @@ class GraphBuilder:
         self._op_kind.append(opdef.id)
         self._op_attr.append(aid)
         self._op_version.append(version)
-        self._in_ids.extend(ids)
-        self._in_ptr.append(len(self._in_ids))
+        in_ids = self._in_ids
+        in_ids.extend(ids)
+        self._in_ptr.append(len(in_ids))
         first = len(vt)
-        n_out = len(out_tids)
-        outs = tuple(range(first, first + n_out))
-        vt.extend(out_tids)
-        self._value_producer.extend([op] * n_out)
-        self._value_index.extend(range(n_out))
-        self._out_ids.extend(outs)
-        self._out_ptr.append(len(self._out_ids))
+        if len(out_tids) == 1:  # the common case, without the general bookkeeping
+            vt.append(out_tids[0])
+            self._value_producer.append(op)
+            self._value_index.append(0)
+            self._out_ids.append(first)
+            self._out_ptr.append(len(self._out_ids))
+            outs: tuple[int, ...] = (first,)
+        else:
+            n_out = len(out_tids)
+            outs = tuple(range(first, first + n_out))
+            vt.extend(out_tids)
+            self._value_producer.extend([op] * n_out)
+            self._value_index.extend(range(n_out))
+            self._out_ids.extend(outs)
+            self._out_ptr.append(len(self._out_ids))
         if self.hash_cons:
             self._cse[cse_key] = outs
         if name is not None:
             self._op_names[op] = name
-            if n_out == 1:
+            if len(outs) == 1:
                 self._set_name(outs[0], name)
-        if n_out == 1:
+        if len(outs) == 1:
             return Value(self, first)
         return self._wrap(outs)
 
