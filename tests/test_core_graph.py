@@ -447,3 +447,15 @@ def test_wide_graphs_use_the_vectorised_walks() -> None:
     np.testing.assert_allclose(rev.run(feeds)[0], np.exp(np.arange(300) / 300).sum())
     assert g.needed_ops([int(g.outputs[0])]).all()
     assert g.descendants([int(g.inputs[0])]).sum() == 1 + 1 + 9  # x0, exp(x0), then one add per tree level
+
+
+def test_equality_compares_attributes_exactly() -> None:
+    def build(value: float) -> Graph:
+        b = opgraph.GraphBuilder()
+        x = b.input(("float64", (2,)))
+        b.output(b.op("pad", x, pad_width=1, constant_value=value))
+        return b.freeze()
+
+    assert build(float("nan")) == build(np.nan)  # NaN attributes equal each other
+    assert build(0.0) != build(-0.0)
+    assert build(1.0) == build(1.0)

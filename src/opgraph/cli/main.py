@@ -1,5 +1,439 @@
-"""The opgraph command (being written)."""
+"""The ``opgraph`` command: inspect, check, convert, run and print graph files.
+
+    opgraph info FILE                      op counts, inputs/outputs, memory estimate
+    opgraph validate FILE                  verify; exit 0 (ok) or 1 (listing the problems)
+    opgraph convert IN OUT [--to json|cg]  change format (chosen by OUT's extension by default)
+    opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]
+    opgraph dump FILE                      the graph as text
+
+Files ending in ``.json`` are the JSON form (:mod:`opgraph.io.jsonfmt`);
+anything else is a .cg file set. An error prints one line
+``opgraph: error: ...`` on stderr and exits with 2 (bad usage) or 1 (any
+other failure); ``--debug`` adds the traceback.
+
+    >>> main(["--version"])
+    opgraph 0.1.0
+    0
+    >>> main(["frobnicate"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+PROG = "opgraph"
+_MAX_ROWS = 100
+"""``info`` lists at most this many inputs, outputs and updates."""
+SPINNER_DELAY = 1.0
+"""Seconds a load or save runs before a (transient) progress spinner appears."""
 
 
-def main() -> int:
+class UsageError(Exception):
+    """Bad command-line usage (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _one_line(text: str) -> str:
+    r"""Join a multi-line message (such as a list of verification problems) into one line.
+
+    >>> _one_line("graph is invalid (2 problem(s)):\n  op 1: a\n  op 2: b")
+    'graph is invalid (2 problem(s)): op 1: a; op 2: b'
+    """
+    out = ""
+    for part in (p.strip() for p in str(text).splitlines()):
+        if part:
+            out = part if not out else out + (" " if out.endswith(":") else "; ") + part
+    return out
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def progress(description: str, *, delay: float = SPINNER_DELAY, force: bool = False) -> Iterator[None]:
+    """Show a transient spinner on stderr if the block is still running after ``delay`` seconds.
+
+    Only on an interactive stderr (or with ``force``) and only when rich is
+    installed; the work itself runs in the calling thread, so errors and
+    Ctrl-C behave as without the spinner.
+
+    >>> with progress("loading x.json"):
+    ...     pass
+    """
+    if not (force or _isatty(sys.stderr)):
+        yield
+        return
+    lock = threading.Lock()
+    state: dict[str, Any] = {"done": False, "bar": None}
+
+    def start() -> None:
+        with lock:
+            if state["done"]:
+                return
+            try:
+                from rich.console import Console
+                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+                bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                               TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                bar.add_task(description, total=None)
+                bar.start()
+                state["bar"] = bar
+            except Exception:  # no rich, or no usable terminal: no spinner
+                state["bar"] = None
+
+    timer = threading.Timer(delay, start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True
+            if state["bar"] is not None:
+                with contextlib.suppress(Exception):
+                    state["bar"].stop()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:
+        return False
+
+
+def _timed(description: str, fn: Callable[[], T]) -> T:
+    with progress(description):
+        return fn()
+
+
+def _load(path: str) -> Any:
+    from opgraph.io import load
+
+    return _timed(f"loading {path}", lambda: load(path))
+
+
+def _save(graph: Any, path: str, fmt: str, inline_limit: int | None) -> None:
+    if fmt == "json":
+        from opgraph.io.jsonfmt import DEFAULT_INLINE_LIMIT, save_json
+
+        limit = DEFAULT_INLINE_LIMIT if inline_limit is None else inline_limit
+        _timed(f"saving {path}", lambda: save_json(graph, path, inline_limit=limit))
+    else:
+        if inline_limit is not None:
+            raise UsageError("--inline-limit applies to JSON output only")
+        try:
+            from opgraph.io.cg import save_cg
+        except ImportError:
+            raise ImportError("the .cg format is not available in this version of opgraph") from None
+        _timed(f"saving {path}", lambda: save_cg(graph, path))
+
+
+def _human_bytes(n: int) -> str:
+    """Bytes for people.
+
+    >>> _human_bytes(100), _human_bytes(1024 ** 2)
+    ('100 B', '1.0 MiB (1,048,576 bytes)')
+    """
+    if n < 1024:
+        return f"{n} B"
+    value, exp = float(n), 0
+    while value >= 1024 and exp < 5:
+        value /= 1024
+        exp += 1
+    return f"{value:.1f} {' KMGTP'[exp]}iB ({n:,} bytes)"
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table with rich (plain text when rich is missing)."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        print(title)
+        for row in rows:
+            print("  " + "  ".join(str(c) for c in row))
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=120)
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if i and all(isinstance(r[i], int) for r in rows) else "left",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(str(c)) for c in row))  # Text: names are not markup
+    console.print(table)
+
+
+def _value_key(graph: Any, key: str) -> int:
+    """A value id from a name, ``%name``, ``%12`` or ``12``."""
+    text = key[1:] if key.startswith("%") else key
+    try:
+        return graph.find_value(text)
+    except KeyError:
+        pass
+    if re.fullmatch(r"[0-9]+", text) and int(text) < graph.num_values:
+        return int(text)
+    raise KeyError(f"no value named {key!r} in the graph")
+
+
+def _file_stem(label: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", label.lstrip("%"))
+    return "_" + stem[1:] if stem.startswith(".") else stem
+
+
+# ----------------------------------------------------------------------------- commands
+def _cmd_info(args: argparse.Namespace) -> int:
+    """``opgraph info FILE``."""
+    from opgraph.core.registry import get_op
+    from opgraph.core.types import TensorType
+
+    g = _load(args.file)
+    ids, counts = np.unique(g.op_kind, return_counts=True)
+    kinds = {get_op(int(k)).name: int(c) for k, c in zip(ids, counts, strict=True)}
+    per_type = np.bincount(g.value_type, minlength=len(g.types))
+    static_bytes, dynamic = 0, 0
+    for t, count in zip(g.types, per_type.tolist(), strict=True):
+        nb = t.nbytes if isinstance(t, TensorType) else 0
+        if nb is None:
+            dynamic += count
+        else:
+            static_bytes += nb * count
+    const_bytes = sum(int(c.nbytes) for c in g.constants)
+    summary = [
+        ("file", args.file),
+        ("ops", g.num_ops),
+        ("values", g.num_values),
+        ("constants", len(g.constants)),
+        ("inputs", len(g.inputs)),
+        ("outputs", len(g.outputs)),
+        ("updates", len(g.updates)),
+        ("values of static type", _human_bytes(static_bytes)),
+        ("values of dynamic type (not counted)", dynamic),
+        ("constants data", _human_bytes(const_bytes)),
+        ("memory estimate (values + constants)", _human_bytes(static_bytes + const_bytes)),
+    ]
+    _table("graph", ("", "value"), summary)
+    _table("ops by kind", ("kind", "count"), sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    gateways = [("input", g.value_label(int(v)), repr(g.type_of(int(v)))) for v in g.inputs]
+    gateways += [("output", g.value_label(int(v)), repr(g.type_of(int(v)))) for v in g.outputs]
+    gateways += [("update", f"{g.value_label(int(s))} -> {g.value_label(int(d))}", repr(g.type_of(int(d))))
+                 for s, d in g.updates]
+    if len(gateways) > _MAX_ROWS:
+        gateways = [*gateways[:_MAX_ROWS], ("...", f"{len(gateways) - _MAX_ROWS} more", "")]
+    _table("inputs and outputs", ("role", "value", "type"), gateways)
     return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    """``opgraph validate FILE``: 0 when the graph verifies, else 1 with the problems on stdout."""
+    from opgraph.errors import FormatError, VerifyError
+
+    problems: list[str] = []
+    try:
+        g = _load(args.file)
+        g.verify()
+    except FormatError as exc:
+        if isinstance(exc.__cause__, VerifyError):
+            problems = list(exc.__cause__.problems)
+        else:
+            msg = str(exc)
+            problems = [msg[len(args.file) + 2:] if msg.startswith(args.file + ": ") else msg]
+    except VerifyError as exc:
+        problems = list(exc.problems)
+    if problems:
+        print(f"{args.file}: invalid ({len(problems)} problem{'s' if len(problems) != 1 else ''})")
+        for p in problems:
+            print(f"  {_one_line(p)}")
+        return 1
+    print(f"{args.file}: ok ({g.num_ops} ops, {g.num_values} values, {len(g.constants)} constants)")
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    """``opgraph convert IN OUT [--to json|cg] [--inline-limit N]``."""
+    fmt = args.to or ("json" if args.output.lower().endswith(".json") else "cg")
+    if args.inline_limit is not None and args.inline_limit < 0:
+        raise UsageError("--inline-limit must be >= 0")
+    g = _load(args.input)
+    _save(g, args.output, fmt, args.inline_limit)
+    print(f"{args.input} -> {args.output} ({fmt}: {g.num_ops} ops, {g.num_values} values)")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
+    from opgraph.errors import ExecutionError
+    from opgraph.io._atomic import atomic_files
+
+    settings = []
+    for item in args.set or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--set expects NAME=FILE.npy, got {item!r}")
+        settings.append((name, path))
+    g = _load(args.file)
+    feeds: dict[int, np.ndarray] = {}
+    for name, path in settings:
+        v = _value_key(g, name)
+        if int(g.value_producer[v]) != -1:
+            raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.ndarray):
+            with contextlib.suppress(Exception):
+                data.close()
+            raise ValueError(f"{path}: expected a .npy file holding one array")
+        feeds[v] = data
+    if args.get:
+        targets = [_value_key(g, name) for name in args.get]
+    else:
+        targets = [int(v) for v in g.outputs]
+        if not targets:
+            raise UsageError("the graph declares no outputs; choose values with --get NAME")
+    results = g.run(feeds, targets, backend=args.backend)
+    if args.outdir is None:
+        for v, arr in zip(targets, results, strict=True):
+            print(f"{g.value_label(v)} = {arr!r}")
+        return 0
+    os.makedirs(args.outdir, exist_ok=True)
+    written: dict[str, int] = {}
+    for v, arr in zip(targets, results, strict=True):
+        stem = _file_stem(g.value_label(v))
+        if written.get(stem, v) != v:
+            raise ValueError(f"two values would both be saved as {stem}.npy")
+        written[stem] = v
+        path = os.path.join(args.outdir, stem + ".npy")
+        with atomic_files([path]) as (f,):
+            np.save(f, np.asarray(arr), allow_pickle=False)
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    """``opgraph dump FILE [--limit N]``."""
+    g = _load(args.file)
+    print(g.dump(limit=args.limit or None))
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``opgraph`` command.
+
+    >>> build_parser().parse_args(["dump", "g.json"]).command
+    'dump'
+    """
+    from opgraph import __version__
+
+    parser = _Parser(prog=PROG, description="Inspect, check, convert, run and print opgraph graph files "
+                                            "(.json: the JSON form; anything else: a .cg file set).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("info", parents=[common], help="op counts, inputs and outputs, memory estimate")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("validate", parents=[common], help="verify a graph file (exit 0 if valid, 1 if not)")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("convert", parents=[common], help="convert between the JSON and .cg forms")
+    p.add_argument("input", metavar="IN")
+    p.add_argument("output", metavar="OUT")
+    p.add_argument("--to", choices=("json", "cg"), help="output format (default: by OUT's extension)")
+    p.add_argument("--inline-limit", type=int, metavar="N",
+                   help="JSON: constants with more than N elements are stored as base64 (default 256)")
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("run", parents=[common], help="evaluate a graph on .npy inputs")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--set", action="append", metavar="NAME=FILE.npy", help="feed an input (repeatable)")
+    p.add_argument("--get", action="append", metavar="NAME",
+                   help="value to compute (repeatable; default: the graph's outputs)")
+    p.add_argument("-o", "--outdir", metavar="OUTDIR", help="save each result as OUTDIR/NAME.npy instead of printing")
+    p.add_argument("--backend", default="numpy", help="backend to run on (default: numpy)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("dump", parents=[common], help="print the graph as text")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--limit", type=int, default=2000, metavar="N", help="print at most N ops (0: all; default 2000)")
+    p.set_defaults(func=_cmd_dump)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``opgraph`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        _err(str(exc))
+        return 2
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command is None:
+        _err(f"choose a command: info, validate, convert, run or dump (see '{PROG} --help')")
+        return 2
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        _err(f"{exc} (see '{PROG} {args.command} --help')")
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:  # e.g. `opgraph dump big.json | head`
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        _err(_describe(exc, args.debug))
+        return 1
+
+
+def _describe(exc: BaseException, debug: bool) -> str:
+    from opgraph.errors import GraphError
+
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, (GraphError, OSError, ValueError, ImportError)):
+        return str(exc) or type(exc).__name__
+    hint = "" if debug else " (run with --debug for a traceback)"
+    return f"{type(exc).__name__}: {exc}{hint}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

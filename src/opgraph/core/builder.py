@@ -31,30 +31,11 @@ import numpy as np
 
 from opgraph.core.dtypes import as_dtype
 from opgraph.core.graph import Graph, Op, Symbols, Value
-from opgraph.core.registry import CONST, Attrs, OpDef, build_error, get_op, resolve
+from opgraph.core.registry import CONST, Attrs, OpDef, build_error, exact_key, get_op, resolve
 from opgraph.core.types import TensorType, ValueType, as_type
 from opgraph.errors import GraphError, OpTypeError
 
 ValueLike = Value | int | float | bool | complex | np.ndarray | np.generic
-
-
-def exact_key(value: Any) -> Any:
-    """A hashable key that tells apart values Python calls equal (1, 1.0, True; 0.0, -0.0).
-
-    Raises TypeError for values that have no exact key (arrays, unhashables).
-
-    >>> exact_key(True) == exact_key(1), exact_key(0.0) == exact_key(-0.0)
-    (False, False)
-    """
-    if isinstance(value, dict):
-        value = tuple(sorted(value.items()))
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(exact_key(v) for v in value))
-    if value is None or isinstance(value, (str, int, float, complex, np.generic)):
-        return (type(value).__name__, repr(value) if isinstance(value, (float, complex, np.generic)) else value)
-    if isinstance(value, np.dtype):
-        return ("dtype", value.str)
-    raise TypeError(f"no exact key for {type(value).__name__}")
 
 
 class GraphBuilder:

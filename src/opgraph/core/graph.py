@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import CONST, Attrs, get_op
+from opgraph.core.registry import CONST, Attrs, exact_key, get_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError, OpTypeError, VerifyError
 
@@ -89,9 +89,9 @@ class Graph:
 
     __slots__ = (
         "_cache",
-        "file_meta",
         "attrs",
         "constants",
+        "file_meta",
         "in_ids",
         "in_ptr",
         "inputs",
@@ -585,7 +585,7 @@ class Graph:
     def _attr_keys(self) -> tuple[Any, ...]:
         # Const ops point into the constants table; compare the constants they
         # point at, not the index, so equal graphs may order constants differently.
-        keys: list[Any] = list(self.attrs)
+        keys: list[Any] = [exact_key(a) for a in self.attrs]
         for op in np.flatnonzero(self.op_kind == CONST.id):
             aid = int(self.op_attr[op])
             c = self.constants[dict(self.attrs[aid])["index"]]

@@ -1,0 +1,295 @@
+"""The opgraph command: every subcommand on JSON files, exit codes, one-line errors, --debug."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opgraph.io
+from opgraph import GraphBuilder
+from opgraph.cli.main import main, progress
+from opgraph.io.jsonfmt import load_json, save_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A small graph with two inputs, two outputs and an update edge, saved as JSON, plus x.npy."""
+    b = GraphBuilder()
+    x = b.input(("float64", (3,)), name="x")
+    s = b.input(("float64", ()), name="s")
+    y = b.op("multiply", x, 2.0, name="y")
+    total = b.op("sum", y, name="total")
+    parts = b.op("split", y, sections=3)
+    b.output(y, total)
+    b.update(b.add(s, total), s)
+    b.name(parts[0], "first")
+    path = tmp_path / "model.json"
+    save_json(b.freeze(), path)
+    np.save(tmp_path / "x.npy", np.array([1.0, 2.0, 3.0]))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, *fragments: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("opgraph: error: "), err
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], err
+
+
+# ----------------------------------------------------------------------------- subcommands
+def test_info(capsys: pytest.CaptureFixture[str], model: Path) -> None:
+    code, out, err = run(capsys, "info", model)
+    assert code == 0 and err == ""
+    for fragment in ("ops by kind", "multiply", "split", "const", "%x", "f64[3]", "%total", "f64[]",
+                     "update", "%s", "memory estimate", "constants data"):
+        assert fragment in out, fragment
+    # values: x 24 + s 8 + const 8 + y 24 + total 8 + 3 parts 24 + add 8 = 104 bytes; constants 8 bytes.
+    assert "104 B" in out and "112 B" in out
+
+
+def test_validate_ok_and_invalid(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "validate", model)
+    assert code == 0 and out.startswith(f"{model}: ok (")
+    doc = json.loads(model.read_text())
+    doc["ops"][1]["version"] = 3
+    doc["ops"][2]["version"] = 4
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "validate", bad)
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"{bad}: invalid (2 problems)"
+    assert sorted(lines[1:]) == ["  op 1 (multiply): version 3, the inputs select 12",
+                                 "  op 2 (sum): version 4, the inputs select 12"]
+    bad.write_text('{"format": "opgraph", "version": 1, "ops": [{"op": "nope"}]}')
+    code, out, _ = run(capsys, "validate", bad)
+    assert code == 1 and out.splitlines() == [f"{bad}: invalid (1 problem)", "  ops[0].op: unknown op kind 'nope'"]
+
+
+def test_convert_json_to_json(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    out_path = tmp_path / "copy.txt"
+    code, out, err = run(capsys, "convert", model, out_path, "--to", "json", "--inline-limit", "0")
+    assert code == 0 and err == "" and "json" in out
+    assert "base64" in out_path.read_text()
+    assert load_json(out_path).equals(load_json(model), check_names=True)
+    code, _, _ = run(capsys, "convert", model, tmp_path / "again.json")
+    assert code == 0 and (tmp_path / "again.json").read_bytes() == model.read_bytes()
+
+
+def test_convert_to_cg_and_back(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    import opgraph.io.cg as cg
+
+    if not hasattr(cg, "save_cg"):
+        pytest.skip("the .cg writer is not there yet")
+    code, _, err = run(capsys, "convert", model, tmp_path / "m.cg")
+    assert code == 0, err
+    code, _, err = run(capsys, "convert", tmp_path / "m.cg", tmp_path / "back.json")
+    assert code == 0, err
+    original, back = load_json(model), load_json(tmp_path / "back.json")
+    assert back.equals(original, check_names=True)
+    # The JSON copy keeps the .cg reader's file_meta, so writing it back gives the same bytes.
+    assert back.file_meta == opgraph.io.load(tmp_path / "m.cg").file_meta
+    code, _, err = run(capsys, "convert", tmp_path / "back.json", tmp_path / "again.cg")
+    assert code == 0, err
+    for suffix in (".cg", ".cgc", ".cgio", ".cgs"):
+        assert (tmp_path / f"again{suffix}").read_bytes() == (tmp_path / f"m{suffix}").read_bytes(), suffix
+    code, _, err = run(capsys, "convert", model, tmp_path / "other", "--to", "cg")
+    assert code == 0, err
+    assert opgraph.io.load(tmp_path / "other") == original
+    code, out, _ = run(capsys, "info", tmp_path / "m.cg")
+    assert code == 0 and "multiply" in out
+
+
+def test_run_prints_outputs(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    code, out, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'x.npy'}")
+    assert code == 0 and err == ""
+    assert out.splitlines() == ["%y = array([2., 4., 6.])", "%total = array(12.)"]
+    code, out, _ = run(capsys, "run", model, "--set", f"%x={tmp_path / 'x.npy'}", "--get", "first", "--get", "%3")
+    assert code == 0 and out.splitlines() == ["%first = array([2.])", "%y = array([2., 4., 6.])"]
+
+
+def test_run_saves_npy_files(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    outdir = tmp_path / "results"
+    np.save(tmp_path / "s.npy", np.array(0.5))
+    code, out, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'x.npy'}", "--set", f"s={tmp_path / 's.npy'}",
+                         "--get", "total", "--get", "%8", "-o", outdir)
+    assert code == 0 and err == ""
+    assert sorted(p.name for p in outdir.iterdir()) == ["8.npy", "total.npy"]
+    assert np.load(outdir / "total.npy").tolist() == 12.0 and np.load(outdir / "8.npy").tolist() == 12.5
+    assert out.splitlines() == [f"wrote {outdir / 'total.npy'}", f"wrote {outdir / '8.npy'}"]
+
+
+def test_dump(capsys: pytest.CaptureFixture[str], model: Path) -> None:
+    code, out, _ = run(capsys, "dump", model)
+    assert code == 0 and out == load_json(model).dump() + "\n"
+    code, out, _ = run(capsys, "dump", model, "--limit", "1")
+    assert code == 0 and "... 4 more ops" in out
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and all(c in out for c in ("info", "validate", "convert", "run", "dump"))
+    code, out, _ = run(capsys, "run", "--help")
+    assert code == 0 and "--set" in out
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"opgraph {opgraph.__version__}"
+
+
+# ----------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("argv, fragments", [
+    ([], ["choose a command"]),
+    (["frobnicate"], ["invalid choice", "frobnicate"]),
+    (["info"], ["required: FILE", "opgraph info --help"]),
+    (["run", "m.json", "--set", "x"], ["--set expects NAME=FILE.npy"]),
+    (["convert", "a.json", "b.json", "--to", "onnx"], ["invalid choice: 'onnx'"]),
+    (["dump", "a.json", "--limit", "many"], ["invalid int value"]),
+])
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], fragments: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert_one_line_error(err, *fragments)
+
+
+def test_failures_exit_1_with_one_line(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    code, _, err = run(capsys, "info", missing)
+    assert code == 1
+    assert_one_line_error(err, str(missing), "No such file")
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "opgraph", "version": 1, "ops": [{"op": "exp", "inputs": ["%q"]}]}')
+    for cmd in ("info", "dump", "run"):
+        code, _, err = run(capsys, cmd, bad)
+        assert code == 1
+        assert_one_line_error(err, str(bad), "ops[0].inputs[0]", "unknown value ref '%q'")
+
+    doc = json.loads(model.read_text())
+    doc["ops"][1]["version"] = 3
+    doc["ops"][2]["version"] = 4
+    bad.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "dump", bad)  # a multi-line verification report, shown on one line
+    assert code == 1
+    assert_one_line_error(err, "ops[1]", "graph fails verification", "version 3", "version 4")
+
+    code, _, err = run(capsys, "run", model)
+    assert code == 1
+    assert_one_line_error(err, "missing feed", "%x")
+    code, _, err = run(capsys, "run", model, "--set", f"y={tmp_path / 'x.npy'}")
+    assert_one_line_error(err, "%y is computed by the graph")
+    code, _, err = run(capsys, "run", model, "--set", f"nope={tmp_path / 'x.npy'}")
+    assert code == 1
+    assert_one_line_error(err, "no value named 'nope'")
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    code, _, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'obj.npy'}")
+    assert code == 1
+    assert_one_line_error(err, "allow_pickle=False")
+    np.save(tmp_path / "wrong.npy", np.zeros(4))
+    code, _, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'wrong.npy'}")
+    assert code == 1
+    assert_one_line_error(err, "expects f64[3]", "shape (4,)")
+
+
+def test_debug_shows_a_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    code, _, err = run(capsys, "--debug", "info", bad)
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "FormatError" in err
+    assert err.splitlines()[-1].startswith("opgraph: error: ") and "malformed JSON" in err
+    code, _, err = run(capsys, "info", bad, "--debug")  # also accepted after the command
+    assert code == 1 and "Traceback" in err
+
+
+def test_progress_spinner_starts_only_after_the_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    with progress("quick", delay=10.0, force=True):
+        pass
+    with progress("slow", delay=0.01, force=True):
+        time.sleep(0.2)
+    with pytest.raises(ZeroDivisionError), progress("failing", delay=0.01, force=True):
+        time.sleep(0.05)
+        _ = 1 / 0
+    capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------- the installed script
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("opgraph")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "opgraph.cli.main"]
+
+
+def test_console_script_in_a_subprocess(model: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    ok = subprocess.run([*_command(), "run", str(model), "--set", f"x={tmp_path / 'x.npy'}", "--get", "total"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "%total = array(12.)" and ok.stderr == ""
+    bad = subprocess.run([*_command(), "validate", str(tmp_path / "nope.json")], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert_one_line_error(bad.stderr, "nope.json", "No such file")
+    mod = subprocess.run([sys.executable, "-m", "opgraph.cli.main", "dump", str(model)], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert mod.returncode == 0 and mod.stdout.startswith("graph(%x: f64[3], %s: f64[]) {")
+
+
+# ----------------------------------------------------------------------------- docs/cli.md
+def _console_commands(body: str) -> list[tuple[str, list[str]]]:
+    commands: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        else:
+            commands[-1][1].append(line)
+    return commands
+
+
+def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import opgraph.io.cg as cg
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    has_cg = hasattr(cg, "save_cg")
+    blocks = re.findall(r"```(python|json|console)\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), re.S)
+    assert [lang for lang, _ in blocks].count("console") >= 6
+    ran = set()
+    for lang, body in blocks:
+        if lang == "python":
+            exec(compile(body, "docs/cli.md", "exec"), {})
+        elif lang == "json":
+            assert Path("model.json").read_text().rstrip() == body.rstrip()
+        else:
+            for command, expected in _console_commands(body):
+                argv = shlex.split(command)
+                assert argv[0] == "opgraph"
+                if not has_cg and ".cg" in command:
+                    continue
+                code = main(argv[1:])
+                out, err = capsys.readouterr()
+                assert [line.rstrip() for line in (out + err).splitlines()] == [e.rstrip() for e in expected], command
+                failed = any(e.startswith("opgraph: error:") or ": invalid (" in e for e in expected)
+                assert (code != 0) == failed, command
+                ran.add(argv[1])
+    assert ran >= {"info", "validate", "dump", "run"} | ({"convert"} if has_cg else set())
+    if has_cg:
+        assert load_json("copy.json").equals(load_json("model.json"), check_names=True)
+        assert load_json("packed.txt") == load_json("model.json")
