@@ -57,10 +57,31 @@ def graph_scale(console: Console) -> None:
                   "(its node list is kept in order).")
 
 
+def io_scale(console: Console) -> None:
+    sizes = [10**5, 10**6, 10**7]
+    rows = [(n, run("io_scale.py", "--n", str(n), "--repeat", "3" if n < 10**7 else "1")) for n in sizes]
+    table = Table(title=".cg files: save_cg / load_cg of a chain of N binary elementwise ops "
+                        "(medians, 1 thread; each N in its own process)")
+    for col in ("N", "file MB", "bytes/function", "save s", "save MB/s", "load s", "of which verify s",
+                "load MB/s", "save peak RSS MB", "load peak RSS MB"):
+        table.add_column(col, justify="right")
+    for n, r in rows:
+        if r is None:
+            table.add_row(f"{n:,}", *["failed"] + ["-"] * 9)
+            continue
+        table.add_row(f"{n:,}", f"{r['file_mb']:.1f}", f"{r['bytes_per_function']:.1f}", f"{r['save']:.3f}",
+                      f"{r['save_mb_s']:.0f}", f"{r['load']:.3f}", f"{r['verify']:.3f}", f"{r['load_mb_s']:.0f}",
+                      f"{r['save_peak_rss_mb']:.0f}", f"{r['load_peak_rss_mb']:.0f}")
+    console.print(table)
+    console.print("load includes Graph.verify() (every loaded graph is verified); save's peak RSS includes "
+                  "building the graph, load runs in a fresh process.")
+
+
 def main() -> None:
     console = Console(width=140)
     console.print(f"python {sys.version.split()[0]}, threads: " + ", ".join(f"{k}=1" for k in THREADS))
     graph_scale(console)
+    io_scale(console)
 
 
 if __name__ == "__main__":

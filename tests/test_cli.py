@@ -96,10 +96,6 @@ def test_convert_json_to_json(capsys: pytest.CaptureFixture[str], model: Path, t
 
 
 def test_convert_to_cg_and_back(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
-    import opgraph.io.cg as cg
-
-    if not hasattr(cg, "save_cg"):
-        pytest.skip("the .cg writer is not there yet")
     code, _, err = run(capsys, "convert", model, tmp_path / "m.cg")
     assert code == 0, err
     code, _, err = run(capsys, "convert", tmp_path / "m.cg", tmp_path / "back.json")
@@ -264,11 +260,8 @@ def _console_commands(body: str) -> list[tuple[str, list[str]]]:
 
 def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import opgraph.io.cg as cg
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    has_cg = hasattr(cg, "save_cg")
     blocks = re.findall(r"```(python|json|console)\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), re.S)
     assert [lang for lang, _ in blocks].count("console") >= 6
     ran = set()
@@ -281,15 +274,12 @@ def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], tmp
             for command, expected in _console_commands(body):
                 argv = shlex.split(command)
                 assert argv[0] == "opgraph"
-                if not has_cg and ".cg" in command:
-                    continue
                 code = main(argv[1:])
                 out, err = capsys.readouterr()
                 assert [line.rstrip() for line in (out + err).splitlines()] == [e.rstrip() for e in expected], command
                 failed = any(e.startswith("opgraph: error:") or ": invalid (" in e for e in expected)
                 assert (code != 0) == failed, command
                 ran.add(argv[1])
-    assert ran >= {"info", "validate", "dump", "run"} | ({"convert"} if has_cg else set())
-    if has_cg:
-        assert load_json("copy.json").equals(load_json("model.json"), check_names=True)
-        assert load_json("packed.txt") == load_json("model.json")
+    assert ran >= {"info", "validate", "dump", "run", "convert"}
+    assert load_json("copy.json").equals(load_json("model.json"), check_names=True)
+    assert load_json("packed.txt") == load_json("model.json")

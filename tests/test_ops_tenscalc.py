@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import scipy.linalg
 
 import opgraph
 import opgraph.io
+import opgraph.io.cg
 from opgraph.core.registry import all_ops, get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError
@@ -555,97 +556,6 @@ def test_kernels_write_into_out(kind: str, args: tuple[Any, ...], nout: int) -> 
 
 
 # ================================================================ end to end on files TensCalc wrote
-def _ints(data: bytes, off: int, n: int) -> list[int]:
-    return np.frombuffer(data, "<i4", n, off).tolist()
-
-
-@dataclass
-class CGFiles:
-    """What the test-only reader gets from a .cg/.cgc/.cgio/.cgs set (32-bit files only)."""
-
-    functions: list[tuple[int, list[int], list[int]]] = field(default_factory=list)  # (type, ins, outs)
-    const_ops: list[tuple[int, int]] = field(default_factory=list)  # (constant record, variable)
-    constants: list[np.ndarray] = field(default_factory=list)
-    io: list[tuple[int, list[int], list[int]]] = field(default_factory=list)  # (type, vars, destinations)
-    io_names: dict[int, str] = field(default_factory=dict)
-
-
-def read_cg_files(base: str, *, io_one_based: bool) -> CGFiles:
-    """A minimal reader for the 4 files (test scaffolding only; the real one is opgraph.io.cg)."""
-    out = CGFiles()
-    raw = {ext: open(f"{base}.{ext}", "rb").read() for ext in ("cg", "cgc", "cgio", "cgs")}
-    for data in raw.values():
-        assert data[0] == 32, "this helper reads 32-bit files only"
-    data, off = raw["cg"], 1
-    while off < len(data):
-        (t,) = _ints(data, off, 1)
-        if t == 0:
-            c, v = _ints(data, off + 4, 2)
-            out.const_ops.append((c, v))
-            off += 12
-            continue
-        ni, no = _ints(data, off + 4, 2)
-        vs = _ints(data, off + 12, ni + no)
-        out.functions.append((t, vs[:ni], vs[ni:]))
-        off += 12 + 4 * (ni + no)
-    data, off = raw["cgc"], 1
-    while off < len(data):
-        t, n = _ints(data, off, 2)
-        body = data[off + 8:off + 8 + n]
-        off += 8 + n
-        if t == 30001:
-            out.constants.append(np.frombuffer(body, np.uint8).copy())
-        elif t == 20001:
-            out.constants.append(np.frombuffer(body, "<i8").copy())
-        elif t in (20002, 10001):
-            nd = int(np.frombuffer(body, "<i8", 1)[0])
-            size = tuple(np.frombuffer(body, "<i8", nd, 8).tolist())
-            dt = "<i8" if t == 20002 else "<f8"
-            out.constants.append(np.frombuffer(body, dt, offset=8 + 8 * nd).reshape(size, order="F").copy())
-        else:
-            raise AssertionError(f"constant type {t}")
-    data, off, shift = raw["cgio"], 1, 1 if io_one_based else 0
-    while off < len(data):
-        t, n = _ints(data, off, 2)
-        vs = _ints(data, off + 8, 2 * n if t == 3 else n)
-        off += 8 + 4 * len(vs)
-        if t == 3:  # copies are 0-based in both writers
-            out.io.append((t, vs[:n], vs[n:]))
-        else:
-            out.io.append((t, [v - shift for v in vs], []))
-    data, off = raw["cgs"], 1
-    while off < len(data):
-        t, i, nn, nd = _ints(data, off, 4)
-        name = data[off + 16:off + 16 + nn].decode()
-        off += 16 + nn + nd
-        if t == 4:
-            out.io_names[i] = name
-    return out
-
-
-def build_graph(f: CGFiles) -> tuple[Any, dict[int, int]]:
-    """The graph of the files, and the value id of each file variable."""
-    b = opgraph.GraphBuilder()
-    val: dict[int, Any] = {}
-    for t, vs, dests in f.io:
-        for v in (vs if t == 1 else []) + dests:
-            if v not in val:
-                val[v] = b.input(F64, name=f"var{v}")
-    for c, v in f.const_ops:
-        val[v] = b.constant(f.constants[c])
-    pending = list(f.functions)
-    while pending:  # the scalarized files write ftensor2scalars (set side) last
-        left = [rec for rec in pending if not all(v in val for v in rec[1])]
-        assert len(left) < len(pending), "graph has a cycle or an undefined variable"
-        for t, ins, outs in pending:
-            if all(v in val for v in ins) and outs[0] not in val:
-                got = b.op(t, *[val[v] for v in ins], nout=len(outs))
-                for v, o in zip(outs, got if isinstance(got, tuple) else (got,), strict=True):
-                    val[v] = o
-        pending = left
-    return b.freeze(), {v: x.id for v, x in val.items()}
-
-
 def replay(graph: Any, gateways: dict[str, tuple[int, list[int], list[int]]], steps: list[dict[str, Any]],
            ) -> list[tuple[str, str, float]]:
     """Replay reference steps on ``graph``; gateway vars are value ids. Returns (gateway, output, max diff)."""
@@ -701,38 +611,10 @@ VARIANTS = [(c, v) for c in CASES for v in ("scalarized", "vectorized")]
 
 @pytest.mark.parametrize("case,variant", VARIANTS, ids=[f"{c}-{v}" for c, v in VARIANTS])
 def test_tenscalc_files_reproduce_reference(case: str, variant: str) -> None:
-    f = read_cg_files(os.path.join(DATA, case, variant), io_one_based=variant == "scalarized")
-    graph, ids = build_graph(f)
-    gateways = {f.io_names[k]: (t, [ids[v] for v in vs], [ids[v] for v in d]) for k, (t, vs, d) in enumerate(f.io)}
+    graph = opgraph.io.load(os.path.join(DATA, case, variant))
+    gateways = {gw.name: ({"set": 1, "get": 2, "copy": 3}[gw.kind], list(gw.values), list(gw.destinations))
+                for gw in opgraph.io.cg.gateways(graph)}
     report = replay(graph, gateways, _reference(case)["steps"])
     assert report, "no get step checked"
     if variant == "scalarized":
-        used = {graph.kind_of(op) for op in range(graph.num_ops)}
-        assert {"scalars2ftensor", "ftensor2scalars"} <= used
-
-
-@pytest.mark.parametrize("case,variant", VARIANTS, ids=[f"{c}-{v}" for c, v in VARIANTS])
-def test_tenscalc_files_through_opgraph_io_load(case: str, variant: str) -> None:
-    import opgraph.io.cg
-
-    if not hasattr(opgraph.io.cg, "load_cg"):
-        pytest.skip("reader not written yet")
-    base = os.path.join(DATA, case, variant)
-    graph = opgraph.io.load(base)
-    # Gateway structure (names, counts) from the test reader; variables from the loaded graph:
-    # graph.inputs = set variables in .cgio order, graph.outputs = get variables, graph.updates = copies.
-    f = read_cg_files(base, io_one_based=variant == "scalarized")
-    inputs, outputs, updates = list(graph.inputs), list(graph.outputs), [tuple(u) for u in graph.updates]
-    gateways: dict[str, tuple[int, list[int], list[int]]] = {}
-    for k, (t, vs, _) in enumerate(f.io):
-        if t == 1:
-            mine, inputs = inputs[:len(vs)], inputs[len(vs):]
-            gateways[f.io_names[k]] = (t, [int(v) for v in mine], [])
-        elif t == 2:
-            mine, outputs = outputs[:len(vs)], outputs[len(vs):]
-            gateways[f.io_names[k]] = (t, [int(v) for v in mine], [])
-        else:
-            mine, updates = updates[:len(vs)], updates[len(vs):]
-            gateways[f.io_names[k]] = (t, [int(u[0]) for u in mine], [int(u[1]) for u in mine])
-    assert not inputs and not outputs and not updates
-    assert replay(graph, gateways, _reference(case)["steps"])
+        assert {"scalars2ftensor", "ftensor2scalars"} <= {graph.kind_of(op) for op in range(graph.num_ops)}

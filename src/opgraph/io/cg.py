@@ -1,1 +1,1727 @@
-"""The TensCalc .cg binary format (being written)."""
+"""The .cg binary format: Hespanha's four files (seed 000), as TensCalc writes them.
+
+A graph is stored as four files next to each other: ``base.cg`` (functions),
+``base.cgc`` (constants), ``base.cgio`` (set/get/copy gateways) and
+``base.cgs`` (names). Each starts with ONE magic byte, 16, 32 or 64, giving
+the width of every little-endian signed integer that follows.
+
+    >>> import os, tempfile, numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (None, 3)), name="x")
+    >>> y = b.op("sum", b.multiply(x, 2.0), axis=1, name="total")
+    >>> b.output(y)
+    >>> g = b.freeze()
+    >>> base = os.path.join(tempfile.mkdtemp(), "model")
+    >>> save_cg(g, base + ".cg")
+    >>> sorted(os.listdir(os.path.dirname(base)))
+    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs']
+    >>> h = load_cg(base)
+    >>> h.equals(g, check_names=True)
+    True
+    >>> h.run({"x": np.ones((2, 3), np.float32)})
+    [array([6., 6.], dtype=float32)]
+
+**Record types.** ``.cg`` records carry op kind ids from the registry
+(TensCalc's 10001-30002 keep their meaning; 0 is a constant function:
+``[0, constant record, output variable]``). ``.cgio`` types are 1 set, 2 get,
+3 copy; ``.cgs`` types 1 constant, 2 function, 3 variable, 4 io gateway.
+``.cgc`` record types:
+
+=========  ==============================================================
+type       data
+=========  ==============================================================
+10001      TensCalc ``double_full_tensor``: int64 ndim, int64 sizes,
+           float64 values in column-major order (read as float64)
+20001      TensCalc ``int64l_full_vector``: int64 values (read as 1-D int64)
+20002      TensCalc ``int64l_full_tensor``: int64 ndim, int64 sizes, int64
+           values in column-major order
+30001      TensCalc ``string``: raw characters (read as 1-D uint8)
+101-114    opgraph constant of dtype code ``type - 100``
+           (:data:`opgraph.core.dtypes.DTYPE_CODES`: 101 bool ... 112
+           float64, 114 complex128): int64 ndim, int64 sizes, raw
+           little-endian data in C order
+9001       opgraph metadata (always the last record, never referenced by a
+           type-0 function): int64 ``J``, ``J`` bytes of UTF-8 JSON, zero
+           padding to a multiple of 8, then binary int arrays the JSON
+           points at. The JSON holds the format version, counts, the index
+           base of set/get gateways, the type table, the attribute table
+           (exact: floats as IEEE bits, tuples as arrays), the arrays
+           ``op_attr``, ``op_version``, ``value_type`` (``{"fill": v}`` or
+           ``{"dtype", "offset", "count"}``), inputs that have no set
+           gateway, and names/descriptions that are explicitly empty.
+=========  ==============================================================
+
+TensCalc's ``10002`` (``double_sparse_tensor``) is not supported: loading a
+file with one raises :class:`~opgraph.errors.FormatError`.
+
+**Files without metadata** (TensCalc's): every variable is
+``TensorType("float64", None)`` except outputs of type-0 functions, which get
+the exact type of their constant; TensCalc kinds get ``{"nout": n}``, other
+registered kinds their default attributes. Set gateways become
+``graph.inputs`` (.cgio order), gets ``graph.outputs``, copies
+``graph.updates``. A variable that no function produces and no gateway sets
+(TensCalc's aliases) becomes an extra input after the set ones, in index
+order, listed in ``file_meta["cg_unset_inputs"]`` so that saving writes no
+set gateway for it.
+
+**1-based set/get indices.** TensCalc's ``saveScalarized`` writes set and get
+variable indices 1-based (copies and .cg stay 0-based); ``saveVectorized``
+and opgraph write 0-based. A file with a metadata record states its base.
+Otherwise both readings are scored and the lower score wins, ties going to
+0-based (the format's base): a reading is impossible when an index becomes
+negative, a set variable is produced by a function or set twice, or an index
+exceeds what the files can describe; else its score counts variables left
+without producer and without set gateway, set/get variables no function
+touches (and, for gets, not set either), and gets of a constant function's
+output (TensCalc gets are ``scalars2ftensor`` outputs). The writer runs the
+same rule on what it is about to write and adds the metadata record when the
+rule would not find the intended base.
+
+**file_meta** (written by :func:`load_cg`, honoured by :func:`save_cg` where
+it still fits the graph): ``cg_index_bits`` (int, or a dict by suffix when
+the files differ), ``cg_opgraph_metadata`` (whether the metadata record was
+there), ``cg_io_base`` (0/1), ``cg_io_records`` (``(type, count)`` per .cgio
+record, when not one record per variable), ``cg_unset_inputs``,
+``cg_const_types`` (.cgc record type per constant, when not the default),
+``cg_cgs_order`` (``(type, index)`` per .cgs record, when not sorted),
+``cg_text_encoding`` (when the .cgs text is not UTF-8). Names are written as
+UTF-8 and their lengths count bytes.
+
+**Reading large files.** The .cg and .cgio integer streams are parsed with
+NumPy (a memory map of the file after the magic byte). Record boundaries are
+found by :func:`scan_records`: a stream whose records all have one length is
+confirmed by one strided check; otherwise the stream is cut into blocks, one
+cursor per block starts at the block's first integer (possibly mid-record)
+and all cursors advance together, one NumPy step per record; then a short
+Python pass walks the blocks in order from the true start, following the
+true chain only until it lands on a position the block's cursor visited
+(variable-length records resynchronise within a few records), after which
+the cursor's positions are the true ones. Files under ~16k integers use a
+plain loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, BinaryIO, NoReturn
+
+import numpy as np
+
+from opgraph.core.builder import exact_key
+from opgraph.core.dtypes import CODE_DTYPES, DTYPE_CODES
+from opgraph.core.graph import Graph, Symbols
+from opgraph.core.registry import CONST, Attrs, OpDef, get_op
+from opgraph.core.types import TensorType, ValueType, VoidType
+from opgraph.errors import FormatError, GraphError, OpTypeError, VerifyError
+from opgraph.io._atomic import atomic_files
+
+__all__ = [
+    "METADATA_RECORD",
+    "TC_DOUBLE_FULL",
+    "TC_DOUBLE_SPARSE",
+    "TC_INT64_TENSOR",
+    "TC_INT64_VECTOR",
+    "TC_STRING",
+    "Gateway",
+    "gateways",
+    "load_cg",
+    "save_cg",
+    "scan_records",
+    "scan_records_reference",
+]
+
+SUFFIXES = (".cg", ".cgc", ".cgio", ".cgs")
+MAGIC_DTYPES = {16: np.dtype("<i2"), 32: np.dtype("<i4"), 64: np.dtype("<i8")}
+
+TC_DOUBLE_FULL = 10001
+TC_DOUBLE_SPARSE = 10002
+TC_INT64_VECTOR = 20001
+TC_INT64_TENSOR = 20002
+TC_STRING = 30001
+CONST_RECORD_BASE = 100
+"""opgraph constant records are ``100 + dtype code`` (101-114)."""
+METADATA_RECORD = 9001
+"""The .cgc record type of opgraph's metadata record."""
+METADATA_VERSION = 1
+
+IO_SET, IO_GET, IO_COPY = 1, 2, 3
+SYM_KIND = {1: "constant", 2: "op", 3: "value", 4: "io"}
+SYM_TYPE = {v: k for k, v in SYM_KIND.items()}
+_SYM_FIELD = {1: "constants", 2: "ops", 3: "values", 4: "io"}
+
+F64_UNKNOWN = TensorType("float64", None)
+_SMALL_STREAM = 1 << 14
+"""Streams shorter than this many integers are scanned with a plain loop."""
+_MAX_INDEX = 2**31 - 1
+
+
+# ---------------------------------------------------------------- errors
+class _Where:
+    """Where the reader is (file, record, byte offset) for messages of unexpected errors."""
+
+    def __init__(self) -> None:
+        self.path = ""
+        self.record: int | str = 0
+        self.offset = 0
+
+    def at(self, path: str, record: int | str = 0, offset: int = 0) -> None:
+        self.path, self.record, self.offset = path, record, offset
+
+
+def _fail(path: str, record: int | str, offset: int, message: str) -> NoReturn:
+    raise FormatError(f"{path}: record {record} at byte offset {offset}: {message}")
+
+
+class _ScanError(Exception):
+    def __init__(self, record: int, pos: int, reason: str) -> None:
+        super().__init__(reason)
+        self.record, self.pos, self.reason = record, pos, reason
+
+
+# ---------------------------------------------------------------- helpers
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, e)`` for each pair (int64), vectorised."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(ends, dtype=np.int64) - starts
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    out = np.ones(total, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    out[0] = starts[0]
+    out[offsets[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(out, out=out)
+
+
+def _base_path(path: str | os.PathLike[str]) -> str:
+    p = os.fspath(path)
+    root, ext = os.path.splitext(p)
+    return root if ext.lower() in SUFFIXES else p
+
+
+def _int_range(bits: int) -> int:
+    return 2 ** (bits - 1) - 1
+
+
+# ============================================================== scanning
+class _Layout:
+    """How long a record starting at a position is, for one file kind.
+
+    ``lengths(p)`` is vectorised (``(length, ok)`` arrays); ``step(p)`` is the
+    scalar form returning ``(length, None)`` or ``(0, reason)``.
+    """
+
+    n: int
+
+    def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def step(self, p: int) -> tuple[int, str | None]:
+        raise NotImplementedError
+
+    def uniform(self) -> np.ndarray | None:
+        """Record starts if every record has the first record's length, else None."""
+        return None
+
+
+class _CgLayout(_Layout):
+    """.cg: ``[type, nin, nout, ins..., outs...]`` or ``[0, constant, output]``."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a, self.n = a, len(a)
+        self._list: list[int] | None = a.tolist() if self.n < _SMALL_STREAM else None
+
+    def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, n = self.a, self.n
+        hi = n - 1
+        t = a[p].astype(np.int64)
+        nin = np.clip(a[np.minimum(p + 1, hi)], -1, n + 1).astype(np.int64)
+        nout = np.clip(a[np.minimum(p + 2, hi)], -1, n + 1).astype(np.int64)
+        const = t == 0
+        length = np.where(const, 3, 3 + nin + nout)
+        ok = (p + 3 <= n) & (t >= 0) & (const | ((nin >= 0) & (nout >= 0))) & (p + length <= n)
+        return length, ok
+
+    def _get(self, i: int) -> int:
+        return self._list[i] if self._list is not None else int(self.a[i])
+
+    def step(self, p: int) -> tuple[int, str | None]:
+        n = self.n
+        if p + 3 > n:
+            return 0, f"function record header runs past the end of the file (truncated; {n - p} of 3 integers)"
+        t = self._get(p)
+        if t < 0:
+            return 0, f"negative function type {t}"
+        if t == 0:
+            return 3, None
+        nin, nout = self._get(p + 1), self._get(p + 2)
+        if nin < 0 or nout < 0:
+            return 0, f"negative input/output count ({nin}, {nout})"
+        length = 3 + nin + nout
+        if p + length > n:
+            return 0, f"function record of {length} integers runs past the end of the file ({n - p} left; truncated?)"
+        return length, None
+
+    def uniform(self) -> np.ndarray | None:
+        a, n = self.a, self.n
+        if n < 3 or int(a[0]) == 0:
+            return None
+        length = 3 + int(a[1]) + int(a[2])
+        if length <= 3 or n % length or int(a[1]) < 0 or int(a[2]) < 0:
+            return None
+        rows = a.reshape(-1, length)
+        if not (np.all(rows[:, 1] == a[1]) and np.all(rows[:, 2] == a[2]) and np.all(rows[:, 0] > 0)):
+            return None
+        return np.arange(0, n, length, dtype=np.int64)
+
+
+class _CgioLayout(_Layout):
+    """.cgio: ``[type, n, vars...]`` (n vars, or 2n for copies)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a, self.n = a, len(a)
+        self._list: list[int] | None = a.tolist() if self.n < _SMALL_STREAM else None
+
+    def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, n = self.a, self.n
+        t = a[p].astype(np.int64)
+        cnt = np.clip(a[np.minimum(p + 1, n - 1)], -1, n + 1).astype(np.int64)
+        length = 2 + np.where(t == IO_COPY, 2 * cnt, cnt)
+        ok = (p + 2 <= n) & (t >= 1) & (t <= 3) & (cnt >= 0) & (p + length <= n)
+        return length, ok
+
+    def _get(self, i: int) -> int:
+        return self._list[i] if self._list is not None else int(self.a[i])
+
+    def step(self, p: int) -> tuple[int, str | None]:
+        n = self.n
+        if p + 2 > n:
+            return 0, "gateway header runs past the end of the file (truncated)"
+        t, cnt = self._get(p), self._get(p + 1)
+        if t not in (IO_SET, IO_GET, IO_COPY):
+            return 0, f"unknown gateway type {t} (1 set, 2 get, 3 copy)"
+        if cnt < 0:
+            return 0, f"negative variable count {cnt}"
+        length = 2 + (2 * cnt if t == IO_COPY else cnt)
+        if p + length > n:
+            return 0, f"gateway record of {length} integers runs past the end of the file ({n - p} left; truncated?)"
+        return length, None
+
+
+class _CgsLayout(_Layout):
+    """.cgs over bytes: ``[type, index, name length, description length]`` then the chars."""
+
+    def __init__(self, data: np.ndarray, itemsize: int, dtype: np.dtype) -> None:
+        self.data, self.n, self.w = data, len(data), itemsize
+        m = max(self.n - itemsize + 1, 0)
+        # Integers at every byte offset (an overlapping strided view; no copy).
+        self.ints = np.ndarray((m,), dtype=dtype, buffer=data, offset=0, strides=(1,)) if m else np.zeros(0, dtype)
+        self._bytes = data.tobytes() if self.n < (1 << 20) else None
+        self._fmt = {2: "<4h", 4: "<4i", 8: "<4q"}[itemsize]
+
+    def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n, w, ints = self.n, self.w, self.ints
+        if len(ints) == 0:
+            return np.zeros(len(p), np.int64), np.zeros(len(p), bool)
+        hi = len(ints) - 1
+        t = ints[np.minimum(p, hi)].astype(np.int64)
+        idx = ints[np.minimum(p + w, hi)].astype(np.int64)
+        nl = np.clip(ints[np.minimum(p + 2 * w, hi)], -1, n + 1).astype(np.int64)
+        dl = np.clip(ints[np.minimum(p + 3 * w, hi)], -1, n + 1).astype(np.int64)
+        length = 4 * w + nl + dl
+        ok = (p + 4 * w <= n) & (t >= 1) & (t <= 4) & (idx >= 0) & (nl >= 0) & (dl >= 0) & (p + length <= n)
+        return length, ok
+
+    def header(self, p: int) -> tuple[int, int, int, int]:
+        buf = self._bytes if self._bytes is not None else self.data
+        return struct.unpack_from(self._fmt, buf, p)  # type: ignore[return-value]
+
+    def step(self, p: int) -> tuple[int, str | None]:
+        n, w = self.n, self.w
+        if p + 4 * w > n:
+            return 0, "symbol header runs past the end of the file (truncated)"
+        t, idx, nl, dl = self.header(p)
+        if t not in SYM_KIND:
+            return 0, f"unknown symbol type {t} (1 constant, 2 function, 3 variable, 4 io)"
+        if idx < 0:
+            return 0, f"negative index {idx}"
+        if nl < 0 or dl < 0:
+            return 0, f"negative text length ({nl}, {dl})"
+        length = 4 * w + nl + dl
+        if p + length > n:
+            return 0, f"symbol record of {length} bytes runs past the end of the file ({n - p} left; truncated?)"
+        return length, None
+
+
+def scan_records_reference(layout: _Layout) -> np.ndarray:
+    """Record starts by a plain loop over records (the reference for :func:`scan_records`)."""
+    starts: list[int] = []
+    pos, n = 0, layout.n
+    while pos < n:
+        length, reason = layout.step(pos)
+        if reason is not None:
+            raise _ScanError(len(starts), pos, reason)
+        starts.append(pos)
+        pos += length
+    return np.asarray(starts, dtype=np.int64)
+
+
+def scan_records(layout: _Layout, *, block: int | None = None) -> np.ndarray:
+    """Record start positions of a stream (int64), found with NumPy (see the module doc).
+
+    Raises ``_ScanError(record, position, reason)`` at the first bad record.
+    ``block`` forces the block-cursor scan with that block size (for tests).
+
+    >>> a = np.array([5, 1, 1, 0, 1, 0, 4, 2, 5, 0, 2, 3, 9, 7, 1, 1, 3, 10], dtype="<i4")
+    >>> scan_records(_CgLayout(a), block=4).tolist()
+    [0, 5, 8, 13]
+    """
+    n = layout.n
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if block is None:
+        hit = layout.uniform()
+        if hit is not None:
+            return hit
+        if n < _SMALL_STREAM:
+            return scan_records_reference(layout)
+        block = int(min(max(2 * math.isqrt(n), 256), 1 << 16))
+    nb = -(-n // block)
+    bstart = np.arange(nb, dtype=np.int64) * block
+    bend = np.minimum(bstart + block, n)
+    visited = np.zeros(n, dtype=bool)
+    cur = bstart.copy()
+    exits = np.full(nb, -1, dtype=np.int64)
+    dead = np.full(nb, -1, dtype=np.int64)
+    active = np.arange(nb, dtype=np.int64)
+    # All cursors advance together, one record per NumPy step.
+    while len(active):
+        p = cur[active]
+        visited[p] = True
+        length, ok = layout.lengths(p)
+        nxt = p + length
+        if not ok.all():
+            bad = ~ok
+            dead[active[bad]] = p[bad]
+        done = ok & (nxt >= bend[active])
+        if done.any():
+            exits[active[done]] = nxt[done]
+        keep = ok & ~done
+        active = active[keep]
+        cur[active] = nxt[keep]
+    # Walk the blocks in order along the true chain; it joins each block's cursor quickly.
+    extras: list[int] = []
+    count = 0
+    pos = 0
+    bs_l, be_l, ex_l, dd_l = bstart.tolist(), bend.tolist(), exits.tolist(), dead.tolist()
+    for j in range(nb):
+        bs, be = bs_l[j], be_l[j]
+        if pos >= be:
+            visited[bs:be] = False
+            continue
+        while pos < be and not visited[pos]:
+            length, reason = layout.step(pos)
+            if reason is not None:
+                raise _ScanError(count, pos, reason)
+            extras.append(pos)
+            count += 1
+            pos += length
+        if pos >= be:
+            visited[bs:be] = False
+            continue
+        visited[bs:pos] = False
+        d = dd_l[j]
+        if d >= 0:
+            k = int(np.count_nonzero(visited[pos:d]))
+            _, reason = layout.step(d)
+            raise _ScanError(count + k, d, reason or "bad record")
+        count += int(np.count_nonzero(visited[pos:be]))
+        pos = ex_l[j]
+    if extras:
+        visited[np.asarray(extras, dtype=np.int64)] = True
+    return np.flatnonzero(visited).astype(np.int64, copy=False)
+
+
+# ============================================================== files
+class _File:
+    """One of the four files: magic, width and its bytes after the magic byte."""
+
+    def __init__(self, path: str, suffix: str, use_mmap: bool) -> None:
+        self.path = path
+        self.suffix = suffix
+        size = os.path.getsize(path)
+        if size == 0:
+            _fail(path, 0, 0, "empty file (no magic byte)")
+        if use_mmap and size > (1 << 16):
+            # A plain-ndarray view of the map, so that arrays derived from it are plain arrays
+            # (copies of an np.memmap stay np.memmap instances).
+            raw = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+        else:
+            with open(path, "rb") as f:
+                raw = np.frombuffer(f.read(), dtype=np.uint8)
+        magic = int(raw[0])
+        if magic not in MAGIC_DTYPES:
+            _fail(path, 0, 0, f"bad magic byte {magic} (expected 16, 32 or 64: the integer width in bits)")
+        self.bits = magic
+        self.dtype = MAGIC_DTYPES[magic]
+        self.w = self.dtype.itemsize
+        self.body = raw[1:]
+        self.size = size
+
+    def ints(self) -> np.ndarray:
+        """The body as integers (whole integers only; a partial one is reported by the caller)."""
+        k = len(self.body) // self.w
+        if k == 0:
+            return np.zeros(0, dtype=self.dtype)
+        return self.body[: k * self.w].view(self.dtype)
+
+    def byte_of(self, pos: int) -> int:
+        """File offset of integer ``pos`` of the body."""
+        return 1 + pos * self.w
+
+
+def _scan_file(f: _File, layout: _Layout) -> np.ndarray:
+    try:
+        starts = scan_records(layout)
+    except _ScanError as e:
+        unit = 1 if isinstance(layout, _CgsLayout) else f.w
+        _fail(f.path, e.record, 1 + e.pos * unit, e.reason)
+    if not isinstance(layout, _CgsLayout) and len(f.body) % f.w:
+        _fail(f.path, len(starts), 1 + layout.n * f.w,
+              f"{len(f.body) % f.w} trailing byte(s) after the last record (truncated integer)")
+    return starts
+
+
+# ============================================================== attribute / type encoding
+def _f8(v: float) -> str:
+    return struct.pack(">d", v).hex()
+
+
+def _enc_attr(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return {"f8": _f8(float(v))}
+    if isinstance(v, (complex, np.complexfloating)):
+        c = complex(v)
+        return {"c16": [_f8(c.real), _f8(c.imag)]}
+    if isinstance(v, tuple):
+        return [_enc_attr(x) for x in v]
+    raise GraphError(f"attribute value {v!r} ({type(v).__name__}) cannot be stored in a .cg file")
+
+
+def _dec_f8(s: Any) -> float:
+    if not isinstance(s, str) or len(s) != 16:
+        raise ValueError(f"bad float bits {s!r}")
+    return struct.unpack(">d", bytes.fromhex(s))[0]
+
+
+def _dec_attr(x: Any, depth: int = 0) -> Any:
+    if depth > 100:
+        raise ValueError("attribute nesting too deep")
+    if x is None or isinstance(x, (bool, str, int)):
+        return x
+    if isinstance(x, list):
+        return tuple(_dec_attr(y, depth + 1) for y in x)
+    if isinstance(x, dict) and len(x) == 1:
+        ((tag, body),) = x.items()
+        if tag == "f8":
+            return _dec_f8(body)
+        if tag == "c16" and isinstance(body, list) and len(body) == 2:
+            return complex(_dec_f8(body[0]), _dec_f8(body[1]))
+    raise ValueError(f"bad attribute value {x!r}"[:200])
+
+
+def _enc_type(t: ValueType) -> Any:
+    if isinstance(t, VoidType):
+        return {"void": True}
+    return {"dtype": t.dtype.name, "shape": None if t.shape is None else list(t.shape)}
+
+
+def _dec_type(x: Any) -> ValueType:
+    from opgraph.core.types import VOID
+
+    if x == {"void": True}:
+        return VOID
+    if not isinstance(x, dict) or set(x) != {"dtype", "shape"} or not isinstance(x["dtype"], str):
+        raise ValueError(f"bad type {x!r}"[:200])
+    shape = x["shape"]
+    if shape is not None and (not isinstance(shape, list) or len(shape) > 64
+                              or not all(d is None or (type(d) is int and d >= 0) for d in shape)):
+        raise ValueError(f"bad shape {shape!r}"[:200])
+    return TensorType(x["dtype"], None if shape is None else tuple(shape))
+
+
+# ============================================================== constants
+def _const_record_default(c: np.ndarray, tenscalc: bool) -> int:
+    if tenscalc:
+        if c.dtype == np.float64:
+            return TC_DOUBLE_FULL
+        if c.dtype == np.int64:
+            return TC_INT64_VECTOR if c.ndim == 1 else TC_INT64_TENSOR
+        if c.dtype == np.uint8 and c.ndim == 1:
+            return TC_STRING
+    return CONST_RECORD_BASE + DTYPE_CODES[c.dtype.name]
+
+
+def _const_record_fits(rtype: int, c: np.ndarray) -> bool:
+    if rtype == TC_DOUBLE_FULL:
+        return c.dtype == np.float64
+    if rtype == TC_INT64_VECTOR:
+        return c.dtype == np.int64 and c.ndim == 1
+    if rtype == TC_INT64_TENSOR:
+        return c.dtype == np.int64
+    if rtype == TC_STRING:
+        return c.dtype == np.uint8 and c.ndim == 1
+    return rtype == CONST_RECORD_BASE + DTYPE_CODES.get(c.dtype.name, -1)
+
+
+def _encode_constant(rtype: int, c: np.ndarray) -> bytes:
+    if rtype in (TC_INT64_VECTOR, TC_STRING):
+        return np.ascontiguousarray(c, dtype=c.dtype.newbyteorder("<")).tobytes()
+    head = np.array([c.ndim, *c.shape], dtype="<i8").tobytes()
+    if rtype in (TC_DOUBLE_FULL, TC_INT64_TENSOR):
+        return head + np.asarray(c, dtype=c.dtype.newbyteorder("<")).ravel(order="F").tobytes()
+    return head + np.ascontiguousarray(c, dtype=c.dtype.newbyteorder("<")).tobytes()
+
+
+def _decode_constant(rtype: int, data: np.ndarray, fail: Callable[[str], NoReturn]) -> np.ndarray:
+    """Decode one .cgc constant record's data (a uint8 array); ``fail(msg)`` raises."""
+    n = len(data)
+    if rtype == TC_STRING:
+        return np.array(data, dtype=np.uint8)
+    if rtype == TC_INT64_VECTOR:
+        if n % 8:
+            fail(f"int64l_full_vector data of {n} bytes is not a whole number of int64 values")
+        return data.view("<i8").astype(np.int64)
+    if rtype in (TC_DOUBLE_FULL, TC_INT64_TENSOR):
+        dtype, order = np.dtype("<f8" if rtype == TC_DOUBLE_FULL else "<i8"), "F"
+    elif CONST_RECORD_BASE < rtype <= CONST_RECORD_BASE + max(CODE_DTYPES):
+        dtype, order = CODE_DTYPES[rtype - CONST_RECORD_BASE].newbyteorder("<"), "C"
+    elif rtype == TC_DOUBLE_SPARSE:
+        fail("constant type 10002 (TensCalc double_sparse_tensor) is not supported")
+    else:
+        fail(f"unknown constant type {rtype}")
+    if n < 8:
+        fail(f"constant data of {n} bytes is shorter than its int64 ndim")
+    ndim = int(data[:8].view("<i8")[0])
+    if not 0 <= ndim <= 64:
+        fail(f"constant has ndim {ndim} (0..64 allowed)")
+    if n < 8 + 8 * ndim:
+        fail(f"constant data of {n} bytes is shorter than its header (ndim {ndim})")
+    sizes = [int(s) for s in data[8:8 + 8 * ndim].view("<i8")]
+    if any(s < 0 for s in sizes):
+        fail(f"constant has a negative size {sizes}")
+    count = math.prod(sizes)
+    if math.prod(s for s in sizes if s) * dtype.itemsize >= 2**62:
+        fail(f"constant shape {tuple(sizes)} is too large for any array")
+    body = n - 8 - 8 * ndim
+    if count * dtype.itemsize != body:
+        fail(f"constant of shape {tuple(sizes)} ({dtype.name}) needs {count * dtype.itemsize} data bytes, "
+             f"the record has {body}")
+    values = data[8 + 8 * ndim:].view(dtype)
+    if dtype.kind == "b" and count and int(data[8 + 8 * ndim:].max()) > 1:
+        fail("bool constant holds bytes other than 0 and 1")
+    arr = values.reshape(sizes, order=order)
+    return np.array(arr, dtype=dtype.newbyteorder("="), order="C", copy=True)
+
+
+# ============================================================== io base detection
+def _io_base_score(base: int, sets: np.ndarray, gets: np.ndarray, produced: np.ndarray,
+                   const_out: np.ndarray, limit: int) -> int | None:
+    """Score of reading set/get indices with ``base`` (None: impossible). See the module doc."""
+    s = sets.astype(np.int64) - base
+    g = gets.astype(np.int64) - base
+    n_ref = len(produced)
+    if (len(s) and int(s.min()) < 0) or (len(g) and int(g.min()) < 0):
+        return None
+    top = max(n_ref, int(s.max()) + 1 if len(s) else 0, int(g.max()) + 1 if len(g) else 0)
+    if top > limit:
+        return None
+    if len(s):
+        inside = s[s < n_ref]
+        if produced[inside].any() or len(np.unique(s)) != len(s):
+            return None
+    setmask = np.zeros(top, dtype=bool)
+    setmask[s] = True
+    prod = np.zeros(top, dtype=bool)
+    prod[:n_ref] = produced
+    orphans = int(np.count_nonzero(~prod & ~setmask))
+    outside = int(np.count_nonzero(s >= n_ref)) + int(np.count_nonzero((g >= n_ref) & ~setmask[g]))
+    gi = g[g < n_ref]
+    const_gets = int(np.count_nonzero(const_out[gi]))
+    return orphans + outside + const_gets
+
+
+def _detect_io_base(sets: np.ndarray, gets: np.ndarray, produced: np.ndarray, const_out: np.ndarray,
+                    limit: int) -> int | None:
+    s0 = _io_base_score(0, sets, gets, produced, const_out, limit)
+    s1 = _io_base_score(1, sets, gets, produced, const_out, limit)
+    if s0 is None and s1 is None:
+        return None
+    if s1 is None or (s0 is not None and s0 <= s1):
+        return 0
+    return 1
+
+
+# ============================================================== saving
+def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | None = None) -> None:
+    """Write ``graph`` as the four files ``base.cg``, ``.cgc``, ``.cgio``, ``.cgs``, atomically.
+
+    ``path`` is the base name or any of the four file names. ``index_bits``
+    (16, 32 or 64) is the integer width; by default the width the graph was
+    read with (``file_meta``), else 32, or 64 when something does not fit.
+    A graph read from a TensCalc file set is written back byte for byte.
+
+    >>> import os, tempfile, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> b.output(b.negative(b.input(("int8", (2,)), name="a")))
+    >>> base = os.path.join(tempfile.mkdtemp(), "g")
+    >>> save_cg(b.freeze(), base, index_bits=16)
+    >>> open(base + ".cg", "rb").read(1)[0], load_cg(base).file_meta["cg_index_bits"]
+    (16, 16)
+    """
+    if index_bits is not None and index_bits not in MAGIC_DTYPES:
+        raise ValueError(f"index_bits must be 16, 32 or 64, not {index_bits!r}")
+    contents = _Writer(graph).contents(index_bits)
+    base = _base_path(path)
+    with atomic_files([base + s for s in SUFFIXES]) as files:
+        for f, chunks in zip(files, contents, strict=True):
+            _write_file(f, chunks)
+
+
+def _write_file(f: BinaryIO, chunks: Iterable[Any]) -> None:
+    """Write one file's chunks (bytes or arrays) to an open temporary file."""
+    for chunk in chunks:
+        f.write(memoryview(chunk).cast("B") if isinstance(chunk, np.ndarray) else chunk)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One .cgio record: a named ``set``, ``get`` or ``copy`` of some values.
+
+    ``values`` are the variables set or got (for a copy, the sources);
+    ``destinations`` are a copy's destination inputs.
+    """
+
+    kind: str
+    name: str | None
+    values: tuple[int, ...]
+    destinations: tuple[int, ...] = ()
+
+
+def gateways(graph: Graph) -> list[Gateway]:
+    """The graph's set/get/copy gateways grouped as its .cgio records are (TensCalc's named io functions).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", ()), name="x")
+    >>> b.output(b.exp(x))
+    >>> [(gw.kind, gw.values) for gw in gateways(b.freeze())]
+    [('get', (1,)), ('set', (0,))]
+    """
+    writer = _Writer(graph)
+    unset = writer._unset_inputs()
+    sets = graph.inputs.tolist()[:len(graph.inputs) - len(unset)]
+    layout = writer._io_layout(len(sets)) or (
+        [(IO_GET, 1)] * len(graph.outputs) + [(IO_SET, 1)] * len(sets) + [(IO_COPY, 1)] * len(graph.updates))
+    pending = {IO_SET: sets, IO_GET: graph.outputs.tolist(), IO_COPY: graph.updates.tolist()}
+    out: list[Gateway] = []
+    for k, (kind, count) in enumerate(layout):
+        taken, pending[kind] = pending[kind][:count], pending[kind][count:]
+        name = graph.symbols.io.get(k)
+        if kind == IO_COPY:
+            out.append(Gateway("copy", name, tuple(int(s) for s, _ in taken), tuple(int(d) for _, d in taken)))
+        else:
+            out.append(Gateway("set" if kind == IO_SET else "get", name, tuple(int(v) for v in taken)))
+    return out
+
+
+class _Writer:
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.meta = g.file_meta
+        n_ops, n_vals = g.num_ops, g.num_values
+        if len(g.in_ptr) != n_ops + 1 or len(g.out_ptr) != n_ops + 1 or len(g.value_type) != n_vals:
+            raise GraphError("graph arrays are inconsistent; verify() it first")
+        self.n_in = np.diff(g.in_ptr)
+        self.n_out = np.diff(g.out_ptr)
+        self.is_const = g.op_kind == CONST.id
+        # Constant index of each const op (from its attribute entry).
+        self.const_idx = np.zeros(n_ops, dtype=np.int64)
+        if self.is_const.any():
+            aids = np.unique(g.op_attr[self.is_const])
+            lut = np.full(len(g.attrs), -1, dtype=np.int64)
+            for aid in aids.tolist():
+                idx = dict(g.attrs[aid]).get("index", -1)
+                if not (type(idx) is int and 0 <= idx < len(g.constants)):
+                    raise GraphError(f"const op attribute {g.attrs[aid]!r} does not name a constant")
+                lut[aid] = idx
+            self.const_idx[self.is_const] = lut[g.op_attr[self.is_const]]
+            bad = self.is_const & ((self.n_in != 0) | (self.n_out != 1))
+            if bad.any():
+                raise GraphError(f"const op {int(np.flatnonzero(bad)[0])} must have no inputs and one output")
+
+    # ---------------------------------------------------------- decisions
+    def _meta_get(self, key: str, default: Any = None) -> Any:
+        return self.meta.get(key, default)
+
+    def _unset_inputs(self) -> list[int]:
+        """Inputs that get no set gateway (honoured only as a tail of graph.inputs)."""
+        unset = self._meta_get("cg_unset_inputs")
+        if not unset:
+            return []
+        try:
+            unset = [int(v) for v in unset]
+        except (TypeError, ValueError):
+            return []
+        ins = self.g.inputs.tolist()
+        if len(unset) <= len(ins) and ins[len(ins) - len(unset):] == unset:
+            return unset
+        return []
+
+    def _plain_ok(self, set_vars: np.ndarray, gets: np.ndarray, base: int, unset: list[int],
+                  sym_recs: list[tuple[int, int, str, str]]) -> bool:
+        """True when the graph survives a write without the metadata record (see the module doc)."""
+        g = self.g
+        if self._meta_get("cg_opgraph_metadata", True) is not False:
+            return False
+        for k in np.unique(g.op_kind).tolist():
+            if k == CONST.id:
+                continue
+            try:
+                opdef = get_op(k)
+            except KeyError:
+                return False
+            if opdef.family != "tenscalc":
+                return False
+        if np.any(g.op_version != 0):
+            return False
+        nc = ~self.is_const
+        if nc.any():
+            aids = g.op_attr[nc]
+            nouts = self.n_out[nc]
+            for aid in np.unique(aids).tolist():
+                a = g.attrs[aid]
+                if len(a) != 1 or a[0][0] != "nout" or type(a[0][1]) is not int:
+                    return False
+                if np.any(nouts[aids == aid] != a[0][1]):
+                    return False
+        # Types: constants' outputs exactly their constant's type, everything else f64[...].
+        canon: dict[ValueType, int] = {}
+        tid_canon = np.array([canon.setdefault(t, i) for i, t in enumerate(g.types)], dtype=np.int64)
+        want = np.full(g.num_values, canon.get(F64_UNKNOWN, -1), dtype=np.int64)
+        const_outs = g.out_ids[g.out_ptr[:-1][self.is_const]]
+        if self.is_const.any():
+            ctype = np.array([canon.get(TensorType.of(c), -2) for c in g.constants], dtype=np.int64)
+            want[const_outs] = ctype[self.const_idx[self.is_const]]
+        have = tid_canon[g.value_type] if g.num_values else np.zeros(0, np.int64)
+        if not np.array_equal(have, want):
+            return False
+        # Symbols: empty strings cannot be told apart from "no name" without metadata.
+        sym = g.symbols
+        for table in (sym.values, sym.ops, sym.constants, sym.io, sym.descriptions):
+            if any(v == "" for v in table.values()):
+                return False
+        # The reader must find the same variables, unset inputs and index base.
+        n_ref = 0
+        for arr in (g.in_ids, g.out_ids, g.updates.reshape(-1)):
+            if len(arr):
+                n_ref = max(n_ref, int(arr.max()) + 1)
+        n_ref = max([n_ref] + [idx + 1 for t, idx, _, _ in sym_recs if t == 3])
+        produced = np.zeros(n_ref, dtype=bool)
+        produced[g.out_ids] = True
+        const_out = np.zeros(n_ref, dtype=bool)
+        const_out[const_outs] = True
+        if _detect_io_base(set_vars + base, gets + base, produced, const_out, _MAX_INDEX) != base:
+            return False
+        n_vals = max(n_ref, int(set_vars.max()) + 1 if len(set_vars) else 0,
+                     int(gets.max()) + 1 if len(gets) else 0)
+        if n_vals != g.num_values:
+            return False
+        is_set = np.zeros(n_vals, dtype=bool)
+        is_set[set_vars] = True
+        return bool(np.flatnonzero((g.value_producer < 0) & ~is_set).tolist() == unset)
+
+    def _io_layout(self, n_sets: int) -> list[tuple[int, int]] | None:
+        """.cgio records as (type, count), from file_meta when it fits, else None (one per variable)."""
+        lay = self._meta_get("cg_io_records")
+        if not lay:
+            return None
+        try:
+            lay = [(int(t), int(c)) for t, c in lay]
+        except (TypeError, ValueError):
+            return None
+        tot = {IO_SET: 0, IO_GET: 0, IO_COPY: 0}
+        for t, c in lay:
+            if t not in tot or c < 0:
+                return None
+            tot[t] += c
+        g = self.g
+        if (tot[IO_SET], tot[IO_GET], tot[IO_COPY]) != (n_sets, len(g.outputs), len(g.updates)):
+            return None
+        return lay
+
+    # ---------------------------------------------------------- contents
+    def contents(self, index_bits: int | None) -> list[list[Any]]:
+        g = self.g
+        unset = self._unset_inputs()
+        set_vars = g.inputs[: len(g.inputs) - len(unset)].astype(np.int64)
+        gets = g.outputs.astype(np.int64)
+        base = self._meta_get("cg_io_base", 0)
+        base = base if base in (0, 1) else 0
+        layout = self._io_layout(len(set_vars))
+        n_io = len(layout) if layout is not None else len(set_vars) + len(gets) + len(g.updates)
+        sym_recs = self._symbol_records(n_io)
+        plain = self._plain_ok(set_vars, gets, base, unset, sym_recs)
+
+        # .cgc records: (type, data)
+        const_types = self._meta_get("cg_const_types")
+        const_recs: list[tuple[int, bytes]] = []
+        for i, c in enumerate(g.constants):
+            rtype = None
+            if const_types is not None and len(const_types) == len(g.constants):
+                t = const_types[i]
+                if type(t) is int and _const_record_fits(t, c):
+                    rtype = t
+            if rtype is None:
+                rtype = _const_record_default(c, plain)
+            const_recs.append((rtype, _encode_constant(rtype, c)))
+        metadata = None if plain else self._metadata(base, unset, sym_recs)
+
+        # Width: the largest integer any file holds.
+        need = max(
+            int(g.op_kind.max(initial=0)), int(self.n_in.max(initial=0)), int(self.n_out.max(initial=0)),
+            g.num_values, len(g.constants), n_io, METADATA_RECORD, len(g.inputs) + len(g.outputs),
+            2 * len(g.updates) + 2,
+            max((len(d) for _, d in const_recs), default=0),
+            len(metadata) if metadata is not None else 0,
+            max((max(r[1], len(r[2]), len(r[3])) for r in sym_recs), default=0),
+        )
+        if index_bits is None:
+            bits = self._meta_bits()
+            if bits is None or need > _int_range(bits):
+                bits = 32 if need <= _int_range(32) else 64
+        else:
+            bits = index_bits
+            if need > _int_range(bits):
+                raise ValueError(f"a {bits}-bit .cg file set cannot hold this graph: it needs integers up to "
+                                 f"{need} (use index_bits=32 or 64)")
+        dt = MAGIC_DTYPES[bits]
+        magic = bytes([bits])
+
+        cg = [magic, self._cg_stream(dt)]
+        cgc: list[Any] = [magic]
+        for rtype, data in const_recs:
+            cgc.append(np.array([rtype, len(data)], dtype=dt).tobytes())
+            cgc.append(data)
+        if metadata is not None:
+            cgc.append(np.array([METADATA_RECORD, len(metadata)], dtype=dt).tobytes())
+            cgc.append(metadata)
+        cgio = [magic, self._cgio_stream(dt, layout, set_vars + base, gets + base)]
+        cgs = [magic]
+        enc = self._encoding()
+        for t, idx, name, desc in sym_recs:
+            nb, db = name.encode(enc, "surrogatepass"), desc.encode(enc, "surrogatepass")
+            cgs.append(np.array([t, idx, len(nb), len(db)], dtype=dt).tobytes())
+            cgs.append(nb + db)
+        return [cg, cgc, cgio, cgs]
+
+    def _meta_bits(self) -> int | None:
+        bits = self._meta_get("cg_index_bits")
+        if isinstance(bits, dict):
+            bits = bits.get("cg")
+        return bits if type(bits) is int and bits in MAGIC_DTYPES else None
+
+    def _encoding(self) -> str:
+        enc = self._meta_get("cg_text_encoding", "utf-8")
+        if enc != "latin-1":
+            return "utf-8"
+        sym = self.g.symbols
+        texts = [*sym.values.values(), *sym.ops.values(), *sym.constants.values(), *sym.io.values(),
+                 *sym.descriptions.values()]
+        try:
+            for s in texts:
+                s.encode("latin-1")
+        except UnicodeEncodeError:
+            return "utf-8"
+        return "latin-1"
+
+    def _cg_stream(self, dt: np.dtype) -> np.ndarray:
+        g = self.g
+        n_ops = g.num_ops
+        n_in, n_out, is_const = self.n_in, self.n_out, self.is_const
+        if n_ops == 0:
+            return np.zeros(0, dtype=dt)
+        if not is_const.any() and np.all(n_in == n_in[0]) and np.all(n_out == n_out[0]):
+            # Every record has the same shape: fill columns of a 2-D view.
+            k, m = int(n_in[0]), int(n_out[0])
+            rows = np.empty((n_ops, 3 + k + m), dtype=dt)
+            rows[:, 0] = g.op_kind
+            rows[:, 1] = k
+            rows[:, 2] = m
+            rows[:, 3:3 + k] = g.in_ids.reshape(n_ops, k)
+            rows[:, 3 + k:] = g.out_ids.reshape(n_ops, m)
+            return rows.reshape(-1)
+        rec_len = np.where(is_const, 3, 3 + n_in + n_out)
+        starts = np.zeros(n_ops + 1, dtype=np.int64)
+        np.cumsum(rec_len, out=starts[1:])
+        s = starts[:-1]
+        buf = np.empty(int(starts[-1]), dtype=dt)
+        buf[s] = g.op_kind
+        first_out = g.out_ids[np.minimum(g.out_ptr[:-1], max(len(g.out_ids) - 1, 0))] if len(g.out_ids) else 0
+        buf[s + 1] = np.where(is_const, self.const_idx, n_in)
+        buf[s + 2] = np.where(is_const, first_out, n_out)
+        buf[_ranges(s + 3, s + 3 + n_in)] = g.in_ids
+        nc = ~is_const
+        o_start = s + 3 + n_in
+        if nc.all():
+            buf[_ranges(o_start, o_start + n_out)] = g.out_ids
+        else:
+            buf[_ranges(o_start[nc], o_start[nc] + n_out[nc])] = \
+                g.out_ids[_ranges(g.out_ptr[:-1][nc], g.out_ptr[1:][nc])]
+        return buf
+
+    def _cgio_stream(self, dt: np.dtype, layout: list[tuple[int, int]] | None,
+                     sets: np.ndarray, gets: np.ndarray) -> np.ndarray:
+        ups = self.g.updates.astype(np.int64)
+        if layout is None:
+            parts = []
+            if len(gets):
+                parts.append(np.stack([np.full(len(gets), IO_GET), np.ones(len(gets), np.int64), gets], 1).ravel())
+            if len(sets):
+                parts.append(np.stack([np.full(len(sets), IO_SET), np.ones(len(sets), np.int64), sets], 1).ravel())
+            if len(ups):
+                parts.append(np.concatenate([np.full((len(ups), 1), IO_COPY), np.ones((len(ups), 1), np.int64),
+                                             ups], 1).ravel())
+            return np.concatenate(parts).astype(dt) if parts else np.zeros(0, dt)
+        out: list[int] = []
+        pos = {IO_SET: 0, IO_GET: 0, IO_COPY: 0}
+        for t, c in layout:
+            out += [t, c]
+            p = pos[t]
+            if t == IO_SET:
+                out += sets[p:p + c].tolist()
+            elif t == IO_GET:
+                out += gets[p:p + c].tolist()
+            else:
+                out += ups[p:p + c, 0].tolist() + ups[p:p + c, 1].tolist()
+            pos[t] = p + c
+        return np.array(out, dtype=dt)
+
+    def _symbol_records(self, n_io: int) -> list[tuple[int, int, str, str]]:
+        g = self.g
+        sym = g.symbols
+        limits = {1: len(g.constants), 2: g.num_ops, 3: g.num_values, 4: n_io}
+        keys: set[tuple[int, int]] = set()
+        for t, field in _SYM_FIELD.items():
+            for k in getattr(sym, field):
+                keys.add((t, int(k)))
+        for kind, idx in sym.descriptions:
+            if kind not in SYM_TYPE:
+                raise GraphError(f"description key ({kind!r}, {idx}): kind must be one of {sorted(SYM_TYPE)}")
+            keys.add((SYM_TYPE[kind], int(idx)))
+        for t, idx in keys:
+            if not 0 <= idx < limits[t]:
+                raise GraphError(f"{SYM_KIND[t]} symbol index {idx} is out of range ({limits[t]} exist)")
+        order = None
+        meta_order = self._meta_get("cg_cgs_order")
+        if meta_order:
+            try:
+                cand = [(int(t), int(i)) for t, i in meta_order]
+            except (TypeError, ValueError):
+                cand = None
+            if cand is not None and keys <= set(cand) and all(
+                    t in limits and 0 <= i < limits[t] for t, i in cand):
+                order = cand
+        if order is None:
+            order = sorted(keys)
+        recs = []
+        for t, idx in order:
+            name = getattr(sym, _SYM_FIELD[t]).get(idx, "")
+            desc = sym.descriptions.get((SYM_KIND[t], idx), "")
+            if not isinstance(name, str) or not isinstance(desc, str):
+                raise GraphError(f"{SYM_KIND[t]} {idx}: names and descriptions must be strings")
+            recs.append((t, idx, name, desc))
+        return recs
+
+    def _metadata(self, base: int, unset: list[int], sym_recs: list[tuple[int, int, str, str]]) -> bytes:
+        g = self.g
+        arrays: dict[str, Any] = {}
+        blobs: list[bytes] = []
+        offset = 0
+        for name, arr in (("op_attr", g.op_attr), ("op_version", g.op_version), ("value_type", g.value_type)):
+            if len(arr) == 0 or (arr.min() == arr.max()):
+                arrays[name] = {"fill": int(arr[0]) if len(arr) else 0}
+                continue
+            lo, hi = int(arr.min()), int(arr.max())
+            dt = next(d for d in ("<i1", "<i2", "<i4", "<i8")
+                      if np.iinfo(d).min <= lo and hi <= np.iinfo(d).max)
+            data = arr.astype(dt).tobytes()
+            arrays[name] = {"dtype": dt, "offset": offset, "count": len(arr)}
+            pad = -len(data) % 8
+            blobs.append(data + b"\0" * pad)
+            offset += len(data) + pad
+        sym = g.symbols
+        empty = []
+        for t, idx, _, _ in sym_recs:
+            n_set = getattr(sym, _SYM_FIELD[t]).get(idx) == ""
+            d_set = sym.descriptions.get((SYM_KIND[t], idx)) == ""
+            if n_set or d_set:
+                empty.append([t, idx, n_set, d_set])
+        header = {
+            "format": "opgraph.cg",
+            "version": METADATA_VERSION,
+            "index_base": base,
+            "num_ops": g.num_ops,
+            "num_values": g.num_values,
+            "num_constants": len(g.constants),
+            "num_inputs": len(g.inputs),
+            "num_outputs": len(g.outputs),
+            "num_updates": len(g.updates),
+            "types": [_enc_type(t) for t in g.types],
+            "attrs": [[[k, _enc_attr(v)] for k, v in a] for a in g.attrs],
+            "arrays": arrays,
+            "unset_inputs": unset,
+            "empty_symbols": empty,
+        }
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+        pad = -(8 + len(text)) % 8
+        return struct.pack("<q", len(text)) + text + b"\0" * pad + b"".join(blobs)
+
+
+# ============================================================== loading
+def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
+    """Read a .cg file set (ours or TensCalc's) into a verified :class:`Graph`.
+
+    ``path`` is the base name or any of the four file names. ``mmap`` maps
+    large files instead of reading them. Never executes code; every length
+    and index is checked before use. Any problem raises one
+    :class:`~opgraph.errors.FormatError` naming the file, record and byte offset.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> for s in (".cg", ".cgc", ".cgio", ".cgs"):
+    ...     _ = open(os.path.join(d, "bad" + s), "wb").write(bytes([33]))
+    >>> load_cg(os.path.join(d, "bad"))
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.FormatError: .../bad.cg: record 0 at byte offset 0: bad magic byte 33 (expected 16, ...)
+    """
+    base = _base_path(path)
+    where = _Where()
+    try:
+        return _Reader(base, mmap, where).read()
+    except FormatError:
+        raise
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:  # a check we missed: still one FormatError, with the place we were at
+        err = FormatError(f"{where.path}: record {where.record} at byte offset {where.offset}: "
+                          f"malformed ({type(exc).__name__}: {exc})")
+        err.unexpected = True  # type: ignore[attr-defined]
+        raise err from exc
+
+
+class _Reader:
+    def __init__(self, base: str, use_mmap: bool, where: _Where) -> None:
+        self.base = base
+        self.where = where
+        self.files: dict[str, _File] = {}
+        for s in SUFFIXES:
+            where.at(base + s)
+            self.files[s] = _File(base + s, s, use_mmap)
+        self.cg, self.cgc, self.cgio, self.cgs = (self.files[s] for s in SUFFIXES)
+        self.file_meta: dict[str, Any] = {}
+
+    # ---------------------------------------------------------- .cg
+    def _read_cg(self) -> None:
+        # Arrays stay in the file's integer type (int32 ids then become the Graph's own
+        # arrays without a copy); pointers are int64.
+        f = self.cg
+        self.where.at(f.path, 0, 1)
+        a = f.ints()
+        self.a = a
+        starts = _scan_file(f, _CgLayout(a))
+        self.starts = starts
+        n_ops = len(starts)
+        if n_ops > _MAX_INDEX:
+            _fail(f.path, _MAX_INDEX, f.byte_of(int(starts[_MAX_INDEX])), "too many functions")
+        kind = a[starts]
+        is_const = kind == 0
+        any_const = bool(is_const.any())
+        n_in = a[starts + 1] if n_ops else np.zeros(0, a.dtype)
+        n_out = a[starts + 2] if n_ops else np.zeros(0, a.dtype)
+        if any_const:
+            self.const_ref = np.where(is_const, n_in, -1)
+            n_in[is_const] = 0
+            n_out[is_const] = 1
+        else:
+            self.const_ref = np.zeros(0, a.dtype)
+        in_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+        np.cumsum(n_in, dtype=np.int64, out=in_ptr[1:])
+        out_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+        np.cumsum(n_out, dtype=np.int64, out=out_ptr[1:])
+        if n_ops and not any_const and n_in.min() == n_in.max() and n_out.min() == n_out.max():
+            k, m = int(n_in[0]), int(n_out[0])
+            rows = a.reshape(n_ops, 3 + k + m)
+            in_ids = rows[:, 3:3 + k].reshape(-1)
+            out_ids = rows[:, 3 + k:].reshape(-1)
+        else:
+            in_ids = a[_ranges(starts + 3, starts + 3 + n_in)]
+            o_start = np.where(is_const, starts + 2, starts + 3 + n_in)
+            out_ids = a[_ranges(o_start, o_start + n_out)]
+            del o_start
+        self.kind, self.is_const, self.n_out = kind, is_const, n_out
+        self.in_ptr, self.out_ptr, self.in_ids, self.out_ids = in_ptr, out_ptr, in_ids, out_ids
+
+    def _cg_fail(self, op: int, message: str) -> NoReturn:
+        _fail(self.cg.path, op, self.cg.byte_of(int(self.starts[op])), message)
+
+    # ---------------------------------------------------------- .cgc
+    def _read_cgc(self) -> None:
+        f = self.cgc
+        body, w, dt = f.body, f.w, f.dtype
+        n = len(body)
+        pos = 0
+        rec = 0
+        self.constants: list[np.ndarray] = []
+        self.const_types: list[int] = []
+        self.metadata: tuple[int, int, np.ndarray] | None = None
+        while pos < n:
+            off = 1 + pos
+            self.where.at(f.path, rec, off)
+            if self.metadata is not None:
+                _fail(f.path, rec, off, "a record follows the opgraph metadata record (it must be last)")
+            if pos + 2 * w > n:
+                _fail(f.path, rec, off, "constant header runs past the end of the file (truncated)")
+            rtype, length = (int(x) for x in body[pos:pos + 2 * w].view(dt))
+            if length < 0:
+                _fail(f.path, rec, off, f"negative data length {length}")
+            if length > n - pos - 2 * w:
+                _fail(f.path, rec, off, f"data length {length} runs past the end of the file "
+                                        f"({n - pos - 2 * w} bytes left; truncated?)")
+            data = body[pos + 2 * w:pos + 2 * w + length]
+            if rtype == METADATA_RECORD:
+                self.metadata = (rec, off, data)
+            else:
+                def fail(msg: str, rec: int = rec, off: int = off) -> NoReturn:
+                    _fail(f.path, rec, off, msg)
+
+                self.constants.append(_decode_constant(rtype, data, fail))
+                self.const_types.append(rtype)
+            pos += 2 * w + length
+            rec += 1
+
+    def _meta_fail(self, message: str) -> NoReturn:
+        assert self.metadata is not None
+        _fail(self.cgc.path, self.metadata[0], self.metadata[1], f"opgraph metadata: {message}")
+
+    def _read_metadata(self) -> dict[str, Any] | None:
+        if self.metadata is None:
+            return None
+        rec, off, data = self.metadata
+        self.where.at(self.cgc.path, rec, off)
+        if len(data) < 8:
+            self._meta_fail("record shorter than its header")
+        j = int(data[:8].view("<i8")[0])
+        if not 0 <= j <= len(data) - 8:
+            self._meta_fail(f"JSON length {j} does not fit the record ({len(data)} bytes)")
+        try:
+            header = json.loads(data[8:8 + j].tobytes().decode("ascii"))
+        except (ValueError, RecursionError) as exc:
+            self._meta_fail(f"bad JSON header ({exc})")
+        if not isinstance(header, dict) or header.get("format") != "opgraph.cg":
+            self._meta_fail("not an opgraph metadata header")
+        if header.get("version") != METADATA_VERSION:
+            self._meta_fail(f"unsupported version {header.get('version')!r} (this reader knows {METADATA_VERSION})")
+        self.blob_start = 8 + j + (-(8 + j) % 8)
+        return header
+
+    def _meta_array(self, header: dict[str, Any], name: str, count: int, table: int | None) -> np.ndarray:
+        spec = header.get("arrays", {}).get(name) if isinstance(header.get("arrays"), dict) else None
+        if not isinstance(spec, dict):
+            self._meta_fail(f"array {name} missing")
+        if set(spec) == {"fill"}:
+            v = spec["fill"]
+            if type(v) is not int or not -(2**31) <= v < 2**31:
+                self._meta_fail(f"array {name}: bad fill value {v!r}")
+            out = np.full(count, v, dtype=np.int32)
+        else:
+            dt, o, c = spec.get("dtype"), spec.get("offset"), spec.get("count")
+            if dt not in ("<i1", "<i2", "<i4", "<i8") or type(o) is not int or type(c) is not int:
+                self._meta_fail(f"array {name}: bad description {spec!r}"[:300])
+            if c != count:
+                self._meta_fail(f"array {name} has {c} entries, the files have {count}")
+            assert self.metadata is not None
+            data = self.metadata[2]
+            start = self.blob_start + o
+            size = np.dtype(dt).itemsize * c
+            if o < 0 or start + size > len(data):
+                self._meta_fail(f"array {name} ({size} bytes at {o}) runs past the end of the record")
+            vals = data[start:start + size].view(dt)
+            if len(vals) and (int(vals.min()) < -(2**31) or int(vals.max()) >= 2**31):
+                self._meta_fail(f"array {name} holds values outside int32")
+            out = vals.astype(np.int32)
+        if table is not None and len(out) and (int(out.min()) < 0 or int(out.max()) >= table):
+            bad = int(np.flatnonzero((out < 0) | (out >= table))[0])
+            self._meta_fail(f"{name}[{bad}] = {int(out[bad])} is not in its table ({table} entries)")
+        return out
+
+    # ---------------------------------------------------------- .cgio
+    def _read_cgio(self) -> None:
+        f = self.cgio
+        self.where.at(f.path, 0, 1)
+        a = f.ints()
+        starts = _scan_file(f, _CgioLayout(a))
+        self.io_starts = starts
+        t = a[starts].astype(np.int64)
+        cnt = a[starts + 1].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        self.io_type, self.io_count = t, cnt
+
+        def take(kind: int) -> tuple[np.ndarray, np.ndarray]:
+            sel = t == kind
+            s = starts[sel] + 2
+            ids = a[_ranges(s, s + cnt[sel])].astype(np.int64)
+            rec = np.repeat(np.flatnonzero(sel), cnt[sel])
+            return ids, rec
+
+        self.sets, self.set_rec = take(IO_SET)
+        self.gets, self.get_rec = take(IO_GET)
+        sel = t == IO_COPY
+        s = starts[sel] + 2
+        c = cnt[sel]
+        self.copy_src = a[_ranges(s, s + c)].astype(np.int64)
+        self.copy_dst = a[_ranges(s + c, s + 2 * c)].astype(np.int64)
+        self.copy_rec = np.repeat(np.flatnonzero(sel), c)
+
+    def _io_fail(self, rec: int, message: str) -> NoReturn:
+        _fail(self.cgio.path, rec, self.cgio.byte_of(int(self.io_starts[rec])), message)
+
+    # ---------------------------------------------------------- .cgs
+    def _read_cgs(self) -> None:
+        f = self.cgs
+        self.where.at(f.path, 0, 1)
+        layout = _CgsLayout(f.body, f.w, f.dtype)
+        starts = _scan_file(f, layout)
+        w = f.w
+        recs: list[tuple[int, int, int, int, int]] = []  # type, index, name start, name len, desc len
+        for p in starts.tolist():
+            t, idx, nl, dl = layout.header(p)
+            recs.append((t, idx, p + 4 * w, nl, dl))
+        self.sym_starts = starts
+        self.sym_recs = recs
+        raw = f.body.tobytes() if len(recs) else b""
+        texts: list[tuple[bytes, bytes]] = [(raw[s:s + nl], raw[s + nl:s + nl + dl]) for _, _, s, nl, dl in recs]
+        enc = "utf-8"
+        try:
+            for nm, ds in texts:
+                nm.decode("utf-8", "surrogatepass")
+                ds.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            enc = "latin-1"
+        self.sym_text = [(nm.decode(enc, "surrogatepass" if enc == "utf-8" else "strict"),
+                          ds.decode(enc, "surrogatepass" if enc == "utf-8" else "strict")) for nm, ds in texts]
+        self.text_encoding = enc
+
+    def _sym_fail(self, rec: int, message: str) -> NoReturn:
+        _fail(self.cgs.path, rec, 1 + int(self.sym_starts[rec]), message)
+
+    # ---------------------------------------------------------- all together
+    def read(self) -> Graph:
+        self._read_cg()
+        self._read_cgc()
+        header = self._read_metadata()
+        self._read_cgio()
+        self._read_cgs()
+        n_ops = len(self.starts)
+        nconst = len(self.constants)
+        fm = self.file_meta
+        bits = {s.lstrip("."): self.files[s].bits for s in SUFFIXES}
+        fm["cg_index_bits"] = bits["cg"] if len(set(bits.values())) == 1 else bits
+        fm["cg_opgraph_metadata"] = header is not None
+
+        # Limit on the number of variables: what the files can describe.
+        limit = min(len(self.a) + len(self.cgio.ints()) + len(self.cgs.body) + 1, _MAX_INDEX)
+
+        # Function types and constant references.
+        kinds = np.unique(self.kind)
+        opdefs: dict[int, OpDef] = {}
+        for k in kinds.tolist():
+            try:
+                opdefs[k] = get_op(k) if k < 2**31 else None  # type: ignore[assignment]
+            except KeyError:
+                opdefs[k] = None  # type: ignore[assignment]
+            if opdefs[k] is None:
+                self._cg_fail(int(np.flatnonzero(self.kind == k)[0]), f"unknown function type {k}")
+        self.kind = self.kind.astype(np.int32, copy=False)
+        if n_ops and self.is_const.any():
+            cref = self.const_ref[self.is_const]
+            bad = (cref < 0) | (cref >= nconst)
+            if bad.any():
+                op = int(np.flatnonzero(self.is_const)[np.flatnonzero(bad)[0]])
+                self._cg_fail(op, f"constant record {int(self.const_ref[op])} does not exist "
+                                  f"({self.cgc.path} has {nconst} constants)")
+
+        # Metadata counts against the files.
+        if header is not None:
+            for key, have in (("num_ops", n_ops), ("num_constants", nconst)):
+                if header.get(key) != have:
+                    self._meta_fail(f"{key} is {header.get(key)!r}, the files hold {have}")
+            nv = header.get("num_values")
+            if type(nv) is not int or not 0 <= nv <= limit:
+                self._meta_fail(f"num_values {nv!r} is not a count the files can describe (at most {limit})")
+            base = header.get("index_base")
+            if base not in (0, 1):
+                self._meta_fail(f"index_base {base!r} (0 or 1)")
+
+        # Variable indices of .cg in range.
+        for ids, ptr, role in ((self.in_ids, self.in_ptr, "input"), (self.out_ids, self.out_ptr, "output")):
+            if len(ids):
+                bad = (ids < 0) | (ids >= limit)
+                if bad.any():
+                    k = int(np.flatnonzero(bad)[0])
+                    op = int(np.searchsorted(ptr, k, side="right") - 1)
+                    self._cg_fail(op, f"{role} variable {int(ids[k])} is out of range")
+        for ids, recs, what in ((self.copy_src, self.copy_rec, "copy source"),
+                                (self.copy_dst, self.copy_rec, "copy destination")):
+            bad = (ids < 0) | (ids >= limit)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self._io_fail(int(recs[k]), f"{what} variable {int(ids[k])} is out of range")
+        n_ref = 0
+        for arr in (self.in_ids, self.out_ids, self.copy_src, self.copy_dst):
+            if len(arr):
+                n_ref = max(n_ref, int(arr.max()) + 1)
+        for i, (t, idx, _, _, _) in enumerate(self.sym_recs):
+            if t == 3:
+                if idx >= limit:
+                    self._sym_fail(i, f"variable index {idx} is out of range")
+                n_ref = max(n_ref, idx + 1)
+
+        # Producers (each variable at most once); ids are int32 from here on.
+        self.in_ids = self.in_ids.astype(np.int32, copy=False)
+        self.out_ids = self.out_ids.astype(np.int32, copy=False)
+        out_ids, n_out = self.out_ids, self.n_out
+        single = n_ops > 0 and n_out.min() == 1 and n_out.max() == 1
+        producer = np.full(n_ref, -1, dtype=np.int32)
+        if len(out_ids):
+            rows = np.arange(n_ops, dtype=np.int32) if single else np.repeat(np.arange(n_ops, dtype=np.int32), n_out)
+            producer[out_ids] = rows
+            clash = producer[out_ids] != rows
+            if clash.any():
+                k = int(np.flatnonzero(clash)[0])
+                v, first, later = int(out_ids[k]), int(rows[k]), int(producer[out_ids[k]])
+                self._cg_fail(max(first, later), f"variable {v} is produced twice "
+                                                 f"(also by record {min(first, later)})")
+            del rows, clash
+        produced = producer >= 0
+        const_out = np.zeros(n_ref, dtype=bool)
+        if len(out_ids) and self.is_const.any():
+            const_out[out_ids[self.out_ptr[:-1][self.is_const]]] = True
+
+        # Index base of set/get gateways.
+        if header is not None:
+            base = header["index_base"]
+        else:
+            found = _detect_io_base(self.sets, self.gets, produced, const_out, limit)
+            if found is None:
+                self._explain_io(produced, limit)
+            base = found
+        fm["cg_io_base"] = base
+        sets, gets = self.sets - base, self.gets - base
+        for ids, recs, what in ((sets, self.set_rec, "set"), (gets, self.get_rec, "get")):
+            bad = (ids < 0) | (ids >= limit)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self._io_fail(int(recs[k]), f"{what} variable {int(ids[k]) + base} is out of range")
+        n_vals = max(n_ref, int(sets.max()) + 1 if len(sets) else 0, int(gets.max()) + 1 if len(gets) else 0)
+        if header is not None:
+            if header["num_values"] < n_vals:
+                self._meta_fail(f"num_values is {header['num_values']}, the files refer to variable {n_vals - 1}")
+            n_vals = header["num_values"]
+        value_producer = producer if n_vals == n_ref else \
+            np.concatenate([producer, np.full(n_vals - n_ref, -1, dtype=np.int32)])
+        del producer, produced
+        if len(sets):
+            hit = value_producer[sets] >= 0
+            if hit.any():
+                k = int(np.flatnonzero(hit)[0])
+                self._io_fail(int(self.set_rec[k]), f"set variable {int(sets[k])} is produced by a function")
+        value_index = np.zeros(n_vals, dtype=np.int32)
+        if len(out_ids) and not single:
+            value_index[out_ids] = np.arange(len(out_ids)) - np.repeat(self.out_ptr[:-1], n_out)
+
+        # Inputs: set gateways, then variables nobody produces or sets.
+        is_set = np.zeros(n_vals, dtype=bool)
+        is_set[sets] = True
+        if np.count_nonzero(is_set) != len(sets):
+            _, first = np.unique(sets, return_index=True)
+            k = int(np.setdiff1d(np.arange(len(sets)), first)[0])
+            self._io_fail(int(self.set_rec[k]), f"variable {int(sets[k])} is set twice")
+        if header is not None:
+            unset = header.get("unset_inputs", [])
+            if not isinstance(unset, list) or not all(type(v) is int and 0 <= v < n_vals for v in unset):
+                self._meta_fail("bad unset_inputs")
+            unset_arr = np.asarray(unset, dtype=np.int64)
+            if len(unset_arr) and (is_set[unset_arr].any() or (value_producer[unset_arr] >= 0).any()
+                                   or len(np.unique(unset_arr)) != len(unset_arr)):
+                self._meta_fail("unset_inputs lists a variable that is set, produced or listed twice")
+        else:
+            unset_arr = np.flatnonzero((value_producer < 0) & ~is_set).astype(np.int64)
+        inputs = np.concatenate([sets, unset_arr])
+        is_input = is_set
+        is_input[unset_arr] = True
+        bad = ~is_input[self.copy_dst] if len(self.copy_dst) else np.zeros(0, bool)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            self._io_fail(int(self.copy_rec[k]), f"copy destination {int(self.copy_dst[k])} is not an input "
+                                                 f"(it is produced by record {int(value_producer[self.copy_dst[k]])})")
+        if len(unset_arr):
+            fm["cg_unset_inputs"] = tuple(unset_arr.tolist())
+        if header is not None:
+            for key, have in (("num_inputs", len(inputs)), ("num_outputs", len(gets)),
+                              ("num_updates", len(self.copy_src))):
+                if header.get(key) != have:
+                    self._meta_fail(f"{key} is {header.get(key)!r}, the files hold {have}")
+
+        # io layout
+        n_io = len(self.io_starts)
+        default_layout = (np.array_equal(self.io_count, np.ones(n_io))
+                          and np.array_equal(self.io_type, np.concatenate(
+                              [np.full(len(gets), IO_GET), np.full(len(sets), IO_SET),
+                               np.full(len(self.copy_src), IO_COPY)])))
+        if not default_layout:
+            fm["cg_io_records"] = tuple(zip(self.io_type.tolist(), self.io_count.tolist(), strict=True))
+
+        # Types, attributes, versions.
+        if header is not None:
+            types, attrs, op_attr, op_version, value_type = self._typed_from_metadata(header, n_ops, n_vals, opdefs)
+        else:
+            types, attrs, op_attr, op_version, value_type = self._typed_tenscalc(n_ops, n_vals, opdefs)
+
+        # Constant record types (remembered when not the default for this kind of file).
+        defaults = [_const_record_default(c, header is None) for c in self.constants]
+        if defaults != self.const_types:
+            fm["cg_const_types"] = tuple(self.const_types)
+
+        if len(self.copy_src):
+            canon: dict[ValueType, int] = {}
+            tid = np.array([canon.setdefault(t, i) for i, t in enumerate(types)], dtype=np.int64)
+            bad = tid[value_type[self.copy_src]] != tid[value_type[self.copy_dst]]
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                src, dst = int(self.copy_src[k]), int(self.copy_dst[k])
+                self._io_fail(int(self.copy_rec[k]), f"copy {src} -> {dst} changes type "
+                                                     f"{types[value_type[src]]} -> {types[value_type[dst]]}")
+        symbols = self._symbols(header, n_ops, n_vals, nconst, n_io)
+        if self.text_encoding != "utf-8":
+            fm["cg_text_encoding"] = self.text_encoding
+
+        self.where.at(self.cg.path, 0, 1)
+        g = Graph(
+            op_kind=self.kind, op_attr=op_attr, op_version=op_version,
+            in_ptr=self.in_ptr, in_ids=self.in_ids,
+            out_ptr=self.out_ptr, out_ids=self.out_ids,
+            value_type=value_type, value_producer=value_producer, value_index=value_index,
+            types=types, attrs=attrs, constants=self.constants,
+            inputs=inputs, outputs=gets,
+            updates=np.stack([self.copy_src, self.copy_dst], axis=1) if len(self.copy_src)
+            else np.zeros((0, 2), np.int32),
+            symbols=symbols, file_meta=fm,
+        )
+        self._verify(g)
+        return g
+
+    def _explain_io(self, produced: np.ndarray, limit: int) -> NoReturn:
+        """Neither index base fits: report the first gateway that fails 0-based reading."""
+        for ids, recs, what in ((self.sets, self.set_rec, "set"), (self.gets, self.get_rec, "get")):
+            bad = (ids < 0) | (ids >= limit)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self._io_fail(int(recs[k]), f"{what} variable {int(ids[k])} is out of range")
+        s = self.sets
+        inside = s < len(produced)
+        hit = np.zeros(len(s), bool)
+        hit[inside] = produced[s[inside]]
+        if hit.any():
+            k = int(np.flatnonzero(hit)[0])
+            self._io_fail(int(self.set_rec[k]), f"set variable {int(s[k])} is produced by a function "
+                                                f"(read 0-based or 1-based)")
+        if len(s) == 0:
+            _fail(self.cgio.path, 0, 1, "the set/get indices fit neither 0-based nor 1-based reading")
+        _, first = np.unique(s, return_index=True)
+        dup = np.setdiff1d(np.arange(len(s)), first)
+        k = int(dup[0]) if len(dup) else 0
+        self._io_fail(int(self.set_rec[k]), "a variable is set twice" if len(dup) else
+                      "the set/get indices fit neither 0-based nor 1-based reading")
+
+    def _typed_tenscalc(self, n_ops: int, n_vals: int, opdefs: dict[int, OpDef]) -> tuple[Any, ...]:
+        types: list[ValueType] = [F64_UNKNOWN]
+        type_ids: dict[ValueType, int] = {F64_UNKNOWN: 0}
+        const_tid = np.array([type_ids.setdefault(TensorType.of(c), len(type_ids)) for c in self.constants],
+                             dtype=np.int32)
+        types = list(type_ids)
+        value_type = np.zeros(n_vals, dtype=np.int32)
+        attrs: list[Attrs] = [(("index", i),) for i in range(len(self.constants))]
+        op_attr = np.zeros(n_ops, dtype=np.int32)
+        op_version = np.zeros(n_ops, dtype=np.int32)
+        if self.is_const.any():
+            cref = self.const_ref[self.is_const]
+            op_attr[self.is_const] = cref
+            value_type[self.out_ids[self.out_ptr[:-1][self.is_const]]] = const_tid[cref]
+        attr_ids: dict[Any, int] = {}
+        tc = np.zeros(n_ops, dtype=bool)
+        for k, opdef in opdefs.items():
+            if k == CONST.id:
+                continue
+            sel = self.kind == k
+            if opdef.family == "tenscalc":
+                tc |= sel
+                continue
+            try:
+                a = opdef.normalise_attrs({})
+            except OpTypeError as exc:
+                self._cg_fail(int(np.flatnonzero(sel)[0]), f"function type {k} ({opdef.name}) needs attributes, "
+                                                          f"which only an opgraph metadata record can give: {exc}")
+            aid = attr_ids.setdefault(exact_key(a), len(attrs))
+            if aid == len(attrs):
+                attrs.append(a)
+            op_attr[sel] = aid
+            for op in np.flatnonzero(sel).tolist():
+                ins = self.in_ids[self.in_ptr[op]:self.in_ptr[op + 1]]
+                in_types = tuple(types[t] for t in value_type[ins])
+                try:
+                    op_version[op] = opdef.version(in_types, dict(a))
+                except Exception as exc:
+                    self._cg_fail(op, f"{opdef.name} rejects its inputs {in_types}: {exc}")
+        if tc.any():
+            nouts = self.n_out[tc]
+            uniq, inv = np.unique(nouts, return_inverse=True)
+            ids = np.empty(len(uniq), dtype=np.int32)
+            for i, m in enumerate(uniq.tolist()):
+                ids[i] = len(attrs)
+                attrs.append((("nout", m),))
+            op_attr[tc] = ids[inv]
+        return types, attrs, op_attr, op_version, value_type
+
+    def _typed_from_metadata(self, header: dict[str, Any], n_ops: int, n_vals: int,
+                             opdefs: dict[int, OpDef]) -> tuple[Any, ...]:
+        self.where.at(self.cgc.path, self.metadata[0], self.metadata[1])  # type: ignore[index]
+        raw_types, raw_attrs = header.get("types"), header.get("attrs")
+        if not isinstance(raw_types, list) or not isinstance(raw_attrs, list):
+            self._meta_fail("types and attrs must be lists")
+        types: list[ValueType] = []
+        for i, t in enumerate(raw_types):
+            try:
+                types.append(_dec_type(t))
+            except (ValueError, OpTypeError, TypeError) as exc:
+                self._meta_fail(f"type {i}: {exc}")
+        attrs: list[Attrs] = []
+        for i, a in enumerate(raw_attrs):
+            try:
+                if not isinstance(a, list):
+                    raise ValueError("not a list of [name, value] pairs")
+                pairs = []
+                for pair in a:
+                    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                        raise ValueError(f"bad pair {pair!r}"[:200])
+                    pairs.append((pair[0], _dec_attr(pair[1])))
+                attrs.append(tuple(pairs))
+            except (ValueError, RecursionError) as exc:
+                self._meta_fail(f"attribute entry {i}: {exc}")
+        op_attr = self._meta_array(header, "op_attr", n_ops, len(attrs))
+        op_version = self._meta_array(header, "op_version", n_ops, None)
+        value_type = self._meta_array(header, "value_type", n_vals, len(types))
+        # Attributes must be what the kind's schema gives (const ops: exactly their .cg constant).
+        if n_ops:
+            width = len(attrs) + 1
+            key = self.kind.astype(np.int64) * width + op_attr
+            for kk in np.unique(key).tolist():
+                k, aid = divmod(kk, width)
+                a = attrs[aid]
+                if k == CONST.id:
+                    continue
+                try:
+                    norm = opdefs[k].normalise_attrs(dict(a))
+                    ok = exact_key(norm) == exact_key(a) and len(dict(a)) == len(a)
+                except Exception as exc:  # normalisers are op code: any complaint means "not valid"
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                else:
+                    why = f"normalises to {norm!r}"[:200]
+                if not ok:
+                    op = int(np.flatnonzero(key == kk)[0])
+                    self._meta_fail(f"attributes {a!r} of record {op} ({opdefs[k].name}) are not valid: {why}"[:400])
+            if self.is_const.any():
+                lut = np.full(len(attrs), -1, dtype=np.int64)
+                for aid, a in enumerate(attrs):
+                    if len(a) == 1 and a[0][0] == "index" and type(a[0][1]) is int:
+                        lut[aid] = a[0][1]
+                got = lut[op_attr[self.is_const]]
+                bad = got != self.const_ref[self.is_const]
+                if bad.any():
+                    op = int(np.flatnonzero(self.is_const)[np.flatnonzero(bad)[0]])
+                    self._meta_fail(f"record {op} is a constant function of constant {int(self.const_ref[op])} "
+                                    f"but its attribute says {attrs[int(op_attr[op])]!r}"[:300])
+        return types, attrs, op_attr, op_version, value_type
+
+    def _symbols(self, header: dict[str, Any] | None, n_ops: int, n_vals: int, nconst: int,
+                 n_io: int) -> Symbols:
+        limits = {1: nconst, 2: n_ops, 3: n_vals, 4: n_io}
+        tables: dict[int, dict[int, str]] = {1: {}, 2: {}, 3: {}, 4: {}}
+        descriptions: dict[tuple[str, int], str] = {}
+        order: list[tuple[int, int]] = []
+        for i, ((t, idx, _, _, _), (name, desc)) in enumerate(zip(self.sym_recs, self.sym_text, strict=True)):
+            if idx >= limits[t]:
+                self._sym_fail(i, f"{SYM_KIND[t]} index {idx} is out of range ({limits[t]} exist)")
+            order.append((t, idx))
+            if name:
+                tables[t][idx] = name
+            if desc:
+                descriptions[(SYM_KIND[t], idx)] = desc
+        if header is not None:
+            empty = header.get("empty_symbols", [])
+            if not isinstance(empty, list):
+                self._meta_fail("bad empty_symbols")
+            for e in empty:
+                if not (isinstance(e, list) and len(e) == 4 and type(e[0]) is int and e[0] in limits
+                        and type(e[1]) is int and 0 <= e[1] < limits[e[0]]
+                        and isinstance(e[2], bool) and isinstance(e[3], bool)):
+                    self._meta_fail(f"bad empty_symbols entry {e!r}"[:200])
+                if e[2]:
+                    tables[e[0]][e[1]] = ""
+                if e[3]:
+                    descriptions[(SYM_KIND[e[0]], e[1])] = ""
+        if order != sorted(set(order)) or len(set(order)) != len(order):
+            self.file_meta["cg_cgs_order"] = tuple(order)
+        return Symbols(values=tables[3], ops=tables[2], constants=tables[1], descriptions=descriptions,
+                       io=tables[4])
+
+    def _verify(self, g: Graph) -> None:
+        try:
+            g.verify()
+        except VerifyError as exc:
+            problem = exc.problems[0]
+            self._problem(problem, len(exc.problems))
+        except Exception as exc:
+            self._problem(f"{type(exc).__name__}: {exc}", 1)
+
+    def _problem(self, problem: str, count: int) -> NoReturn:
+        more = f" (and {count - 1} more problem(s))" if count > 1 else ""
+        m = re.search(r"\bop (\d+)", problem)
+        if m and int(m.group(1)) < len(self.starts):
+            self._cg_fail(int(m.group(1)), f"{problem}{more}")
+        if self.metadata is not None:
+            self._meta_fail(f"{problem}{more}")
+        _fail(self.cg.path, 0, 1, f"{problem}{more}")
