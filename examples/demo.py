@@ -6,6 +6,7 @@
    three graphs are structurally identical.
 3. Run the graph on the held-out test split, compare with scikit-learn's
    own predictions, and print graph statistics.
+4. Save the graph as a .cg file set and as JSON in ``out/`` and load both back.
 
 Run with ``make demo``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -23,6 +25,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 
 import opgraph
+import opgraph.io
 import opgraph.nn as nn
 import opgraph.numpy as onp
 
@@ -119,6 +122,16 @@ def main() -> None:
     if not np.allclose(probs, ref, atol=1e-10):
         raise SystemExit("opgraph disagrees with scikit-learn")
     console.print("[green]opgraph reproduces scikit-learn's predictions.[/green]")
+
+    out_dir = Path(__file__).resolve().parent.parent / "out"
+    out_dir.mkdir(exist_ok=True)
+    opgraph.io.save(g_builder, out_dir / "mlp.cg")
+    opgraph.io.save(g_builder, out_dir / "mlp.json")
+    loaded = opgraph.io.load(out_dir / "mlp")
+    if loaded != g_builder or opgraph.io.load(out_dir / "mlp.json") != g_builder:
+        raise SystemExit("the saved graph did not load back equal")
+    sizes = ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in sorted(out_dir.glob("mlp.*")))
+    console.print(f"saved and reloaded the graph: {sizes} (try: opgraph info out/mlp.cg)")
 
 
 if __name__ == "__main__":
