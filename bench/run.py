@@ -6,6 +6,7 @@ exports them; this script sets them again for the children).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -80,8 +81,17 @@ def io_scale(console: Console) -> None:
 def main() -> None:
     console = Console(width=140)
     console.print(f"python {sys.version.split()[0]}, threads: " + ", ".join(f"{k}=1" for k in THREADS))
-    graph_scale(console)
-    io_scale(console)
+    only = sys.argv[1:]  # e.g. `python bench/run.py io_scale`
+    tables = {"graph_scale": graph_scale, "io_scale": io_scale}
+    # More benchmarks live in bench/table_<name>.py, each with `table(console, run)`.
+    for path in sorted(HERE.glob("table_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        tables[path.stem[len("table_"):]] = lambda c, m=module: m.table(c, run)
+    for name, fn in tables.items():
+        if not only or name in only:
+            fn(console)
 
 
 if __name__ == "__main__":

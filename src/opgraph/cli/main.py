@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import re
 import sys
@@ -385,7 +386,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--limit", type=int, default=2000, metavar="N", help="print at most N ops (0: all; default 2000)")
     p.set_defaults(func=_cmd_dump)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_parser(sub, common)
     return parser
+
+
+COMMAND_MODULES: tuple[str, ...] = ()
+"""Modules adding more subcommands; each has ``add_parser(subparsers, common)``, which adds its
+parser with ``parents=[common]`` and sets ``func`` (a function of the parsed args returning the exit status).
+Helpers for them (``load_graph``, ``save_graph``, ``print_table``) are the ones below."""
+
+
+def load_graph(path: str) -> Any:
+    """Load a graph file for a subcommand (with a progress spinner on slow loads)."""
+    return _load(path)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a rich table the way every subcommand does."""
+    _table(title, columns, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -400,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     if args.command is None:
-        _err(f"choose a command: info, validate, convert, run or dump (see '{PROG} --help')")
+        _err(f"choose a command (see '{PROG} --help')")
         return 2
     try:
         return int(args.func(args))
