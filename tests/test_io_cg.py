@@ -806,3 +806,21 @@ def test_ranges_helper() -> None:
     got = cg._ranges(np.array([3, 10, 7]), np.array([5, 10, 9]))
     assert got.tolist() == [3, 4, 7, 8]
     assert math.prod([]) == 1  # the 0-d constant case relies on it
+
+
+def test_known_but_unevaluable_kind_loads_prints_saves_and_raises_only_when_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from opgraph.core.types import TensorType
+
+    b = opgraph.GraphBuilder()
+    a = b.input(TensorType("float64", None), name="a")
+    b.output(b.op("Vchol", a, nout=1, name="L"))
+    first = tmp_path / "first"
+    save_cg(b.freeze(), first)
+    loaded = load_cg(first)
+    assert "Vchol(%a)" in str(loaded)
+    second = tmp_path / "second"
+    save_cg(loaded, second)
+    for suffix in (".cg", ".cgc", ".cgio", ".cgs"):
+        assert (tmp_path / f"first{suffix}").read_bytes() == (tmp_path / f"second{suffix}").read_bytes()
+    with pytest.raises(opgraph.ExecutionError, match="Vchol"):
+        loaded.run({"a": np.eye(2)})
