@@ -524,42 +524,51 @@ class Graph:
         # Group ops by (n_in, n_out); inside a group the signature is a fixed-width row,
         # so np.unique finds the distinct signatures and each type rule runs once per signature.
         arity = n_in * (int(n_out.max(initial=0)) + 1) + n_out
+        del n_in, n_out
         reported = 0
+        checked: set[tuple[int, ...]] = set()
         for key in np.unique(arity[nonconst]):
-            ops = np.flatnonzero(nonconst & (arity == key))
-            a_in, a_out = int(n_in[ops[0]]), int(n_out[ops[0]])
-            cols = [self.op_kind[ops], self.op_attr[ops], self.op_version[ops]]
-            for j in range(a_in):
-                cols.append(self.value_type[self.in_ids[self.in_ptr[ops] + j]])
-            for j in range(a_out):
-                cols.append(self.value_type[self.out_ids[self.out_ptr[ops] + j]])
-            sig = np.stack(cols, axis=1)
-            first = _distinct_rows(sig)
-            uniq = sig[first]
-            for row, op in zip(uniq, ops[first], strict=True):
-                opdef = get_op(int(row[0]))
-                in_types = tuple(self.types[t] for t in row[3:3 + a_in])
-                out_types = tuple(self.types[t] for t in row[3 + a_in:])
-                attrs = dict(self.attrs[row[1]])
-                try:
-                    opdef.check_arity(int(a_in))
-                    expect = tuple(opdef.infer(in_types, attrs))
-                    version = int(opdef.version(in_types, attrs))
-                except OpTypeError as exc:
-                    problems.append(f"op {op} ({opdef.name}): type rule rejects inputs "
-                                    f"{in_types}: {exc}")
-                    reported += 1
-                    continue
-                if expect != out_types:
-                    problems.append(f"op {op} ({opdef.name}): outputs have types {out_types}, "
-                                    f"the type rule gives {expect}")
-                    reported += 1
-                elif version != int(row[2]):
-                    problems.append(f"op {op} ({opdef.name}): version {int(row[2])}, "
-                                    f"the inputs select {version}")
-                    reported += 1
-                if reported >= 50:
-                    return
+            group = np.flatnonzero(nonconst & (arity == key))
+            a_in = int(self.in_ptr[group[0] + 1] - self.in_ptr[group[0]])
+            a_out = int(self.out_ptr[group[0] + 1] - self.out_ptr[group[0]])
+            # In chunks, so the temporaries stay small however large the graph is.
+            for start in range(0, len(group), _VERIFY_CHUNK):
+                ops = group[start:start + _VERIFY_CHUNK]
+                cols = [self.op_kind[ops], self.op_attr[ops], self.op_version[ops]]
+                for j in range(a_in):
+                    cols.append(self.value_type[self.in_ids[self.in_ptr[ops] + j]])
+                for j in range(a_out):
+                    cols.append(self.value_type[self.out_ids[self.out_ptr[ops] + j]])
+                sig = np.stack(cols, axis=1)
+                first = _distinct_rows(sig)
+                for row, op in zip(sig[first].tolist(), ops[first].tolist(), strict=True):
+                    if tuple(row) in checked:
+                        continue
+                    checked.add(tuple(row))
+                    reported += self._check_signature(problems, op, row, a_in)
+                    if reported >= 50:
+                        return
+
+    def _check_signature(self, problems: list[str], op: int, row: list[int], a_in: int) -> int:
+        """Run the type rule for one op signature row; return how many problems it added."""
+        opdef = get_op(row[0])
+        in_types = tuple(self.types[t] for t in row[3:3 + a_in])
+        out_types = tuple(self.types[t] for t in row[3 + a_in:])
+        attrs = dict(self.attrs[row[1]])
+        try:
+            opdef.check_arity(a_in)
+            expect = tuple(opdef.infer(in_types, attrs))
+            version = int(opdef.version(in_types, attrs))
+        except OpTypeError as exc:
+            problems.append(f"op {op} ({opdef.name}): type rule rejects inputs {in_types}: {exc}")
+            return 1
+        if expect != out_types:
+            problems.append(f"op {op} ({opdef.name}): outputs have types {out_types}, the type rule gives {expect}")
+            return 1
+        if version != row[2]:
+            problems.append(f"op {op} ({opdef.name}): version {row[2]}, the inputs select {version}")
+            return 1
+        return 0
 
     # ------------------------------------------------------------ equality
     def equals(self, other: Graph, *, check_names: bool = False) -> bool:
@@ -674,6 +683,8 @@ class Graph:
 
 _NARROW = 64
 """Frontier size below which level-wise walks switch from NumPy to plain lists."""
+_VERIFY_CHUNK = 1 << 20
+"""Ops per chunk when verify() checks type rules."""
 
 
 def _reach(ptr: np.ndarray, adj: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
