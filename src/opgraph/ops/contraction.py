@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.helpers import rank as _rank
+from opgraph.autodiff.helpers import swap_last, unbroadcast
 from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, register_op
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
 from opgraph.errors import OpTypeError
@@ -85,8 +87,105 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) 
     return np.asarray(np.matmul(a, b, out=out))
 
 
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# Real dtypes; batch broadcasting is undone by summing.
+def _matmul_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    (g,) = cots
+    x2, y2, g2 = x, y, g
+    if _rank(x.type) == 1:
+        x2, g2 = b.op("expand_dims", x, axis=0), b.op("expand_dims", g2, axis=-2 if _rank(g.type) else 0)
+    if _rank(y.type) == 1:
+        y2, g2 = b.op("expand_dims", y, axis=-1), b.op("expand_dims", g2, axis=-1)
+    gx = unbroadcast(b, b.op("matmul", g2, swap_last(b, y2)), x2.type)
+    gy = unbroadcast(b, b.op("matmul", swap_last(b, x2), g2), y2.type)
+    if _rank(x.type) == 1:
+        gx = b.op("squeeze", gx, axis=0)
+    if _rank(y.type) == 1:
+        gy = b.op("squeeze", gy, axis=-1)
+    return [gx, gy]
+
+
+def _einsum_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # d out / d operand i: einsum of the other operands and the cotangent into operand i's subscripts.
+    (g,) = cots
+    explicit, _ = einsum_signature(attrs["subscripts"], [x.type.shape for x in ins])
+    lhs, out = explicit.split("->")
+    terms = lhs.split(",")
+    grads = []
+    for i, x in enumerate(ins):
+        term = terms[i]
+        labels = term.replace("...", "")
+        if len(set(labels)) != len(labels):
+            raise NotImplementedError(f"einsum gradient: operand {i} repeats a subscript ({term!r})")
+        others = [t for j, t in enumerate(terms) if j != i] + [out]
+        present = set("".join(others).replace(".", ""))
+        kept = "".join(c for c in labels if c in present)
+        target = term if kept == labels else (("..." if "..." in term else "") + kept)
+        if "..." not in target and any("..." in t for t in others):
+            target = "..." + target  # batch dims only the others have: summed by unbroadcast
+        r = b.op("einsum", *[y for j, y in enumerate(ins) if j != i], g,
+                 subscripts=",".join(others) + "->" + target, optimize=attrs["optimize"])
+        if kept != labels:  # labels summed away in operand i alone: broadcast back
+            if "..." in term and not term.startswith("..."):
+                raise NotImplementedError(f"einsum gradient: subscripts {term!r}")
+            lead = _rank(x.type) - len(labels)
+            pos = tuple(lead + k for k, c in enumerate(labels) if c not in present)
+            r = b.op("expand_dims", r, axis=pos)
+            order = [c for c in labels if c in present]
+            # expand_dims keeps the kept labels in order, so the axes line up with the term.
+            del order
+            r = b.op("broadcast_to", r, shape=x.type.shape)
+        grads.append(unbroadcast(b, r, x.type))
+    return grads
+
+
+def _tensordot_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    ax_a, ax_b = tensordot_axes(attrs["axes"], _rank(x.type), _rank(y.type))
+    letters = iter(string.ascii_letters)
+    ta = [next(letters) for _ in range(_rank(x.type))]
+    tb = [next(letters) for _ in range(_rank(y.type))]
+    for i, j in zip(ax_a, ax_b, strict=True):
+        tb[j] = ta[i]
+    out = "".join(c for k, c in enumerate(ta) if k not in ax_a) + "".join(c for k, c in enumerate(tb) if k not in ax_b)
+    sub = "".join(ta) + "," + "".join(tb) + "->" + out
+    return _einsum_grad(b, ins, outs, cots, {"subscripts": sub, "optimize": "auto"})
+
+
+def _vecdot_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    (g,) = cots
+    axis = attrs["axis"]
+    res = []
+    for v, other in ((x, y), (y, x)):
+        ax = normalize_axis(axis, _rank(v.type))
+        oax = normalize_axis(axis, _rank(other.type))
+        ge = b.op("expand_dims", g, axis=-1)
+        o = b.op("moveaxis", other, source=oax, destination=-1) if oax != _rank(other.type) - 1 else other
+        r = b.op("multiply", ge, o)
+        t = v.type
+        moved = TensorType(t.dtype, (*(d for k, d in enumerate(t.shape) if k != ax), t.shape[ax]))
+        r = unbroadcast(b, r, moved)
+        if ax != _rank(t) - 1:
+            r = b.op("moveaxis", r, source=-1, destination=ax)
+        res.append(r)
+    return res
+
+
+def _outer_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    (g,) = cots
+    xf, yf = b.op("reshape", x, shape=(-1,)), b.op("reshape", y, shape=(-1,))
+    gx = b.op("reshape", b.op("matmul", g, yf), shape=x.type.shape)
+    gy = b.op("reshape", b.op("matmul", xf, g), shape=y.type.shape)
+    return [gx, gy]
+
+
 register_op(OpDef(
     name="matmul", id=600, arity=2, infer=_matmul_infer, kernels={"numpy": _matmul_kernel}, family=FAMILY,
+    grad=_matmul_grad,
     doc="matmul(a, b): NumPy's matmul (1-D operands promoted then removed; batch dims broadcast)",
 ))
 
@@ -267,7 +366,7 @@ register_op(OpDef(
     name="einsum", id=601, arity=None, min_inputs=1, infer=_einsum_infer, kernels={"numpy": _einsum_kernel},
     attrs={"subscripts": Attr(attr_str, doc="Einstein summation subscripts, as np.einsum ('ij,jk->ik')"),
            "optimize": Attr(attr_str, "auto", "opt_einsum path optimizer ('auto', 'greedy', 'optimal', ...)")},
-    family=FAMILY,
+    family=FAMILY, grad=_einsum_grad,
     doc="einsum(*xs, subscripts, optimize='auto'): np.einsum semantics; opt_einsum picks the contraction order",
 ))
 
@@ -339,7 +438,7 @@ def _tensordot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = Non
 register_op(OpDef(
     name="tensordot", id=602, arity=2, infer=_tensordot_infer, kernels={"numpy": _tensordot_kernel},
     attrs={"axes": Attr(attr_any, 2, "N (last N axes of a with first N of b) or (axes of a, axes of b)")},
-    family=FAMILY,
+    family=FAMILY, grad=_tensordot_grad,
     doc="tensordot(a, b, axes=2): NumPy's tensordot (negative int axes are rejected)",
 ))
 
@@ -381,7 +480,7 @@ def _vecdot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, 
 register_op(OpDef(
     name="vecdot", id=603, arity=2, infer=_vecdot_infer, kernels={"numpy": _vecdot_kernel},
     attrs={"axis": Attr(attr_int, -1, "axis to contract, counted on each operand (negative: from the end)")},
-    family=FAMILY,
+    family=FAMILY, grad=_vecdot_grad,
     doc="vecdot(x1, x2, axis=-1): sum(conj(x1) * x2) over axis with broadcast batch dims (Array API, np.vecdot)",
 ))
 
@@ -400,5 +499,6 @@ def _outer_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -
 
 register_op(OpDef(
     name="outer", id=604, arity=2, infer=_outer_infer, kernels={"numpy": _outer_kernel}, family=FAMILY,
+    grad=_outer_grad,
     doc="outer(a, b): NumPy's outer product of the flattened inputs, shape (a.size, b.size)",
 ))

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.helpers import is_float, mask, no_grad, scalar, unbroadcast
 from opgraph.core.registry import Attr, OpDef, attr_dtype, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
@@ -69,7 +70,7 @@ def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
     return register_op(OpDef(
         name=name, id=id, arity=nin, infer=infer, kernels={"numpy": kernel},
         elementwise=True, commutative=commutative, inplace=tuple(range(nin)),
-        family=FAMILY, doc=doc,
+        family=FAMILY, doc=doc, grad=GRADS.get(name),
     ))
 
 
@@ -108,6 +109,150 @@ BINARY: list[tuple[str, int, Any, bool]] = [
     ("fmax", 245, np.fmax, True), ("fmin", 246, np.fmin, True),
 ]
 
+
+# ---------------------------------------------------------------- gradient rules
+# A rule is rule(b, inputs, outputs, cotangents, attrs) -> one cotangent (or None) per input;
+# see opgraph.autodiff.helpers. Conventions at non-differentiable points follow JAX:
+# abs'(0) = 1, maximum/minimum split ties 0.5/0.5, sign/floor/ceil/trunc/round have zero gradient.
+def _unary(fn: Callable[[Any, Any, Any, Any], Any]) -> Callable[..., list[Any]]:
+    def rule(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+        return [fn(b, ins[0], outs[0], cots[0])]
+
+    return rule
+
+
+def _binary(fn: Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]) -> Callable[..., list[Any]]:
+    def rule(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+        g1, g2 = fn(b, ins[0], ins[1], outs[0], cots[0])
+        return [None if g is None or not is_float(x.type) else unbroadcast(b, g, x.type)
+                for g, x in ((g1, ins[0]), (g2, ins[1]))]
+
+    return rule
+
+
+def _m(b: Any, *xs: Any) -> Any:  # product of several values
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = b.op("multiply", acc, x)
+    return acc
+
+
+def _d(b: Any, x: Any, y: Any) -> Any:
+    return b.op("divide", x, y)
+
+
+def _c(b: Any, v: float, like: Any) -> Any:
+    return scalar(b, v, like)
+
+
+def _one_minus_sq(b: Any, x: Any) -> Any:
+    return b.op("subtract", _c(b, 1.0, x), b.op("square", x))
+
+
+def _ties(b: Any, x1: Any, x2: Any, g: Any, win: str) -> tuple[Any, Any]:
+    # maximum (win="greater") / minimum (win="less"): the winner gets g, ties split it evenly (JAX).
+    half = _c(b, 0.5, g)
+    w1 = b.op("where", b.op(win, x1, x2), _c(b, 1.0, g), b.op("where", b.op("equal", x1, x2), half, _c(b, 0.0, g)))
+    w2 = b.op("subtract", _c(b, 1.0, g), w1)
+    return _m(b, g, w1), _m(b, g, w2)
+
+
+_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+_UNARY_GRADS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
+    "negative": lambda b, x, y, g: b.op("negative", g),
+    "positive": lambda b, x, y, g: g,
+    "abs": lambda b, x, y, g: b.op("where", b.op("greater_equal", x, _c(b, 0.0, x)), g, b.op("negative", g)),
+    "exp": lambda b, x, y, g: _m(b, g, y),
+    "expm1": lambda b, x, y, g: _m(b, g, b.op("add", y, _c(b, 1.0, y))),
+    "log": lambda b, x, y, g: _d(b, g, x),
+    "log1p": lambda b, x, y, g: _d(b, g, b.op("add", x, _c(b, 1.0, x))),
+    "log2": lambda b, x, y, g: _d(b, g, _m(b, x, _c(b, _LN2, x))),
+    "log10": lambda b, x, y, g: _d(b, g, _m(b, x, _c(b, _LN10, x))),
+    "sqrt": lambda b, x, y, g: _d(b, _m(b, g, _c(b, 0.5, g)), y),
+    "square": lambda b, x, y, g: _m(b, g, _m(b, x, _c(b, 2.0, x))),
+    "reciprocal": lambda b, x, y, g: b.op("negative", _m(b, g, b.op("square", y))),
+    "sin": lambda b, x, y, g: _m(b, g, b.op("cos", x)),
+    "cos": lambda b, x, y, g: b.op("negative", _m(b, g, b.op("sin", x))),
+    "tan": lambda b, x, y, g: _m(b, g, b.op("add", _c(b, 1.0, y), b.op("square", y))),
+    "asin": lambda b, x, y, g: _d(b, g, b.op("sqrt", _one_minus_sq(b, x))),
+    "acos": lambda b, x, y, g: b.op("negative", _d(b, g, b.op("sqrt", _one_minus_sq(b, x)))),
+    "atan": lambda b, x, y, g: _d(b, g, b.op("add", _c(b, 1.0, x), b.op("square", x))),
+    "sinh": lambda b, x, y, g: _m(b, g, b.op("cosh", x)),
+    "cosh": lambda b, x, y, g: _m(b, g, b.op("sinh", x)),
+    "tanh": lambda b, x, y, g: _m(b, g, _one_minus_sq(b, y)),
+    "asinh": lambda b, x, y, g: _d(b, g, b.op("sqrt", b.op("add", b.op("square", x), _c(b, 1.0, x)))),
+    "acosh": lambda b, x, y, g: _d(b, g, b.op("sqrt", b.op("subtract", b.op("square", x), _c(b, 1.0, x)))),
+    "atanh": lambda b, x, y, g: _d(b, g, _one_minus_sq(b, x)),
+    "sigmoid": lambda b, x, y, g: _m(b, g, y, b.op("subtract", _c(b, 1.0, y), y)),
+    "erf": lambda b, x, y, g: _m(b, g, _c(b, 2.0 / np.sqrt(np.pi), g),
+                                 b.op("exp", b.op("negative", b.op("square", x)))),
+    "erfc": lambda b, x, y, g: _m(b, g, _c(b, -2.0 / np.sqrt(np.pi), g),
+                                  b.op("exp", b.op("negative", b.op("square", x)))),
+    "exp2": lambda b, x, y, g: _m(b, g, y, _c(b, _LN2, y)),
+    "cbrt": lambda b, x, y, g: _d(b, g, _m(b, _c(b, 3.0, y), b.op("square", y))),
+    "conj": lambda b, x, y, g: b.op("conj", g),
+    "real": lambda b, x, y, g: g if not x.type.dtype.kind == "c" else None,
+}
+_BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] = {
+    "add": lambda b, x1, x2, y, g: (g, g),
+    "subtract": lambda b, x1, x2, y, g: (g, b.op("negative", g)),
+    "multiply": lambda b, x1, x2, y, g: (_m(b, g, x2), _m(b, g, x1)),
+    "divide": lambda b, x1, x2, y, g: (_d(b, g, x2), b.op("negative", _d(b, _m(b, g, y), x2))),
+    # d/dx x**p = p x**(p-1); d/dp x**p = log(x) x**p with log(0) read as 0 (JAX).
+    "power": lambda b, x1, x2, y, g: (
+        _m(b, g, x2, b.op("power", x1, b.op("subtract", x2, _c(b, 1.0, x2)))),
+        _m(b, g, y, b.op("log", b.op("where", b.op("equal", x1, _c(b, 0.0, x1)), _c(b, 1.0, x1), x1)))),
+    "maximum": lambda b, x1, x2, y, g: _ties(b, x1, x2, g, "greater"),
+    "minimum": lambda b, x1, x2, y, g: _ties(b, x1, x2, g, "less"),
+    "fmax": lambda b, x1, x2, y, g: _ties(b, x1, x2, g, "greater"),
+    "fmin": lambda b, x1, x2, y, g: _ties(b, x1, x2, g, "less"),
+    "atan2": lambda b, x1, x2, y, g: (
+        _d(b, _m(b, g, x2), b.op("add", b.op("square", x1), b.op("square", x2))),
+        b.op("negative", _d(b, _m(b, g, x1), b.op("add", b.op("square", x1), b.op("square", x2))))),
+    "hypot": lambda b, x1, x2, y, g: (_d(b, _m(b, g, x1), y), _d(b, _m(b, g, x2), y)),
+    "logaddexp": lambda b, x1, x2, y, g: (_m(b, g, b.op("exp", b.op("subtract", x1, y))),
+                                          _m(b, g, b.op("exp", b.op("subtract", x2, y)))),
+    "copysign": lambda b, x1, x2, y, g: (
+        b.op("where", b.op("equal", b.op("signbit", x1), b.op("signbit", x2)), g, b.op("negative", g)), None),
+    "remainder": lambda b, x1, x2, y, g: (g, b.op("negative", _m(b, g, b.op("floor_divide", x1, x2)))),
+}
+
+# Zero gradient (piecewise constant, comparisons, logic, integer/bit ops): not an error, no cotangent.
+ZERO_GRAD = ("sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "isfinite", "logical_not",
+             "bitwise_invert", "signbit", "imag", "floor_divide", "nextafter", "equal", "not_equal", "less",
+             "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+             "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")
+GRADS: dict[str, Callable[..., Any]] = {
+    **{k: _unary(f) for k, f in _UNARY_GRADS.items()},
+    **{k: _binary(f) for k, f in _BINARY_GRADS.items()},
+    **dict.fromkeys(ZERO_GRAD, no_grad),
+}
+
+
+def _where_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    cond, x, y = ins
+    (g,) = cots
+    zero = _c(b, 0.0, g)
+    return [None, unbroadcast(b, b.op("where", cond, g, zero), x.type) if is_float(x.type) else None,
+            unbroadcast(b, b.op("where", cond, zero, g), y.type) if is_float(y.type) else None]
+
+
+def _cast_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    (x,), (g,) = ins, cots
+    if not (is_float(x.type) and is_float(outs[0].type)):
+        return [None]
+    return [b.op("cast", g, dtype=x.type.dtype)]
+
+
+def _clip_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # The gradient goes to x where lo <= x <= hi, to lo where x < lo, to hi where x > hi.
+    x, lo, hi = ins
+    (g,) = cots
+    below, above = b.op("less", x, lo), b.op("greater", x, hi)
+    inside = b.op("logical_not", b.op("logical_or", below, above))
+    return [unbroadcast(b, mask(b, m, g), t.type) if is_float(t.type) else None
+            for m, t in ((inside, x), (below, lo), (above, hi))]
+
 for _name, _id, _uf in UNARY:
     if isinstance(_uf, (np.ufunc, _LazyUfunc)):  # round, real and imag are registered below
         _ufunc_op(_name, _id, _uf, f"unary elementwise: NumPy's {getattr(_uf, '__name__', _name)}")
@@ -128,6 +273,7 @@ for _name, _id, _fn in (("real", 42, np.real), ("imag", 43, np.imag)):
         name=_name, id=_id, arity=1, infer=_part_infer,
         kernels={"numpy": with_out(lambda x, _f=_fn: np.array(_f(x), copy=True))},
         elementwise=True, family=FAMILY, doc=f"NumPy's {_name}: the {_name} part (identity on reals for real)",
+        grad=GRADS[_name],
     ))
 
 
@@ -139,7 +285,7 @@ def _round_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
 
 register_op(OpDef(
     name="round", id=29, arity=1, infer=lambda ts, a: (tensor(ts[0]),), kernels={"numpy": _round_kernel},
-    elementwise=True, inplace=(0,), family=FAMILY,
+    elementwise=True, inplace=(0,), family=FAMILY, grad=no_grad,
     doc="round half to even, keeping the dtype (NumPy's round with decimals=0)",
 ))
 
@@ -164,7 +310,8 @@ def _where_kernel(cond: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any = Non
 
 register_op(OpDef(
     name="where", id=400, arity=3, infer=_where_infer, kernels={"numpy": _where_kernel},
-    elementwise=True, inplace=(1, 2), family=FAMILY,
+    # Not x (position 1): the kernel copies y into out before reading x.
+    elementwise=True, inplace=(2,), family=FAMILY, grad=_where_grad,
     doc="where(cond, x, y): x where cond else y, with broadcasting (NumPy's where)",
 ))
 
@@ -191,7 +338,7 @@ def _cast_kernel(x: np.ndarray, out: Any = None, *, dtype: str) -> np.ndarray:
 register_op(OpDef(
     name="cast", id=401, arity=1, infer=_cast_infer, version=_cast_version,
     attrs={"dtype": Attr(attr_dtype, doc="target dtype")}, kernels={"numpy": _cast_kernel},
-    elementwise=True, family=FAMILY,
+    elementwise=True, family=FAMILY, grad=_cast_grad,
     doc="cast(x, dtype): NumPy's astype with unsafe casting (the version encodes source and target dtype)",
 ))
 
@@ -205,6 +352,6 @@ def _clip_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 register_op(OpDef(
     name="clip", id=402, arity=3, infer=_clip_infer,
     kernels={"numpy": lambda x, lo, hi, out=None: np.clip(x, lo, hi, out=out)},
-    elementwise=True, inplace=(0,), family=FAMILY,
+    elementwise=True, inplace=(0,), family=FAMILY, grad=_clip_grad,
     doc="clip(x, lo, hi): NumPy's clip with array bounds",
 ))

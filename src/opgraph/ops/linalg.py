@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.helpers import eye, rank, static_shape, swap_last, unbroadcast
 from opgraph.core.registry import Attr, InferFn, OpDef, attr_bool, attr_float, attr_str, optional, register_op
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
@@ -134,7 +135,194 @@ def _op(name: str, id: int, infer: InferFn, kernel: Callable[..., Any], doc: str
         attrs: dict[str, Attr] | None = None, arity: int = 1) -> OpDef:
     kernel.__name__ = f"{name}_numpy"
     return register_op(OpDef(name=name, id=id, arity=arity, infer=infer, attrs=attrs or {},
-                             kernels={"numpy": kernel}, family=FAMILY, doc=doc))
+                             kernels={"numpy": kernel}, family=FAMILY, doc=doc, grad=_LINALG_GRADS.get(name)))
+
+
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# Real dtypes. Rules hold where the function is differentiable: distinct eigenvalues (eigh) and
+# singular values (svd), full rank (qr needs M >= N, pinv), positive definite (cholesky).
+# Gradients of eigh/eigvalsh/cholesky are symmetrised, as for a symmetrised input (JAX).
+def _mm(b: Any, *xs: Any) -> Any:
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = b.op("matmul", acc, x)
+    return acc
+
+
+def _n(x: Any) -> int:
+    return static_shape(x.type, "linear-algebra gradient")[-1]
+
+
+def _sym(b: Any, x: Any) -> Any:
+    return b.op("multiply", b.op("add", x, swap_last(b, x)), b.constant(np.array(0.5, dtype=x.type.dtype)))
+
+
+def _diag(b: Any, v: Any, like: Any) -> Any:
+    """diag(v) for a (..., k) vector, as (..., k, k)."""
+    return b.op("multiply", b.op("expand_dims", v, axis=-1), eye(b, static_shape(v.type)[-1], like))
+
+
+def _col(b: Any, v: Any) -> Any:  # (...,) -> (..., 1, 1)
+    return b.op("expand_dims", v, axis=(-2, -1))
+
+
+def _const(b: Any, arr: np.ndarray, like: Any) -> Any:
+    return b.constant(arr.astype(like.type.dtype))
+
+
+def _inv_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    yt = swap_last(b, outs[0])
+    return [b.op("negative", _mm(b, yt, cots[0], yt))]
+
+
+def _det_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    a = ins[0]
+    return [b.op("multiply", _col(b, b.op("multiply", cots[0], outs[0])), swap_last(b, b.op("inv", a)))]
+
+
+def _slogdet_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    if cots[1] is None:  # the sign is piecewise constant
+        return [None]
+    return [b.op("multiply", _col(b, cots[1]), swap_last(b, b.op("inv", ins[0])))]
+
+
+def _solve_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    a, rhs = ins
+    x, g = outs[0], cots[0]
+    gb = b.op("solve", swap_last(b, a), g)
+    if rank(rhs.type) == 1:
+        ga = b.op("multiply", b.op("expand_dims", gb, axis=-1), b.op("expand_dims", x, axis=-2))
+    else:
+        ga = b.op("matmul", gb, swap_last(b, x))
+    return [unbroadcast(b, b.op("negative", ga), a.type), unbroadcast(b, gb, rhs.type)]
+
+
+def _cholesky_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    low, g = outs[0], cots[0]
+    if attrs["upper"]:
+        low, g = swap_last(b, low), swap_last(b, g)
+    n = _n(low)
+    phi = _mm(b, swap_last(b, low), g)
+    phi = b.op("multiply", phi, _const(b, np.tril(np.ones((n, n))) - 0.5 * np.eye(n), phi))
+    linv = b.op("inv", low)
+    return [_sym(b, _mm(b, swap_last(b, linv), phi, linv))]
+
+
+def _eigh_core(b: Any, w: Any, v: Any, gw: Any, gv: Any) -> Any:
+    n = _n(v)
+    vt = swap_last(b, v)
+    inner = None
+    if gv is not None:
+        diff = b.op("subtract", b.op("expand_dims", w, axis=-2), b.op("expand_dims", w, axis=-1))
+        off = _const(b, 1.0 - np.eye(n), v)
+        f = b.op("divide", off, b.op("add", diff, eye(b, n, v)))
+        inner = b.op("multiply", f, _mm(b, vt, gv))
+    if gw is not None:
+        d = _diag(b, gw, v)
+        inner = d if inner is None else b.op("add", inner, d)
+    return _sym(b, _mm(b, v, inner, vt))
+
+
+def _eigh_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [_eigh_core(b, outs[0], outs[1], cots[0], cots[1])]
+
+
+def _eigvalsh_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    w, v = b.op("eigh", ins[0], UPLO=attrs["UPLO"])
+    return [_eigh_core(b, w, v, cots[0], None)]
+
+
+def _svd_core(b: Any, a: Any, u: Any, s: Any, vh: Any, gu: Any, gs: Any, gvh: Any) -> Any:
+    # Townsend (2016), real case: F_ij = 1 / (s_j^2 - s_i^2) off the diagonal.
+    m, n = static_shape(a.type)[-2:]
+    k = min(m, n)
+    ut = swap_last(b, u)
+    terms = []
+    if gs is not None:
+        terms.append(_diag(b, gs, u))
+    s2 = b.op("square", s)
+    if gu is not None or gvh is not None:
+        diff = b.op("subtract", b.op("expand_dims", s2, axis=-2), b.op("expand_dims", s2, axis=-1))
+        f = b.op("divide", _const(b, 1.0 - np.eye(k), u), b.op("add", diff, eye(b, k, u)))
+    s_row, s_col = b.op("expand_dims", s, axis=-2), b.op("expand_dims", s, axis=-1)
+    extra = []
+    if gu is not None:
+        utgu = _mm(b, ut, gu)
+        j = b.op("multiply", f, b.op("subtract", utgu, swap_last(b, utgu)))
+        terms.append(b.op("multiply", j, s_row))
+        if m > k:  # (I - U U^T) gU S^-1 V^T
+            proj = b.op("subtract", gu, _mm(b, u, utgu))
+            extra.append(_mm(b, b.op("divide", proj, s_row), vh))
+    if gvh is not None:
+        gv = swap_last(b, gvh)
+        vtgv = _mm(b, vh, gv)
+        kk = b.op("multiply", f, b.op("subtract", vtgv, swap_last(b, vtgv)))
+        terms.append(b.op("multiply", s_col, kk))
+        if n > k:  # U S^-1 gV^T (I - V V^T)
+            proj = b.op("subtract", gvh, _mm(b, swap_last(b, vtgv), vh))
+            extra.append(_mm(b, u, b.op("divide", proj, s_col)))
+    inner = terms[0]
+    for t in terms[1:]:
+        inner = b.op("add", inner, t)
+    out = _mm(b, u, inner, vh)
+    for e in extra:
+        out = b.op("add", out, e)
+    return out
+
+
+def _svd_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    a = ins[0]
+    m, n = static_shape(a.type)[-2:]
+    if attrs["full_matrices"] and m != n and (cots[0] is not None or cots[2] is not None):
+        raise NotImplementedError("svd gradient with full_matrices=True of a non-square matrix")
+    return [_svd_core(b, a, *outs, *cots)]
+
+
+def _svdvals_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    u, _, vh = b.op("svd", ins[0])
+    return [_mm(b, b.op("multiply", u, b.op("expand_dims", cots[0], axis=-2)), vh)]
+
+
+def _qr_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # A = QR, M >= N, reduced: gA = (gQ + Q copyltu(M)) R^-T with M = R gR^T - gQ^T Q.
+    a = ins[0]
+    q, r = outs
+    gq, gr = cots
+    m, n = static_shape(a.type)[-2:]
+    if m < n or (attrs["mode"] == "complete" and m != n):
+        raise NotImplementedError(f"qr gradient needs M >= N and the reduced mode, got {a.type}, mode={attrs['mode']}")
+    mm = None
+    if gr is not None:
+        mm = _mm(b, r, swap_last(b, gr))
+    if gq is not None:
+        t = _mm(b, swap_last(b, gq), q)
+        mm = b.op("negative", t) if mm is None else b.op("subtract", mm, t)
+    low = b.op("multiply", mm, _const(b, np.tril(np.ones((n, n)), -1), mm))
+    copyltu = b.op("add", b.op("add", low, swap_last(b, low)), b.op("multiply", mm, eye(b, n, mm)))
+    rhs = _mm(b, q, copyltu)
+    if gq is not None:
+        rhs = b.op("add", gq, rhs)
+    return [swap_last(b, b.op("solve", r, swap_last(b, rhs)))]
+
+
+def _pinv_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    a, x, g = ins[0], outs[0], cots[0]
+    m, n = static_shape(a.type)[-2:]
+    xt, gt = swap_last(b, x), swap_last(b, g)
+    term1 = b.op("negative", _mm(b, xt, g, xt))
+    p = b.op("subtract", eye(b, m, a), _mm(b, a, x))  # I - A X  (M x M)
+    term2 = _mm(b, p, gt, x, xt)
+    q = b.op("subtract", eye(b, n, a), _mm(b, x, a))  # I - X A  (N x N)
+    term3 = _mm(b, xt, x, gt, q)
+    return [b.op("add", b.op("add", term1, term2), term3)]
+
+
+_LINALG_GRADS: dict[str, Any] = {
+    "inv": _inv_grad, "det": _det_grad, "slogdet": _slogdet_grad, "solve": _solve_grad, "cholesky": _cholesky_grad,
+    "eigh": _eigh_grad, "eigvalsh": _eigvalsh_grad, "svd": _svd_grad, "svdvals": _svdvals_grad, "qr": _qr_grad,
+    "pinv": _pinv_grad,
+}
 
 
 def _tuple(result: Any, out: Any) -> tuple[np.ndarray, ...]:

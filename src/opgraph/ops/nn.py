@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from opgraph.autodiff.helpers import mask, scalar, static_shape
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_ints, optional, register_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
@@ -162,9 +163,157 @@ def _relu_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
     return np.maximum(x, 0, out=out)
 
 
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# relu'(0) = 0 (JAX, PyTorch); max_pool2d splits the gradient evenly between tied maxima of a window.
+def _relu_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    return [mask(b, b.op("greater", x, scalar(b, 0.0, x)), cots[0])]
+
+
+def _softmax_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    y, g = outs[0], cots[0]
+    gy = b.op("multiply", g, y)
+    return [b.op("subtract", gy, b.op("multiply", y, b.op("sum", gy, axis=attrs["axis"], keepdims=True)))]
+
+
+def _log_softmax_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    y, g = outs[0], cots[0]
+    return [b.op("subtract", g, b.op("multiply", b.op("exp", y), b.op("sum", g, axis=attrs["axis"], keepdims=True)))]
+
+
+def _dilate(b: Any, g: Any, axis: int, step: int) -> Any:
+    """Insert ``step - 1`` zeros between the elements of ``g`` along ``axis``."""
+    n = static_shape(g.type)[axis]
+    if step == 1 or n <= 1:
+        return g
+    r = len(static_shape(g.type))
+    g = b.op("expand_dims", g, axis=axis + 1)
+    pw = [(0, 0)] * (r + 1)
+    pw[axis + 1] = (0, step - 1)
+    g = b.op("pad", g, pad_width=tuple(pw))
+    shape = list(static_shape(g.type))
+    shape[axis:axis + 2] = [shape[axis] * step]
+    g = b.op("reshape", g, shape=tuple(shape))
+    key: list[Any] = [slice(None)] * r
+    key[axis] = slice(0, (n - 1) * step + 1)
+    return b.op("getitem", g, index=tuple(key))
+
+
+def _conv_input_grad(b: Any, g: Any, w: Any, x_shape: tuple[int, ...], stride: Pair, padding: Padding,
+                     dilation: Pair, groups: int) -> Any:
+    """Cotangent of conv2d's x (N, C, H, W): a stride-1 convolution of the dilated cotangent with the
+    flipped, transposed kernel, then the padding cropped off."""
+    o, cg, kh, kw = static_shape(w.type)
+    top, bottom, left, right = pad4(padding)
+    hp, wp = x_shape[2] + top + bottom, x_shape[3] + left + right
+    gd = _dilate(b, _dilate(b, g, 2, stride[0]), 3, stride[1])
+    ph, pw_ = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+    gh, gw = static_shape(gd.type)[2:]
+    extra_h, extra_w = hp - (gh + ph), wp - (gw + pw_)
+    wt = b.op("reshape", w, shape=(groups, o // groups, cg, kh, kw))
+    wt = b.op("permute_dims", wt, axes=(0, 2, 1, 3, 4))
+    wt = b.op("flip", b.op("reshape", wt, shape=(groups * cg, o // groups, kh, kw)), axis=(2, 3))
+    gxp = b.op("conv2d", gd, wt, padding=(ph, ph + extra_h, pw_, pw_ + extra_w), dilation=dilation, groups=groups)
+    if top or bottom or left or right:
+        gxp = b.op("getitem", gxp, index=(slice(None), slice(None), slice(top, top + x_shape[2]),
+                                          slice(left, left + x_shape[3])))
+    return gxp
+
+
+def _batched(b: Any, x: Any) -> Any:
+    return b.op("expand_dims", x, axis=0) if len(static_shape(x.type)) == 3 else x
+
+
+def _conv2d_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, w = ins
+    unbatched = len(static_shape(x.type)) == 3
+    xb, g = _batched(b, x), _batched(b, cots[0])
+    x_shape = static_shape(xb.type)
+    n = x_shape[0]
+    o, cg, kh, kw = static_shape(w.type)
+    groups, stride, dilation = attrs["groups"], attrs["stride"], attrs["dilation"]
+    gx = _conv_input_grad(b, g, w, x_shape, stride, attrs["padding"], dilation, groups)
+    if unbatched:
+        gx = b.op("squeeze", gx, axis=0)
+    # Weight cotangent: correlate the padded x with the cotangent, with batch and channels swapped.
+    top, bottom, left, right = pad4(attrs["padding"])
+    xp = b.op("pad", xb, pad_width=((0, 0), (0, 0), (top, bottom), (left, right))) if top or bottom or left \
+        or right else xb
+    hp, wp = static_shape(xp.type)[2:]
+    ho, wo = static_shape(g.type)[2:]
+    xt = b.op("reshape", b.op("permute_dims", b.op("reshape", xp, shape=(n, groups, cg, hp, wp)), axes=(2, 1, 0, 3, 4)),
+              shape=(cg, groups * n, hp, wp))
+    gt = b.op("reshape", b.op("permute_dims", b.op("reshape", g, shape=(n, groups, o // groups, ho, wo)),
+                              axes=(1, 2, 0, 3, 4)), shape=(o, n, ho, wo))
+    gw = b.op("conv2d", xt, gt, stride=dilation, dilation=stride, groups=groups)
+    gw = b.op("getitem", gw, index=(slice(None), slice(None), slice(0, kh), slice(0, kw)))
+    gw = b.op("permute_dims", gw, axes=(1, 0, 2, 3))
+    if gw.type.dtype != w.type.dtype:
+        gw = b.op("cast", gw, dtype=w.type.dtype)
+    return [gx, gw]
+
+
+def _avg_pool2d_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # Average pooling is a depthwise convolution with a constant kernel: reuse conv2d's input rule.
+    x = ins[0]
+    xb, g = _batched(b, x), _batched(b, cots[0])
+    shape = static_shape(xb.type)
+    kernel, stride, pads = _pool_params(attrs)
+    kh, kw = kernel
+    if not attrs["count_include_pad"]:
+        ones = np.ones((1, 1, *shape[2:]))
+        full = _avg_pool2d_kernel(ones, kernel_size=kernel, stride=stride, padding=attrs["padding"],
+                                  count_include_pad=True)
+        part = _avg_pool2d_kernel(ones, kernel_size=kernel, stride=stride, padding=attrs["padding"],
+                                  count_include_pad=False)
+        g = b.op("multiply", g, b.constant((part / full)[0, 0].astype(g.type.dtype)))
+    n, c = shape[:2]
+    g1 = b.op("reshape", g, shape=(n * c, 1, *static_shape(g.type)[2:]))
+    w = b.constant(np.full((1, 1, kh, kw), 1.0 / (kh * kw), dtype=g.type.dtype))
+    gx = _conv_input_grad(b, g1, w, (n * c, 1, *shape[2:]), stride, pads, (1, 1), 1)
+    gx = b.op("reshape", gx, shape=static_shape(x.type))
+    return [gx]
+
+
+def _max_pool2d_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # For each kernel offset: the window elements equal to the window max get g / (number of ties),
+    # scattered back to their positions (dilate by the stride, pad by the offset), then summed.
+    x = ins[0]
+    xb, y, g = _batched(b, x), _batched(b, outs[0]), _batched(b, cots[0])
+    shape = static_shape(xb.type)
+    (kh, kw), (sh, sw), (top, bottom, left, right) = _pool_params(attrs)
+    xp = b.op("pad", xb, pad_width=((0, 0), (0, 0), (top, bottom), (left, right)), constant_value=-np.inf) \
+        if top or bottom or left or right else xb
+    hp, wp = static_shape(xp.type)[2:]
+    ho, wo = static_shape(y.type)[2:]
+    hits = {}
+    for i in range(kh):
+        for j in range(kw):
+            win = b.op("getitem", xp, index=(slice(None), slice(None), slice(i, i + sh * (ho - 1) + 1, sh),
+                                              slice(j, j + sw * (wo - 1) + 1, sw)))
+            hits[i, j] = b.op("cast", b.op("equal", win, y), dtype=g.type.dtype)
+    count = None
+    for h in hits.values():
+        count = h if count is None else b.op("add", count, h)
+    share = b.op("divide", g, count)
+    total = None
+    for (i, j), h in hits.items():
+        part = _dilate(b, _dilate(b, b.op("multiply", h, share), 2, sh), 3, sw)
+        ph, pw_ = static_shape(part.type)[2:]
+        part = b.op("pad", part, pad_width=((0, 0), (0, 0), (i, hp - i - ph), (j, wp - j - pw_)))
+        total = part if total is None else b.op("add", total, part)
+    if top or bottom or left or right:
+        total = b.op("getitem", total, index=(slice(None), slice(None), slice(top, top + shape[2]),
+                                              slice(left, left + shape[3])))
+    if len(static_shape(x.type)) == 3:
+        total = b.op("squeeze", total, axis=0)
+    return [total]
+
+
 register_op(OpDef(
     name="relu", id=800, arity=1, infer=_relu_infer, kernels={"numpy": _relu_kernel},
-    elementwise=True, inplace=(0,), family=FAMILY,
+    elementwise=True, inplace=(0,), family=FAMILY, grad=_relu_grad,
     doc="relu(x): max(x, 0), same dtype (NaN stays NaN)",
 ))
 
@@ -212,12 +361,12 @@ def _log_softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndar
 _AXIS = {"axis": Attr(attr_int, -1, doc="the axis normalised over")}
 register_op(OpDef(
     name="softmax", id=801, arity=1, infer=_softmax_infer, attrs=_AXIS,
-    kernels={"numpy": _softmax_kernel}, inplace=(0,), family=FAMILY,
+    kernels={"numpy": _softmax_kernel}, inplace=(0,), family=FAMILY, grad=_softmax_grad,
     doc="softmax(x, axis=-1): exp(x) / sum(exp(x)) along axis, stabilised by subtracting the max; float only",
 ))
 register_op(OpDef(
     name="log_softmax", id=802, arity=1, infer=_softmax_infer, attrs=_AXIS,
-    kernels={"numpy": _log_softmax_kernel}, inplace=(0,), family=FAMILY,
+    kernels={"numpy": _log_softmax_kernel}, inplace=(0,), family=FAMILY, grad=_log_softmax_grad,
     doc="log_softmax(x, axis=-1): x - logsumexp(x) along axis, stabilised by subtracting the max; float only",
 ))
 
@@ -287,7 +436,7 @@ register_op(OpDef(
         "groups": Attr(_attr_groups, 1,
                        doc="channel groups: C and O are split into this many independent convolutions"),
     },
-    kernels={"numpy": _conv2d_kernel}, family=FAMILY,
+    kernels={"numpy": _conv2d_kernel}, family=FAMILY, grad=_conv2d_grad,
     doc="conv2d(x, w): 2-D cross-correlation of x (N, C, H, W) with w (O, C // groups, kH, kW) as in PyTorch; "
         "float only, result dtype np.result_type(x, w)",
 ))
@@ -388,13 +537,14 @@ def _avg_pool2d_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) ->
 
 register_op(OpDef(
     name="max_pool2d", id=804, arity=1, infer=_max_pool2d_infer,
-    attrs=_POOL_ATTRS, kernels={"numpy": _max_pool2d_kernel}, family=FAMILY,
+    attrs=_POOL_ATTRS, kernels={"numpy": _max_pool2d_kernel}, family=FAMILY, grad=_max_pool2d_grad,
     doc="max_pool2d(x, kernel_size, stride=kernel_size, padding=0): max over windows of the last two axes "
         "(padding never wins), as PyTorch's max_pool2d",
 ))
 register_op(OpDef(
     name="avg_pool2d", id=805, arity=1, infer=_avg_pool2d_infer,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr(attr_bool, True, doc="divide by kH*kW even at the borders")},
+    grad=_avg_pool2d_grad,
     kernels={"numpy": _avg_pool2d_kernel}, family=FAMILY,
     doc="avg_pool2d(x, kernel_size, stride=kernel_size, padding=0, count_include_pad=True): mean over windows "
         "of the last two axes with zero padding, as PyTorch's avg_pool2d; float only",

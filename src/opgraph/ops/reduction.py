@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 from opgraph.core.registry import Attr, OpDef, attr_axes, attr_bool, attr_float, attr_int, optional, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
@@ -132,10 +133,98 @@ REDUCTIONS: list[tuple[str, int, Callable[..., Any]]] = [
 ]
 MOMENTS: list[tuple[str, int, Callable[..., Any]]] = [("var", 507, np.var), ("std", 508, np.std)]
 
+
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# max/min split the gradient evenly between tied maxima (JAX); prod divides by x (undefined at zeros).
+def _back(b: Any, g: Any, x: Any, attrs: dict[str, Any]) -> Any:
+    return broadcast_like(b, expand_reduced(b, g, x.type, attrs["axis"], attrs["keepdims"]), x)
+
+
+def _sum_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [_back(b, cots[0], ins[0], attrs)]
+
+
+def _mean_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    n = reduced_count(ins[0].type, attrs["axis"])
+    return [_back(b, b.op("divide", cots[0], scalar(b, float(n), cots[0])), ins[0], attrs)]
+
+
+def _prod_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    gy = b.op("multiply", cots[0], outs[0])
+    return [b.op("divide", _back(b, gy, x, attrs), x)]
+
+
+def _extremum_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    y = _back(b, outs[0], x, attrs)
+    hit = b.op("cast", b.op("equal", x, y), dtype=x.type.dtype)
+    count = b.op("sum", hit, axis=attrs["axis"], keepdims=True)
+    share = b.op("divide", hit, count)
+    return [b.op("multiply", share, _back(b, cots[0], x, attrs))]
+
+
+def _centered(b: Any, x: Any, attrs: dict[str, Any]) -> tuple[Any, float]:
+    n = reduced_count(x.type, attrs["axis"])
+    mean = b.op("mean", x, axis=attrs["axis"], keepdims=True)
+    return b.op("subtract", x, mean), float(n - attrs["correction"])
+
+
+def _var_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    c, dof = _centered(b, x, attrs)
+    g = _back(b, cots[0], x, attrs)
+    return [b.op("multiply", g, b.op("multiply", c, scalar(b, 2.0 / dof, c)))]
+
+
+def _std_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    c, dof = _centered(b, x, attrs)
+    g = _back(b, b.op("divide", cots[0], outs[0]), x, attrs)
+    return [b.op("multiply", g, b.op("multiply", c, scalar(b, 1.0 / dof, c)))]
+
+
+def _logsumexp_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    p = b.op("exp", b.op("subtract", x, _back(b, outs[0], x, attrs)))
+    return [b.op("multiply", p, _back(b, cots[0], x, attrs))]
+
+
+def _flat(b: Any, g: Any, x: Any, axis: int | None) -> tuple[Any, int]:
+    return (b.op("reshape", g, shape=(-1,)), 0) if axis is None else (g, axis)
+
+
+def _reverse_cumsum(b: Any, g: Any, axis: int) -> Any:
+    return b.op("flip", b.op("cumsum", b.op("flip", g, axis=axis), axis=axis), axis=axis)
+
+
+def _cumsum_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, axis = ins[0], attrs["axis"]
+    g, ax = _flat(b, cots[0], x, axis)
+    r = _reverse_cumsum(b, g, ax)
+    return [b.op("reshape", r, shape=x.type.shape) if axis is None else r]
+
+
+def _cumprod_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # d/dx_i: sum_{j >= i} g_j y_j / x_i (x must have no zeros).
+    x, axis = ins[0], attrs["axis"]
+    gy, ax = _flat(b, b.op("multiply", cots[0], outs[0]), x, axis)
+    r = _reverse_cumsum(b, gy, ax)
+    if axis is None:
+        r = b.op("reshape", r, shape=x.type.shape)
+    return [b.op("divide", r, x)]
+
+
+_REDUCTION_GRADS: dict[str, Callable[..., Any]] = {
+    "sum": _sum_grad, "prod": _prod_grad, "max": _extremum_grad, "min": _extremum_grad, "mean": _mean_grad,
+    "any": no_grad, "all": no_grad, "var": _var_grad, "std": _std_grad,
+}
+
 for _name, _id, _fn in REDUCTIONS:
     register_op(OpDef(
         name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernels={"numpy": _reduce_kernel(_name, _fn)},
-        attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY,
+        attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY, grad=_REDUCTION_GRADS[_name],
         doc=f"{_name}(x, axis=None, keepdims=False): NumPy's {_fn.__name__} over the given axes",
     ))
 
@@ -143,6 +232,7 @@ for _name, _id, _fn in MOMENTS:
     register_op(OpDef(
         name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernels={"numpy": _moment_kernel(_name, _fn)},
         attrs={"axis": _AXES, "keepdims": _KEEPDIMS, "correction": _CORRECTION}, family=FAMILY,
+        grad=_REDUCTION_GRADS[_name],
         doc=f"{_name}(x, axis=None, keepdims=False, correction=0.0): NumPy's {_fn.__name__} with ddof=correction",
     ))
 
@@ -171,7 +261,7 @@ for _name, _id, _fn in (("argmax", 510, np.argmax), ("argmin", 511, np.argmin)):
         name=_name, id=_id, arity=1, infer=_arg_infer(_name), kernels={"numpy": _arg_kernel(_name, _fn)},
         attrs={"axis": Attr(optional(attr_int), None, "axis to search; None searches the flattened array"),
                "keepdims": _KEEPDIMS},
-        family=FAMILY,
+        family=FAMILY, grad=no_grad,
         doc=f"{_name}(x, axis=None, keepdims=False): NumPy's {_fn.__name__} (int64 indices; "
             "with axis None, the index into the flattened array)",
     ))
@@ -214,7 +304,7 @@ for _name, _id, _fn in (("cumsum", 520, np.cumsum), ("cumprod", 521, np.cumprod)
     register_op(OpDef(
         name=_name, id=_id, arity=1, infer=_cum_infer(_name), kernels={"numpy": _cum_kernel(_name, _fn)},
         attrs={"axis": Attr(optional(attr_int), None, "axis to accumulate along; None flattens first")},
-        family=FAMILY,
+        family=FAMILY, grad=_cumsum_grad if _name == "cumsum" else _cumprod_grad,
         doc=f"{_name}(x, axis=None): NumPy's {_fn.__name__} (axis None: over the flattened array)",
     ))
 
@@ -254,6 +344,6 @@ def _logsumexp_kernel(x: np.ndarray, out: np.ndarray | None = None, *, axis: tup
 
 register_op(OpDef(
     name="logsumexp", id=530, arity=1, infer=_reduce_infer("logsumexp"), kernels={"numpy": _logsumexp_kernel},
-    attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY,
+    attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY, grad=_logsumexp_grad,
     doc="logsumexp(x, axis=None, keepdims=False): log(sum(exp(x))) computed stably, as scipy.special.logsumexp",
 ))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.helpers import rank, static_shape, unbroadcast, zeros_like
 from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import (
     Attr,
@@ -101,8 +102,191 @@ def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: i
     extra = {} if version is None else {"version": version}
     return register_op(OpDef(
         name=name, id=id, arity=arity, min_inputs=min_inputs, infer=infer, attrs=attrs or {},
-        kernels={"numpy": kernel}, family=FAMILY, doc=doc, **extra,
+        kernels={"numpy": kernel}, family=FAMILY, doc=doc, grad=_SHAPE_GRADS.get(name), **extra,
     ))
+
+
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# Gradients of ops that move elements move the cotangent back; static shapes are needed where the
+# cotangent has to be padded or reshaped to the input's shape.
+def _g_reshape(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    shape = ins[0].type.shape
+    if shape is None or sum(d is None for d in shape) > 1:
+        static_shape(ins[0].type)
+    return [b.op("reshape", cots[0], shape=tuple(-1 if d is None else d for d in shape))]
+
+
+def _g_permute(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    r = rank(ins[0].type)
+    axes = attrs["axes"] if attrs["axes"] is not None else tuple(range(r - 1, -1, -1))
+    return [b.op("permute_dims", cots[0], axes=tuple(int(i) for i in np.argsort([a % r for a in axes])))]
+
+
+def _g_broadcast_to(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [unbroadcast(b, cots[0], ins[0].type)]
+
+
+def _g_expand_dims(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("squeeze", cots[0], axis=attrs["axis"])]
+
+
+def _g_squeeze(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return _g_reshape(b, ins, outs, cots, attrs)
+
+
+def _g_concat(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    g, axis = cots[0], attrs["axis"]
+    if axis is None:
+        sizes = [int(np.prod(static_shape(x.type))) for x in ins]
+    else:
+        sizes = [static_shape(x.type)[axis] for x in ins]
+    if len(ins) == 1:
+        parts: Any = (g,)
+    else:
+        parts = b.op("split", g, sections=tuple(int(i) for i in np.cumsum(sizes)[:-1]),
+                     axis=0 if axis is None else axis)
+    return [b.op("reshape", p, shape=x.type.shape) if axis is None else p for p, x in zip(parts, ins, strict=True)]
+
+
+def _g_stack(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    g, axis = cots[0], attrs["axis"]
+    parts = (g,) if len(ins) == 1 else b.op("split", g, sections=len(ins), axis=axis)
+    return [b.op("squeeze", p, axis=axis) for p in parts]
+
+
+def _g_split(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    parts = [c if c is not None else zeros_like(b, o) for c, o in zip(cots, outs, strict=True)]
+    return [b.op("concat", *parts, axis=attrs["axis"])]
+
+
+def _scatter_slice(b: Any, g: Any, axis: int, d: int, start: int, length: int, step: int) -> Any:
+    """Place ``g`` (``length`` along ``axis``) at ``start, start + step, ...`` of an axis of size ``d``.
+
+    The other positions are zeros."""
+    if step < 0:
+        g = b.op("flip", g, axis=axis)
+        start, step = start + (length - 1) * step, -step
+    if step > 1 and length > 1:
+        r = rank(g.type)
+        g = b.op("expand_dims", g, axis=axis + 1)
+        pw = [(0, 0)] * (r + 1)
+        pw[axis + 1] = (0, step - 1)
+        g = b.op("pad", g, pad_width=tuple(pw))
+        shape = list(static_shape(g.type))
+        shape[axis:axis + 2] = [shape[axis] * step]
+        g = b.op("reshape", g, shape=tuple(shape))
+        key: list[Any] = [slice(None)] * r
+        key[axis] = slice(0, (length - 1) * step + 1)
+        g = b.op("getitem", g, index=tuple(key))
+    pw = [(0, 0)] * rank(g.type)
+    pw[axis] = (start, d - start - ((length - 1) * step + 1))
+    return b.op("pad", g, pad_width=tuple(pw)) if any(pw[axis]) else g
+
+
+def _g_getitem(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, g = ins[0], cots[0]
+    shape = static_shape(x.type, "getitem gradient")
+    r = len(shape)
+    index = normalize_index(attrs["index"], r)
+    used = sum(1 for e in index if isinstance(e, int) or e[0] == "slice")
+    full = ("slice", None, None, None)
+    if ("ellipsis",) in index:
+        i = index.index(("ellipsis",))
+        index = index[:i] + (full,) * (r - used) + index[i + 1:]
+    else:
+        index = index + (full,) * (r - used)
+    newaxes = tuple(k for k, e in enumerate(e for e in index if not isinstance(e, int)) if e == ("newaxis",))
+    if newaxes:
+        g = b.op("squeeze", g, axis=newaxes)
+    entries = [e for e in index if e != ("newaxis",)]
+    ints = tuple(k for k, e in enumerate(entries) if isinstance(e, int))
+    if ints:
+        g = b.op("expand_dims", g, axis=ints)
+    if 0 in static_shape(g.type):
+        return [zeros_like(b, x)]
+    for axis, (e, d) in enumerate(zip(entries, shape, strict=True)):
+        if isinstance(e, int):
+            g = _scatter_slice(b, g, axis, d, e % d, 1, 1)
+        else:
+            start, stop, step = slice(e[1], e[2], e[3]).indices(d)
+            length = len(range(start, stop, step))
+            if (start, length, step) != (0, d, 1):
+                g = _scatter_slice(b, g, axis, d, start, length, step)
+    return [g]
+
+
+def _g_take(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # One-hot matrix of the indices, contracted with the cotangent (repeated indices accumulate).
+    x, idx = ins
+    g, axis = cots[0], attrs["axis"]
+    shape = static_shape(x.type, "take gradient")
+    n = int(np.prod(shape)) if axis is None else shape[axis]
+    ax = 0 if axis is None else axis % len(shape)
+    k = rank(idx.type)
+    wrapped = b.op("remainder", idx, b.constant(np.array(n, dtype=idx.type.dtype)))
+    onehot = b.op("cast", b.op("equal", b.op("expand_dims", wrapped, axis=-1),
+                               b.constant(np.arange(n, dtype=idx.type.dtype))), dtype=x.type.dtype)
+    r = b.op("tensordot", g, onehot, axes=(tuple(range(ax, ax + k)), tuple(range(k))))
+    if axis is None:
+        return [b.op("reshape", r, shape=shape), None]
+    return [b.op("moveaxis", r, source=-1, destination=ax), None]
+
+
+def _g_pad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    if attrs["mode"] != "constant":
+        raise NotImplementedError(f"pad gradient: only mode='constant' is supported, not {attrs['mode']!r}")
+    shape = static_shape(ins[0].type, "pad gradient")
+    pw = attrs["pad_width"]
+    pairs = pw * len(shape) if len(pw) == 1 else pw
+    return [b.op("getitem", cots[0], index=tuple(slice(lo, lo + d) for (lo, _), d in zip(pairs, shape, strict=True)))]
+
+
+def _g_flip(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("flip", cots[0], axis=attrs["axis"])]
+
+
+def _g_roll(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("roll", cots[0], shift=tuple(-s for s in attrs["shift"]), axis=attrs["axis"])]
+
+
+def _g_tile(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    shape = static_shape(ins[0].type, "tile gradient")
+    reps = tuple(attrs["reps"])
+    R = max(len(shape), len(reps))
+    s = (1,) * (R - len(shape)) + shape
+    reps = (1,) * (R - len(reps)) + reps
+    inter = tuple(v for pair in zip(reps, s, strict=True) for v in pair)
+    g = b.op("reshape", cots[0], shape=inter)
+    g = b.op("sum", g, axis=tuple(range(0, 2 * R, 2)))
+    return [b.op("reshape", g, shape=shape)]
+
+
+def _g_repeat(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    shape = static_shape(ins[0].type, "repeat gradient")
+    rep, axis = attrs["repeats"], attrs["axis"]
+    if axis is None:
+        g = b.op("reshape", cots[0], shape=(int(np.prod(shape)), rep))
+        return [b.op("reshape", b.op("sum", g, axis=1), shape=shape)]
+    ax = axis % len(shape)
+    split = (*shape[:ax], shape[ax], rep, *shape[ax + 1:])
+    return [b.op("sum", b.op("reshape", cots[0], shape=split), axis=ax + 1)]
+
+
+def _g_moveaxis(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("moveaxis", cots[0], source=attrs["destination"], destination=attrs["source"])]
+
+
+def _g_copy(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [cots[0]]
+
+
+_SHAPE_GRADS: dict[str, Any] = {
+    "reshape": _g_reshape, "permute_dims": _g_permute, "broadcast_to": _g_broadcast_to,
+    "expand_dims": _g_expand_dims, "squeeze": _g_squeeze, "concat": _g_concat, "stack": _g_stack,
+    "split": _g_split, "getitem": _g_getitem, "take": _g_take, "pad": _g_pad, "flip": _g_flip, "roll": _g_roll,
+    "tile": _g_tile, "repeat": _g_repeat, "moveaxis": _g_moveaxis, "copy": _g_copy,
+}
 
 
 # ---------------------------------------------------------------- reshape 700
