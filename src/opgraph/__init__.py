@@ -17,6 +17,7 @@ tracing decorator), check its types and shapes, and run it::
            [0.76159416, 0.76159416]])
 """
 
+from opgraph.autodiff import grad, value_and_grad, vjp
 from opgraph.core import (
     VOID,
     Attr,
@@ -41,11 +42,14 @@ from opgraph.errors import (
     VerifyError,
 )
 from opgraph.frontend.trace import function, trace
+from opgraph.passes import optimize
+from opgraph.runtime.compiled import compile
 
 __version__ = "0.1.0"
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FormatError", "Graph", "GraphBuilder", "GraphError", "Op",
     "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "Value", "VerifyError",
-    "VoidType", "all_ops", "function", "get_op", "register_op", "trace",
+    "VoidType", "all_ops", "compile", "function", "get_op", "grad", "optimize", "register_op", "trace",
+    "value_and_grad", "vjp",
 ]

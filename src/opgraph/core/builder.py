@@ -350,6 +350,20 @@ class GraphBuilder:
         build.__doc__ = opdef.doc
         return build
 
+    def build_grad_ops(self, loss: Value, values: Sequence[Value]) -> list[Value]:
+        """Seed 003: append the gradient ops of scalar ``loss`` for ``values``; return the gradients.
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder()
+        >>> x = b.input(("float64", (2,)), name="x")
+        >>> (g,) = b.build_grad_ops(b.sum(b.square(x)), [x])
+        >>> b.run({x: np.array([1.0, 2.0])}, [g])[0]
+        array([2., 4.])
+        """
+        from opgraph.autodiff import build_grad_ops
+
+        return build_grad_ops(self, loss, list(values))
+
     def output(self, *values: Value) -> None:
         """Declare outputs (``get`` gateways), in order."""
         self._touch()
