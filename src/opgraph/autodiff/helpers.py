@@ -144,8 +144,20 @@ def swap_last(b: Any, x: Any) -> Any:
 
 
 def mask(b: Any, cond: Any, g: Any) -> Any:
-    """``g`` where ``cond``, else 0."""
-    return b.op("where", cond, g, scalar(b, 0.0, g))
+    """``g`` where ``cond``, else 0, as ``g * cond``.
+
+    A multiply by the cast mask is one fast pass, where NumPy's masked copies
+    (``where``) are several times slower; the one difference is that a non-finite
+    ``g`` where ``cond`` is false gives NaN rather than 0.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> g = b.input(("float32", (3,)), name="g")
+    >>> m = mask(b, b.constant(np.array([True, False, True])), g)
+    >>> b.run({g: np.ones(3, np.float32)}, [m])[0]
+    array([1., 0., 1.], dtype=float32)
+    """
+    return b.op("multiply", g, b.op("cast", cond, dtype=g.type.dtype))
 
 
 def no_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
