@@ -173,3 +173,28 @@ def no_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequenc
 def eye(b: Any, n: int, like: Any) -> Any:
     """An ``n x n`` identity constant of ``like``'s dtype."""
     return b.constant(np.eye(n, dtype=like.type.dtype))
+
+
+def dilate(b: Any, g: Any, axis: int, step: int) -> Any:
+    """Insert ``step - 1`` zeros between the elements of ``g`` along ``axis`` (static shapes).
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> g = b.input(("float64", (3,)), name="g")
+    >>> b.run({g: np.array([1.0, 2.0, 3.0])}, [dilate(b, g, 0, 2)])[0]
+    array([1., 0., 2., 0., 3.])
+    """
+    n = static_shape(g.type)[axis]
+    if step == 1 or n <= 1:
+        return g
+    r = len(static_shape(g.type))
+    g = b.op("expand_dims", g, axis=axis + 1)
+    pw = [(0, 0)] * (r + 1)
+    pw[axis + 1] = (0, step - 1)
+    g = b.op("pad", g, pad_width=tuple(pw))
+    shape = list(static_shape(g.type))
+    shape[axis:axis + 2] = [shape[axis] * step]
+    g = b.op("reshape", g, shape=tuple(shape))
+    key: list[Any] = [slice(None)] * r
+    key[axis] = slice(0, (n - 1) * step + 1)
+    return b.op("getitem", g, index=tuple(key))

@@ -733,6 +733,22 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.cumsum(out)
 
 
+def hash_rows(rows: np.ndarray) -> np.ndarray:
+    """One uint64 hash per row of a 2-D integer array (equal rows, equal hashes).
+
+    >>> h = hash_rows(np.array([[1, 2], [1, 2], [2, 1]]))
+    >>> bool(h[0] == h[1]), bool(h[0] == h[2])
+    (True, False)
+    """
+    h = np.zeros(len(rows), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(rows.shape[1]):
+            h ^= rows[:, j].astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+            h *= np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+    return h
+
+
 def _distinct_rows(rows: np.ndarray) -> np.ndarray:
     """Indices of one representative of each distinct row of a 2-D int array.
 
@@ -741,12 +757,7 @@ def _distinct_rows(rows: np.ndarray) -> np.ndarray:
     """
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int64)
-    h = np.zeros(len(rows), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(rows.shape[1]):
-            h ^= rows[:, j].astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-            h *= np.uint64(0xBF58476D1CE4E5B9)
-            h ^= h >> np.uint64(31)
+    h = hash_rows(rows)
     uniq = np.unique(h)
     if len(uniq) > 4096:  # many signatures: one sort does it all
         _, first, inverse = np.unique(h, return_index=True, return_inverse=True)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from opgraph.autodiff.helpers import mask, scalar, static_shape
+from opgraph.autodiff.helpers import dilate, mask, scalar, static_shape
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_ints, optional, register_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
@@ -182,24 +182,6 @@ def _log_softmax_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, A
     return [b.op("subtract", g, b.op("multiply", b.op("exp", y), b.op("sum", g, axis=attrs["axis"], keepdims=True)))]
 
 
-def _dilate(b: Any, g: Any, axis: int, step: int) -> Any:
-    """Insert ``step - 1`` zeros between the elements of ``g`` along ``axis``."""
-    n = static_shape(g.type)[axis]
-    if step == 1 or n <= 1:
-        return g
-    r = len(static_shape(g.type))
-    g = b.op("expand_dims", g, axis=axis + 1)
-    pw = [(0, 0)] * (r + 1)
-    pw[axis + 1] = (0, step - 1)
-    g = b.op("pad", g, pad_width=tuple(pw))
-    shape = list(static_shape(g.type))
-    shape[axis:axis + 2] = [shape[axis] * step]
-    g = b.op("reshape", g, shape=tuple(shape))
-    key: list[Any] = [slice(None)] * r
-    key[axis] = slice(0, (n - 1) * step + 1)
-    return b.op("getitem", g, index=tuple(key))
-
-
 def _conv_input_grad(b: Any, g: Any, w: Any, x_shape: tuple[int, ...], stride: Pair, padding: Padding,
                      dilation: Pair, groups: int) -> Any:
     """Cotangent of conv2d's x (N, C, H, W): a stride-1 convolution of the dilated cotangent with the
@@ -207,7 +189,7 @@ def _conv_input_grad(b: Any, g: Any, w: Any, x_shape: tuple[int, ...], stride: P
     o, cg, kh, kw = static_shape(w.type)
     top, bottom, left, right = pad4(padding)
     hp, wp = x_shape[2] + top + bottom, x_shape[3] + left + right
-    gd = _dilate(b, _dilate(b, g, 2, stride[0]), 3, stride[1])
+    gd = dilate(b, dilate(b, g, 2, stride[0]), 3, stride[1])
     ph, pw_ = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
     gh, gw = static_shape(gd.type)[2:]
     extra_h, extra_w = hp - (gh + ph), wp - (gw + pw_)
@@ -299,7 +281,7 @@ def _max_pool2d_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, An
     share = b.op("divide", g, count)
     total = None
     for (i, j), h in hits.items():
-        part = _dilate(b, _dilate(b, b.op("multiply", h, share), 2, sh), 3, sw)
+        part = dilate(b, dilate(b, b.op("multiply", h, share), 2, sh), 3, sw)
         ph, pw_ = static_shape(part.type)[2:]
         part = b.op("pad", part, pad_width=((0, 0), (0, 0), (i, hp - i - ph), (j, wp - j - pw_)))
         total = part if total is None else b.op("add", total, part)

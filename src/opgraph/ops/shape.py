@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import rank, static_shape, unbroadcast, zeros_like
+from opgraph.autodiff.helpers import dilate, rank, static_shape, unbroadcast, zeros_like
 from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import (
     Attr,
@@ -168,17 +168,7 @@ def _scatter_slice(b: Any, g: Any, axis: int, d: int, start: int, length: int, s
         g = b.op("flip", g, axis=axis)
         start, step = start + (length - 1) * step, -step
     if step > 1 and length > 1:
-        r = rank(g.type)
-        g = b.op("expand_dims", g, axis=axis + 1)
-        pw = [(0, 0)] * (r + 1)
-        pw[axis + 1] = (0, step - 1)
-        g = b.op("pad", g, pad_width=tuple(pw))
-        shape = list(static_shape(g.type))
-        shape[axis:axis + 2] = [shape[axis] * step]
-        g = b.op("reshape", g, shape=tuple(shape))
-        key: list[Any] = [slice(None)] * r
-        key[axis] = slice(0, (length - 1) * step + 1)
-        g = b.op("getitem", g, index=tuple(key))
+        g = dilate(b, g, axis, step)
     pw = [(0, 0)] * rank(g.type)
     pw[axis] = (start, d - start - ((length - 1) * step + 1))
     return b.op("pad", g, pad_width=tuple(pw)) if any(pw[axis]) else g

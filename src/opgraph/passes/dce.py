@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opgraph.core.graph import Graph, _csr_rows, _ranges
+from opgraph.core.graph import Graph, _csr_rows, _ranges, hash_rows
 from opgraph.core.registry import CONST, all_ops
 from opgraph.passes.base import PassResult, compact, use_counts
 
@@ -85,19 +85,9 @@ def _const_classes(graph: Graph) -> np.ndarray:
     return cls
 
 
-def _hash_rows(rows: np.ndarray) -> np.ndarray:
-    h = np.zeros(len(rows), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(rows.shape[1]):
-            h ^= rows[:, j].astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-            h *= np.uint64(0xBF58476D1CE4E5B9)
-            h ^= h >> np.uint64(31)
-    return h
-
-
 def _group_first(rows: np.ndarray) -> np.ndarray:
     """For each row, the index of the first equal row (rows are in priority order)."""
-    h = _hash_rows(rows)
+    h = hash_rows(rows)
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     rep = first[inverse]
     if not np.array_equal(rows, rows[rep]):  # a hash collision: group exactly
