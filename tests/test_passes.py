@@ -58,6 +58,10 @@ CASES: list[tuple[str, Builder, Builder, dict[str, Any]]] = [
      lambda b: (b.input(INT), b.constant(np.zeros((2, 3), np.int64)))[1], {}),
     ("multiply_zero", lambda b: b.multiply(b.input(F), 0.0),
      lambda b: (b.input(F), b.constant(np.zeros((2, 3))))[1], {"fast_math": True}),
+    ("zero_divide", lambda b: b.divide(0.0, b.input(F)),
+     lambda b: (b.input(F), b.constant(np.zeros((2, 3))))[1], {"fast_math": True}),
+    ("zero_floor_divide", lambda b: b.floor_divide(0, b.input(INT)),
+     lambda b: (b.input(INT), b.constant(np.zeros((2, 3), np.int64)))[1], {}),
     ("divide_one", lambda b: b.divide(b.input(F), 1.0), lambda b: b.input(F), {}),
     ("power_one", lambda b: b.power(b.input(F), 1.0), lambda b: b.input(F), {}),
     ("negative_negative", lambda b: b.negative(b.negative(b.input(F))), lambda b: b.input(F), {}),
@@ -215,6 +219,7 @@ def test_every_rule_has_a_case() -> None:
     lambda b: b.add(b.input(F), 0.0),            # -0.0 + 0.0 is +0.0
     lambda b: b.subtract(b.input(F), -0.0),      # same
     lambda b: b.multiply(b.input(F), 0.0),       # inf * 0 is nan
+    lambda b: b.divide(0.0, b.input(F)),         # 0 / 0 is nan
     lambda b: (lambda x: b.subtract(x, x))(b.input(F)),
     lambda b: b.log(b.exp(b.input(F))),
     lambda b: b.add(b.broadcast_to(b.input(("float64", (1, 3))), shape=(2, 3)), b.input(("float64", (3,)))),
