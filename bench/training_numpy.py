@@ -5,25 +5,17 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import resource
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_opgraph import LR, data
+from training_common import LR, arguments, data, report
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    args = ap.parse_args()
+    args = arguments()
     p, x, y = data()
 
     def call() -> float:
@@ -49,15 +41,7 @@ def main() -> None:
             p[2 * i + 1] -= LR * gb
         return loss
 
-    for _ in range(args.warmup):
-        call()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        last = call()
-        times.append(time.perf_counter() - t0)
-    print(json.dumps({"step": statistics.median(times),
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": last}))
+    report(call, args.warmup, args.steps)
 
 
 if __name__ == "__main__":

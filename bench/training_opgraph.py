@@ -7,35 +7,17 @@ object: median seconds per step after warm-up, peak RSS (MiB), the final loss an
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
-import resource
-import statistics
-import time
+import sys
+from pathlib import Path
 
-import numpy as np
-
-SIZES, BATCH, LR = (784, 512, 512, 10), 128, 0.01
-
-
-def data(seed: int = 0) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Shared by the three training_* scripts: float32 He-initialised weights, random inputs and labels."""
-    rng = np.random.default_rng(seed)
-    params = []
-    for n_in, n_out in itertools.pairwise(SIZES):
-        params.append((rng.standard_normal((n_in, n_out)) * np.sqrt(2.0 / n_in)).astype(np.float32))
-        params.append(np.zeros(n_out, np.float32))
-    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
-    y = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
-    return params, x, y
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from training_common import LR, SIZES, arguments, data, report
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runtime", default="executor", choices=("executor", "compiled"))
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    args = ap.parse_args()
+    args = arguments(ap)
     import opgraph
     from opgraph.optim import SGD, StepRunner, training_step
 
@@ -68,15 +50,7 @@ def main() -> None:
         def call() -> float:
             return float(runner({"x": x, "y": y})[0])
 
-    for _ in range(args.warmup):
-        call()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        last = call()
-        times.append(time.perf_counter() - t0)
-    print(json.dumps({"step": statistics.median(times), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                      / 1024, "loss": last, "ops": step.graph.num_ops}))
+    report(call, args.warmup, args.steps, ops=step.graph.num_ops)
 
 
 if __name__ == "__main__":

@@ -5,23 +5,15 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import resource
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_opgraph import LR, data
+from training_common import LR, arguments, data, report
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    args = ap.parse_args()
+    args = arguments()
     import torch
 
     torch.set_num_threads(1)
@@ -42,15 +34,7 @@ def main() -> None:
         opt.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        call()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        last = call()
-        times.append(time.perf_counter() - t0)
-    print(json.dumps({"step": statistics.median(times),
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": last}))
+    report(call, args.warmup, args.steps)
 
 
 if __name__ == "__main__":
