@@ -8,22 +8,15 @@ PyTorch is installed.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import statistics
-import time
+import sys
 import tracemalloc
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_common
+from scale_common import timed
 
 
 def bench_opgraph(n: int) -> dict[str, float]:
@@ -90,18 +83,7 @@ def bench_torchfx(n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", choices=["opgraph", "torchfx"], default="opgraph")
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    fn = bench_opgraph if args.lib == "opgraph" else bench_torchfx
-    runs = []
-    for _ in range(args.repeat):
-        gc.collect()
-        runs.append(fn(args.n))
-    keys = runs[0].keys()
-    print(json.dumps({"lib": args.lib, "n": args.n, **{k: statistics.median(r[k] for r in runs) for k in keys}}))
+    scale_common.main({"opgraph": bench_opgraph, "torchfx": bench_torchfx})
 
 
 if __name__ == "__main__":

@@ -13,14 +13,15 @@ chain (torch.fx has DCE but no CSE or rule engine in its core).
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import statistics
-import time
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_common
+from scale_common import timed
 
 
 def make_graph(n: int) -> Any:
@@ -65,13 +66,6 @@ def make_graph(n: int) -> Any:
                  constants=[np.array(1.0)], inputs=[0, 1], outputs=[n_values - 1])
 
 
-def timed(fn: Any) -> tuple[float, Any]:
-    gc.collect()
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
 def bench_opgraph(n: int) -> dict[str, Any]:
     from opgraph.passes import SIMPLIFY, cse, dce, optimize, rewrite
 
@@ -113,15 +107,7 @@ def bench_torchfx(n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", choices=["opgraph", "torchfx"], default="opgraph")
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    fn = bench_opgraph if args.lib == "opgraph" else bench_torchfx
-    runs = [fn(args.n) for _ in range(args.repeat)]
-    keys = runs[0].keys()
-    print(json.dumps({"lib": args.lib, "n": args.n, **{k: statistics.median(r[k] for r in runs) for k in keys}}))
+    scale_common.main({"opgraph": bench_opgraph, "torchfx": bench_torchfx})
 
 
 if __name__ == "__main__":
