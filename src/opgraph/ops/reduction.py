@@ -35,7 +35,7 @@ from opgraph.autodiff.helpers import broadcast_like, expand_reduced, no_grad, re
 from opgraph.core.registry import Attr, OpDef, attr_axes, attr_bool, attr_float, attr_int, optional, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axes, normalize_axis, tensor
+from opgraph.ops._common import normalize_axes, normalize_axis, tensor, write_out
 
 FAMILY = "reduction"
 
@@ -107,6 +107,9 @@ def _reduce_infer(name: str) -> Callable[[tuple[ValueType, ...], dict[str, Any]]
 def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def kernel(x: np.ndarray, out: np.ndarray | None = None, *, axis: tuple[int, ...] | None,
                keepdims: bool) -> np.ndarray:
+        if out is not None and x.dtype == np.float16:
+            # NumPy accumulates float16 in float32 only when it allocates the result itself.
+            return write_out(fn(x, axis=axis, keepdims=keepdims), out)
         return _arr(fn(x, axis=axis, keepdims=keepdims, out=out), out)
 
     kernel.__name__ = f"{name}_numpy"
@@ -116,6 +119,8 @@ def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def _moment_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def kernel(x: np.ndarray, out: np.ndarray | None = None, *, axis: tuple[int, ...] | None,
                keepdims: bool, correction: float) -> np.ndarray:
+        if out is not None and x.dtype == np.float16:  # as in _reduce_kernel
+            return write_out(fn(x, axis=axis, keepdims=keepdims, ddof=correction), out)
         return _arr(fn(x, axis=axis, keepdims=keepdims, ddof=correction, out=out), out)
 
     kernel.__name__ = f"{name}_numpy"
