@@ -23,10 +23,18 @@ $(VENV)/.installed-torch: | $(BIN)/python
 	-$(BIN)/python -m pip install -q "torch==2.13.0+cpu" || echo "note: PyTorch CPU build not available here"
 	touch $@
 
-demo: $(VENV)/.installed-demo
+# Graphviz's `dot` is a system package: installed where this user may (root with apt-get);
+# elsewhere opgraph.draw says clearly that it is missing and the tests that render say why they skip.
+$(VENV)/.installed-graphviz: | $(BIN)/python
+	@command -v dot >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq >/dev/null && apt-get install -y -qq graphviz >/dev/null; } || \
+		echo "note: Graphviz 'dot' is not installed; drawing to SVG/PNG is unavailable"
+	touch $@
+
+demo: $(VENV)/.installed-demo $(VENV)/.installed-graphviz
 	$(THREADS) $(BIN)/python examples/demo.py
 
-test: $(VENV)/.installed-test $(VENV)/.installed-torch
+test: $(VENV)/.installed-test $(VENV)/.installed-torch $(VENV)/.installed-graphviz
 	$(BIN)/ruff check src tests bench examples tools
 	$(BIN)/python tools/gen_ops_doc.py --check
 	$(THREADS) $(BIN)/python -m pytest -n 2 -p no:cacheprovider

@@ -32,6 +32,7 @@ from sklearn.model_selection import train_test_split
 
 import opgraph
 import opgraph.io
+import opgraph.viz
 import opgraph.nn as nn
 import opgraph.numpy as onp
 from opgraph.optim import Momentum, StepRunner, TrainingStep, training_step
@@ -274,6 +275,11 @@ def main() -> None:
         raise SystemExit("the saved step graph did not load back equal")
     sizes = ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in sorted(out_dir.glob("mlp_step.*")))
     console.print(f"saved and reloaded the training-step graph: {sizes} (try: opgraph info out/mlp_step.cg)")
+    try:
+        picture = opgraph.viz.render(g, out_dir / "mlp_step.svg", plan=True)
+        console.print(f"drew the training-step graph, values coloured by memory block: {picture}")
+    except opgraph.viz.GraphvizNotFoundError as exc:
+        console.print(f"no picture of the graph: {exc}")
 
 
 if __name__ == "__main__":

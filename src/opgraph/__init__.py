@@ -44,12 +44,13 @@ from opgraph.errors import (
 from opgraph.frontend.trace import function, trace
 from opgraph.passes import optimize
 from opgraph.runtime.compiled import compile
+from opgraph.viz import draw
 
 __version__ = "0.1.0"
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FormatError", "Graph", "GraphBuilder", "GraphError", "Op",
     "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "Value", "VerifyError",
-    "VoidType", "all_ops", "compile", "function", "get_op", "grad", "optimize", "register_op", "trace",
+    "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "optimize", "register_op", "trace",
     "value_and_grad", "vjp",
 ]

@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ("opgraph.cli.optimize_cmd", "opgraph.cli.plan_cmd")
+COMMAND_MODULES: tuple[str, ...] = ("opgraph.cli.optimize_cmd", "opgraph.cli.plan_cmd", "opgraph.cli.viz_cmd")
 """Modules adding more subcommands; each has ``add_parser(subparsers, common)``, which adds its
 parser with ``parents=[common]`` and sets ``func`` (a function of the parsed args returning the exit status).
 Helpers for them (``load_graph``, ``save_graph``, ``print_table``) are the ones below."""

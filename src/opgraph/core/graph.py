@@ -619,6 +619,11 @@ class Graph:
     def __str__(self) -> str:
         return self.dump()
 
+    def _repr_svg_(self) -> str | None:
+        from opgraph.viz import graph_repr_svg
+
+        return graph_repr_svg(self)
+
     def dump(self, limit: int | None = 2000) -> str:
         """A readable listing, one op per line in topological order (``limit`` ops at most)."""
         head = ", ".join(f"{self.value_label(int(v))}: {self.type_of(int(v))}" for v in self.inputs)
