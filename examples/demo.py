@@ -32,9 +32,9 @@ from sklearn.model_selection import train_test_split
 
 import opgraph
 import opgraph.io
-import opgraph.viz
 import opgraph.nn as nn
 import opgraph.numpy as onp
+import opgraph.viz
 from opgraph.optim import Momentum, StepRunner, TrainingStep, training_step
 
 console = Console()
