@@ -1,0 +1,449 @@
+"""Dict DAG formats (seed 001, after mrocklin/dicdag) and conversions to and from a :class:`Graph`.
+
+Four formats, all plain dicts keyed by variables (value names):
+
+* **dag**: ``{out: {'fn': f, 'args': (in1, in2)}}``; a multi-output op is
+  keyed by the tuple of its outputs and each output has an ``'_index'``
+  entry ``{c: {'fn': '_index', 'args': ((c, d), 0)}}`` (the reduced
+  index-dag of dicdag);
+* **tuple-dag**: ``{(outs): {'fn': f, 'args': (ins)}}``;
+* **index-dag**: a tuple-dag plus one ``'_index'`` entry per output, also
+  for single outputs;
+* **unidag** of jobs ``{job: (later jobs)}`` where a job is the hashable
+  triple ``(args, fn, out)`` of one dag entry.
+
+An op's ``fn`` is its kind name (``'exp'``) when it has no attributes, else
+``(kind, ((name, value), ...))`` with the normalised attributes, e.g.
+``('sum', (('axis', (1,)), ('keepdims', False)))``; on import
+``(kind, {'axis': 1})`` is accepted too. A constant is
+``('const', (('value', Constant(array)),))``. Values are named by the
+graph's names, or ``_<id>`` when unnamed. Graph inputs are not dag keys: a
+graph converts to a :class:`DagForm` ``(dag, inputs, outputs, types)``
+where ``types`` maps each input name to its type.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2, 3)), name="x")
+    >>> s = b.op("sum", x, axis=1, name="s")
+    >>> b.output(b.op("exp", s))
+    >>> form = to_dag(b.freeze())
+    >>> form.dag
+    {'s': {'fn': ('sum', (('axis', (1,)), ('keepdims', False))), 'args': ('x',)}, '_2': {'fn': 'exp', 'args': ('s',)}}
+    >>> form.inputs, form.outputs
+    (('x',), ('_2',))
+    >>> from_dag(*form) == b.freeze()
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from opgraph.core.builder import GraphBuilder
+from opgraph.core.graph import Graph
+from opgraph.core.registry import get_op
+from opgraph.core.types import ValueType, as_type
+from opgraph.errors import GraphError
+
+INDEX = "_index"
+"""The ``fn`` of index entries (dicdag's ``index`` keyword)."""
+
+Dag = dict[Hashable, dict[str, Any]]
+_GENERATED = re.compile(r"_\d+_*")
+
+
+class Constant:
+    """A hashable wrapper of a constant array (so dag entries can be unidag jobs).
+
+    >>> import numpy as np
+    >>> Constant(np.arange(3)) == Constant([0, 1, 2]), hash(Constant(1.0)) == hash(Constant(1.0))
+    (True, True)
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = np.asarray(array)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.array.dtype.str, self.array.shape, self.array.tobytes())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Constant) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Constant({self.array!r})"
+
+
+class DagForm(NamedTuple):
+    """A graph as a dict DAG plus its gateways: ``(dag, inputs, outputs, types)``."""
+
+    dag: dict[Hashable, dict[str, Any]]
+    inputs: tuple[Hashable, ...]
+    outputs: tuple[Hashable, ...]
+    types: dict[Hashable, ValueType]
+
+
+# ---------------------------------------------------------------- format conversions
+def tuple_dag_to_index_dag(tdag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """Add an ``'_index'`` entry for every output of every op.
+
+    >>> tuple_dag_to_index_dag({("c", "d"): {"fn": "split", "args": ("a",)}})["d"]
+    {'fn': '_index', 'args': (('c', 'd'), 1)}
+    """
+    out: Dag = {}
+    for outs, entry in tdag.items():
+        out[outs] = dict(entry)
+        for i, var in enumerate(outs):
+            out[var] = {"fn": INDEX, "args": (outs, i)}
+    return out
+
+
+def _is_index(entry: Mapping[str, Any]) -> bool:
+    return isinstance(entry["fn"], str) and entry["fn"] == INDEX
+
+
+def index_dag_to_tuple_dag(idag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """Drop the ``'_index'`` entries (dicdag's ``remove_index_entries``).
+
+    >>> index_dag_to_tuple_dag(tuple_dag_to_index_dag({("a",): {"fn": "exp", "args": ("x",)}}))
+    {('a',): {'fn': 'exp', 'args': ('x',)}}
+    """
+    return {k: dict(v) for k, v in idag.items() if not _is_index(v)}
+
+
+def remove_singleton_indices(idag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """Reduce an index-dag: a single-output op is keyed by its output directly (index-dag -> dag).
+
+    >>> remove_singleton_indices({"a": {"fn": "_index", "args": (("a",), 0)},
+    ...                           ("a",): {"fn": "exp", "args": ("x",)}})
+    {'a': {'fn': 'exp', 'args': ('x',)}}
+    """
+    out: Dag = {}
+    for k, v in idag.items():
+        if _is_index(v):
+            if len(v["args"][0]) != 1:
+                out[k] = dict(v)
+        elif isinstance(k, tuple) and len(k) == 1 and idag.get(k[0], {}).get("fn") == INDEX:
+            out[k[0]] = dict(v)
+        else:
+            out[k] = dict(v)
+    return out
+
+
+def insert_single_indices(dag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """Inverse of :func:`remove_singleton_indices` (dag -> index-dag).
+
+    >>> insert_single_indices({"a": {"fn": "exp", "args": ("x",)}})
+    {('a',): {'fn': 'exp', 'args': ('x',)}, 'a': {'fn': '_index', 'args': (('a',), 0)}}
+    """
+    out: Dag = {}
+    multi = _tuple_keys(dag)
+    for k, v in dag.items():
+        if not _is_index(v) and k not in multi:
+            out[(k,)] = dict(v)
+            out[k] = {"fn": INDEX, "args": ((k,), 0)}
+        else:
+            out[k] = dict(v)
+    return out
+
+
+def _tuple_keys(dag: Mapping[Hashable, Mapping[str, Any]]) -> set[Hashable]:
+    return {v["args"][0] for v in dag.values() if _is_index(v)}
+
+
+index_dag_to_dag = remove_singleton_indices
+dag_to_index_dag = insert_single_indices
+
+
+def dag_to_tuple_dag(dag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """dag -> tuple-dag (through the index-dag)."""
+    return index_dag_to_tuple_dag(insert_single_indices(dag))
+
+
+def tuple_dag_to_dag(tdag: Mapping[Hashable, Mapping[str, Any]]) -> Dag:
+    """tuple-dag -> dag (through the index-dag)."""
+    return remove_singleton_indices(tuple_dag_to_index_dag(tdag))
+
+
+Job = tuple[Any, Any, Hashable]
+
+
+def _job(dag: Mapping[Hashable, Mapping[str, Any]], var: Hashable) -> Job:
+    return (tuple(dag[var]["args"]), dag[var]["fn"], var)
+
+
+def dag_to_backward_unidag(dag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Job, tuple[Job, ...]]:
+    """``{job: (jobs it needs)}``; a job is ``(args, fn, out)``.
+
+    >>> dag_to_backward_unidag({"b": {"fn": "exp", "args": ("a",)}})
+    {(('a',), 'exp', 'b'): ()}
+    """
+    return {_job(dag, v): tuple(_job(dag, a) for a in dag[v]["args"] if _hashable(a) and a in dag) for v in dag}
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _reverse(d: Mapping[Any, Sequence[Any]]) -> dict[Any, tuple[Any, ...]]:
+    out: dict[Any, list[Any]] = {}
+    for k, vs in d.items():
+        for v in vs:
+            out.setdefault(v, []).append(k)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def dag_to_unidag(dag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Job, tuple[Job, ...]]:
+    """``{job: (jobs that follow it)}``; jobs nothing follows map to ``()``.
+
+    >>> dag = {"b": {"fn": "exp", "args": ("a",)}, "c": {"fn": "add", "args": ("a", "b")}}
+    >>> dag_to_unidag(dag)[(("a",), "exp", "b")]
+    ((('a', 'b'), 'add', 'c'),)
+    """
+    back = dag_to_backward_unidag(dag)
+    forward = _reverse(back)
+    return {job: forward.get(job, ()) for job in back}
+
+
+def backward_unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
+    """Inverse of :func:`dag_to_backward_unidag`."""
+    return {out: {"fn": fn, "args": tuple(args)} for (args, fn, out) in unidag}
+
+
+def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
+    """Inverse of :func:`dag_to_unidag` (the jobs carry the whole dag).
+
+    >>> dag = {"b": {"fn": "exp", "args": ("a",)}, "c": {"fn": "add", "args": ("a", "b")}}
+    >>> unidag_to_dag(dag_to_unidag(dag)) == dag
+    True
+    """
+    return backward_unidag_to_dag(unidag)
+
+
+# ---------------------------------------------------------------- Graph <-> tuple-dag
+def value_names(graph: Graph) -> list[str]:
+    """A unique name per value: the graph's name, else ``_<id>`` (with ``_`` appended on a clash)."""
+    taken = set(graph.symbols.values.values())
+    names = []
+    for v in range(graph.num_values):
+        name = graph.symbols.values.get(v)
+        if name is None:
+            name = f"_{v}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+        names.append(name)
+    return names
+
+
+def op_fn(graph: Graph, op: int) -> Any:
+    """The ``fn`` of op ``op``: kind name, or ``(kind, attribute pairs)``."""
+    kind = graph.kind_of(op)
+    if kind == "const":
+        return ("const", (("value", Constant(graph.constant_of(op))),))
+    attrs = graph.attrs[graph.op_attr[op]]
+    return (kind, tuple(attrs)) if attrs else kind
+
+
+def parse_fn(fn: Any) -> tuple[str, dict[str, Any]]:
+    """``fn`` -> ``(kind, attrs)``; accepts a kind name, ``(kind, pairs)`` or ``(kind, dict)``.
+
+    >>> parse_fn(("sum", {"axis": 1}))
+    ('sum', {'axis': 1})
+    """
+    if isinstance(fn, str):
+        kind, attrs = fn, {}
+    elif isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[0], str):
+        kind, attrs = fn[0], dict(fn[1])
+    else:
+        raise GraphError(f"cannot read op {fn!r}: expected a kind name or (kind, attributes)")
+    if kind == INDEX:
+        raise GraphError("'_index' entries belong to index-dags; convert to a tuple-dag first")
+    if kind != "const":
+        try:
+            get_op(kind)
+        except KeyError:
+            raise GraphError(f"unknown op kind {kind!r}") from None
+    return kind, attrs
+
+
+def to_tuple_dag(graph: Graph) -> DagForm:
+    """A graph as a tuple-dag ``{(outs): {'fn': f, 'args': (ins)}}`` with its gateways.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (4,)), name="x")
+    >>> lo, hi = b.op("split", x, sections=2)
+    >>> b.output(b.op("add", lo, hi, name="s"))
+    >>> to_tuple_dag(b.freeze()).dag
+    {('_1', '_2'): {'fn': ('split', (('sections', 2), ('axis', 0))), 'args': ('x',)}, ('s',): {'fn': 'add', \
+'args': ('_1', '_2')}}
+    """
+    if len(graph.updates):
+        raise GraphError("dict DAG formats cannot express update edges")
+    names = value_names(graph)
+    tdag: Dag = {}
+    for op in graph.topological_order().tolist():
+        outs = tuple(names[v] for v in graph.op_outputs(op).tolist())
+        if not outs:
+            raise GraphError(f"op {op} ({graph.kind_of(op)}) has no outputs; dict DAGs cannot key it")
+        tdag[outs] = {"fn": op_fn(graph, op), "args": tuple(names[v] for v in graph.op_inputs(op).tolist())}
+    inputs = tuple(names[v] for v in graph.inputs.tolist())
+    return DagForm(tdag, inputs, tuple(names[v] for v in graph.outputs.tolist()),
+                   {names[v]: graph.type_of(v) for v in graph.inputs.tolist()})
+
+
+def _topo_keys(tdag: Mapping[Hashable, Mapping[str, Any]]) -> list[Hashable]:
+    """Keys of a tuple-dag, producers first (depth first in insertion order, iterative)."""
+    producer: dict[Hashable, Hashable] = {}
+    for outs in tdag:
+        for var in outs:
+            if var in producer:
+                raise GraphError(f"variable {var!r} is produced twice")
+            producer[var] = outs
+    state: dict[Hashable, int] = {}
+    order: list[Hashable] = []
+    for root in tdag:
+        if root in state:
+            continue
+        stack: list[tuple[Hashable, bool]] = [(root, False)]
+        while stack:
+            key, done = stack.pop()
+            if done:
+                state[key] = 2
+                order.append(key)
+                continue
+            if state.get(key) == 2:
+                continue
+            if state.get(key) == 1:
+                raise GraphError(f"the dag has a cycle through {key!r}")
+            state[key] = 1
+            stack.append((key, True))
+            for a in reversed(tdag[key]["args"]):
+                p = producer.get(a) if _hashable(a) else None
+                if p is not None and state.get(p) != 2:
+                    if state.get(p) == 1:
+                        raise GraphError(f"the dag has a cycle through {p!r}")
+                    stack.append((p, False))
+    return order
+
+
+def _keep_name(name: Hashable) -> str | None:
+    if isinstance(name, str) and not _GENERATED.fullmatch(name):
+        return name
+    return None
+
+
+def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[Hashable],
+                   outputs: Iterable[Hashable], types: Mapping[Hashable, Any]) -> Graph:
+    """Build a :class:`Graph` from a tuple-dag; ``types`` gives each input's type.
+
+    Inputs come first, then ops in dependency order. String variable names
+    become value names (generated ``_<id>`` names are dropped).
+
+    >>> g = from_tuple_dag({("y",): {"fn": "exp", "args": ("x",)}}, ["x"], ["y"], {"x": ("float32", (2,))})
+    >>> print(g)
+    graph(%x: f32[2]) {
+      %y: f32[2] = exp(%x)
+      return %y
+    }
+    """
+    b = GraphBuilder(hash_cons=False)
+    env: dict[Hashable, Any] = {}
+    for name in inputs:
+        if name not in types:
+            raise GraphError(f"no type given for input {name!r}")
+        env[name] = b.input(as_type(types[name]), name=_keep_name(name))
+    for key in _topo_keys(tdag):
+        entry = tdag[key]
+        kind, attrs = parse_fn(entry["fn"])
+        if kind == "const":
+            value = attrs["value"]
+            outs: Any = (b.constant(value.array if isinstance(value, Constant) else value),)
+        else:
+            args = []
+            for a in entry["args"]:
+                if not _hashable(a) or a not in env:
+                    raise GraphError(f"{key!r} uses {a!r}, which is neither an input nor computed")
+                args.append(env[a])
+            res = b.op(kind, *args, **attrs)
+            outs = res if isinstance(res, tuple) else (res,)
+        if len(outs) != len(key):
+            raise GraphError(f"{key!r}: op {kind} has {len(outs)} outputs")
+        for var, val in zip(key, outs, strict=True):
+            env[var] = val
+            name = _keep_name(var)
+            if name is not None:
+                b.name(val, name)
+    for o in outputs:
+        if o not in env:
+            raise GraphError(f"output {o!r} is neither an input nor computed")
+        b.output(env[o])
+    return b.freeze()
+
+
+# ---------------------------------------------------------------- Graph <-> the other formats
+def to_index_dag(graph: Graph) -> DagForm:
+    """A graph as an index-dag (``'_index'`` entries for every output)."""
+    form = to_tuple_dag(graph)
+    return form._replace(dag=tuple_dag_to_index_dag(form.dag))
+
+
+def from_index_dag(idag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[Hashable],
+                   outputs: Iterable[Hashable], types: Mapping[Hashable, Any]) -> Graph:
+    """Inverse of :func:`to_index_dag`."""
+    return from_tuple_dag(index_dag_to_tuple_dag(idag), inputs, outputs, types)
+
+
+def to_dag(graph: Graph) -> DagForm:
+    """A graph as a dag (reduced index-dag); see the module doc."""
+    form = to_tuple_dag(graph)
+    return form._replace(dag=tuple_dag_to_dag(form.dag))
+
+
+def from_dag(dag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[Hashable],
+             outputs: Iterable[Hashable], types: Mapping[Hashable, Any]) -> Graph:
+    """Inverse of :func:`to_dag`."""
+    return from_tuple_dag(dag_to_tuple_dag(dag), inputs, outputs, types)
+
+
+def to_unidag(graph: Graph) -> DagForm:
+    """A graph as a unidag of jobs ``{(args, fn, out): (later jobs)}`` (built from :func:`to_dag`)."""
+    form = to_dag(graph)
+    return form._replace(dag=dag_to_unidag(form.dag))  # type: ignore[arg-type]
+
+
+def from_unidag(unidag: Mapping[Job, Sequence[Job]], inputs: Iterable[Hashable],
+                outputs: Iterable[Hashable], types: Mapping[Hashable, Any]) -> Graph:
+    """Inverse of :func:`to_unidag`.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("int64", (3,)), name="x")
+    >>> b.output(b.op("cumsum", b.op("square", x), axis=0))
+    >>> g = b.freeze()
+    >>> from_unidag(*to_unidag(g)) == g
+    True
+    """
+    return from_dag(unidag_to_dag(unidag), inputs, outputs, types)
+
+
+__all__ = [
+    "INDEX", "Constant", "DagForm", "backward_unidag_to_dag", "dag_to_backward_unidag", "dag_to_index_dag",
+    "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag", "from_unidag",
+    "index_dag_to_dag", "index_dag_to_tuple_dag", "insert_single_indices", "op_fn", "parse_fn",
+    "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag", "tuple_dag_to_dag",
+    "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
+]

@@ -1,0 +1,232 @@
+"""Dict DAG formats (seed 001): the format conversions and round trips through opgraph graphs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opgraph import GraphBuilder
+from opgraph.core.graph import Graph
+from opgraph.errors import GraphError
+from opgraph.io.dag import (
+    INDEX,
+    Constant,
+    backward_unidag_to_dag,
+    dag_to_backward_unidag,
+    dag_to_tuple_dag,
+    dag_to_unidag,
+    from_dag,
+    from_index_dag,
+    from_tuple_dag,
+    from_unidag,
+    index_dag_to_tuple_dag,
+    insert_single_indices,
+    remove_singleton_indices,
+    to_dag,
+    to_index_dag,
+    to_tuple_dag,
+    to_unidag,
+    tuple_dag_to_dag,
+    tuple_dag_to_index_dag,
+    unidag_to_dag,
+)
+
+# Fixtures in the style of dicdag's tests: one single-output op fed by a two-output op.
+TUPLE = {("p",): {"fn": "add", "args": ("q", "r")},
+         ("q", "r"): {"fn": ("split", {"sections": 2}), "args": ("s",)}}
+INDEXED = {("p",): {"fn": "add", "args": ("q", "r")},
+           ("q", "r"): {"fn": ("split", {"sections": 2}), "args": ("s",)},
+           "p": {"fn": INDEX, "args": (("p",), 0)},
+           "q": {"fn": INDEX, "args": (("q", "r"), 0)},
+           "r": {"fn": INDEX, "args": (("q", "r"), 1)}}
+REDUCED = {"p": {"fn": "add", "args": ("q", "r")},
+           ("q", "r"): {"fn": ("split", {"sections": 2}), "args": ("s",)},
+           "q": {"fn": INDEX, "args": (("q", "r"), 0)},
+           "r": {"fn": INDEX, "args": (("q", "r"), 1)}}
+
+SMALL = {"m": {"fn": "exp", "args": ("k",)}}
+SMALL_UNI = {(("k",), "exp", "m"): ()}
+MEDIUM = {"m": {"fn": "exp", "args": ("k",)}, "n": {"fn": "add", "args": ("k", "m")}}
+MEDIUM_BACK = {(("k", "m"), "add", "n"): ((("k",), "exp", "m"),), (("k",), "exp", "m"): ()}
+MEDIUM_UNI = {(("k", "m"), "add", "n"): (), (("k",), "exp", "m"): ((("k", "m"), "add", "n"),)}
+
+
+def test_tuple_to_index():
+    assert tuple_dag_to_index_dag(TUPLE) == INDEXED
+
+
+def test_index_to_tuple():
+    assert index_dag_to_tuple_dag(INDEXED) == TUPLE
+
+
+def test_remove_singletons():
+    assert remove_singleton_indices(INDEXED) == REDUCED
+
+
+def test_insert_singletons():
+    assert insert_single_indices(REDUCED) == INDEXED
+
+
+def test_tuple_dag_dag_both_ways():
+    assert tuple_dag_to_dag(TUPLE) == REDUCED
+    assert dag_to_tuple_dag(REDUCED) == TUPLE
+
+
+def test_chain_of_all_conversions():
+    there = remove_singleton_indices(tuple_dag_to_index_dag(TUPLE))
+    assert index_dag_to_tuple_dag(insert_single_indices(there)) == TUPLE
+
+
+def test_remove_singletons_keeps_other_entries():
+    idag = {"a": {"fn": INDEX, "args": (("a",), 0)}, ("a",): {"fn": "neg", "args": ("x", "y")},
+            "b": {"fn": "exp", "args": ()}}
+    assert remove_singleton_indices(idag) == {"a": {"fn": "neg", "args": ("x", "y")}, "b": {"fn": "exp", "args": ()}}
+
+
+@pytest.mark.parametrize(("dag", "back", "uni"), [(SMALL, SMALL_UNI, SMALL_UNI), (MEDIUM, MEDIUM_BACK, MEDIUM_UNI)])
+def test_unidag(dag: dict[Any, Any], back: dict[Any, Any], uni: dict[Any, Any]):
+    assert dag_to_backward_unidag(dag) == back
+    assert dag_to_unidag(dag) == uni
+    assert backward_unidag_to_dag(back) == dag
+    assert unidag_to_dag(uni) == dag
+    assert unidag_to_dag(dag_to_unidag(dag)) == dag
+
+
+def test_unidag_of_multi_output_dag():
+    with pytest.raises(TypeError):  # dict attributes are not hashable: unidag jobs need pairs
+        dag_to_unidag(REDUCED)
+    hashable = {k: {"fn": ("split", (("sections", 2),)) if k == ("q", "r") else v["fn"], "args": v["args"]}
+                for k, v in REDUCED.items()}
+    uni = dag_to_unidag(hashable)
+    assert len(uni) == 4
+    assert unidag_to_dag(uni) == hashable
+
+
+# ---------------------------------------------------------------- through Graph
+def _fixture_graph() -> Graph:
+    b = GraphBuilder()
+    s = b.input(("float64", (6,)), name="s")
+    q, r = b.op("split", s, sections=2)
+    b.name(q, "q")
+    b.name(r, "r")
+    p = b.op("add", q, r, name="p")
+    b.output(p, b.op("sum", b.op("multiply", p, 2.0), axis=0))
+    return b.freeze()
+
+
+def test_graph_to_tuple_dag_names_and_fns():
+    form = to_tuple_dag(_fixture_graph())
+    assert form.inputs == ("s",)
+    assert form.outputs == ("p", "_6")
+    assert form.dag[("q", "r")] == {"fn": ("split", (("sections", 2), ("axis", 0))), "args": ("s",)}
+    assert form.dag[("_4",)]["fn"] == ("const", (("value", Constant(np.float64(2.0))),))
+    assert form.types["s"].shape == (6,)
+
+
+def test_from_fixture_dag_with_dict_attributes():
+    g = from_tuple_dag(TUPLE, ["s"], ["p"], {"s": ("float64", (4,))})
+    (out,) = g.run({"s": np.arange(4.0)})
+    np.testing.assert_array_equal(out, [2.0, 4.0])
+    assert g.value("q").type.shape == (2,)
+    for dag, conv in ((INDEXED, from_index_dag), (REDUCED, from_dag)):
+        assert conv(dag, ["s"], ["p"], {"s": ("float64", (4,))}) == g
+
+
+@pytest.mark.parametrize(("to", "frm"), [(to_tuple_dag, from_tuple_dag), (to_index_dag, from_index_dag),
+                                         (to_dag, from_dag), (to_unidag, from_unidag)])
+def test_graph_round_trips(to: Any, frm: Any):
+    g = _fixture_graph()
+    back = frm(*to(g))
+    assert back == g
+    assert back.equals(g, check_names=True) or back.symbols.values == g.symbols.values
+
+
+def test_errors():
+    with pytest.raises(GraphError, match="unknown op kind"):
+        from_dag({"y": {"fn": "no_such_op", "args": ("x",)}}, ["x"], ["y"], {"x": ("float64", ())})
+    with pytest.raises(GraphError, match="neither"):
+        from_dag({"y": {"fn": "exp", "args": ("z",)}}, ["x"], ["y"], {"x": ("float64", ())})
+    with pytest.raises(GraphError, match="cycle"):
+        from_dag({"y": {"fn": "exp", "args": ("z",)}, "z": {"fn": "exp", "args": ("y",)}}, [], ["y"], {})
+    with pytest.raises(GraphError, match="no type"):
+        from_dag({}, ["x"], [], {})
+    b = GraphBuilder()
+    s = b.input(("float64", ()), name="s")
+    b.update(b.add(s, 1.0), s)
+    with pytest.raises(GraphError, match="update"):
+        to_dag(b.freeze())
+
+
+def test_generated_name_clash():
+    b = GraphBuilder()
+    x = b.input(("float64", (2,)), name="_1")
+    b.output(b.exp(x))
+    g = b.freeze()
+    form = to_dag(g)
+    assert form.inputs == ("_1",) and form.outputs == ("_1_",)
+    assert from_dag(*form) == g
+
+
+def test_long_chain_is_not_recursive():
+    b = GraphBuilder()
+    x = b.input(("float64", ()), name="x")
+    y = x
+    for _ in range(3000):
+        y = b.negative(y)
+    b.output(y)
+    g = b.freeze()
+    assert from_dag(*to_dag(g)) == g
+
+
+# ---------------------------------------------------------------- random graphs
+UNARY = ["negative", "exp", "tanh", "square", "abs"]
+BINARY = ["add", "multiply", "subtract", "maximum"]
+
+
+@st.composite
+def graphs(draw: Any) -> Graph:
+    b = GraphBuilder()
+    n_in = draw(st.integers(1, 3))
+    pool = [b.input(("float64", (4, 6)), name=None if draw(st.booleans()) else f"in{i}") for i in range(n_in)]
+    for _ in range(draw(st.integers(1, 12))):
+        choice = draw(st.sampled_from(["unary", "binary", "reduce", "split", "scalar"]))
+        x = draw(st.sampled_from(pool))
+        shape = x.type.shape
+        if choice == "unary":
+            pool.append(b.op(draw(st.sampled_from(UNARY)), x))
+        elif choice == "binary":
+            same = [v for v in pool if v.type.shape == shape]
+            pool.append(b.op(draw(st.sampled_from(BINARY)), x, draw(st.sampled_from(same))))
+        elif choice == "scalar":
+            pool.append(b.op("multiply", x, draw(st.sampled_from([0.5, 2.0, 3.0]))))
+        elif choice == "reduce" and len(shape) == 2:
+            pool.append(b.op(draw(st.sampled_from(["sum", "max", "mean"])), x, axis=draw(st.integers(0, 1)),
+                             keepdims=True))
+        elif choice == "split" and len(shape) == 2 and shape[1] % 2 == 0:
+            pool.extend(b.op("split", x, sections=2, axis=1))
+    outs = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
+    b.output(*outs)
+    return b.freeze()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_random_graphs_round_trip(g: Graph):
+    for to, frm in ((to_tuple_dag, from_tuple_dag), (to_index_dag, from_index_dag), (to_dag, from_dag),
+                    (to_unidag, from_unidag)):
+        back = frm(*to(g))
+        assert back == g
+        assert back.symbols.values == g.symbols.values
+
+
+def test_interop_doc_examples_run():
+    import doctest
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "interop.md"
+    result = doctest.testfile(str(path), module_relative=False, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 20
