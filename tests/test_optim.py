@@ -90,11 +90,9 @@ def test_runner_needs_initial_values_and_params_must_be_inputs() -> None:
 @pytest.mark.parametrize("opt", [SGD(0.1), Momentum(0.05, 0.9), Adagrad(0.3), Adam(0.05)])
 def test_step_graph_optimised_and_compiled_matches_runner(opt: object) -> None:
     # Gradient and update ops are ordinary ops: the optimiser and the compiled runtime take them as they are.
-    try:
-        from opgraph.passes import optimize
-        from opgraph.runtime.compiled import compile
-    except ImportError:  # pragma: no cover - other layers being written
-        pytest.skip("passes or compiled runtime not available")
+    from opgraph.passes import optimize
+    from opgraph.runtime.compiled import compile
+
     run, _ = _quadratic(opt)
     graph = run.graph
     fast = compile(optimize(graph))
