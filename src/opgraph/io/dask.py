@@ -45,7 +45,7 @@ from opgraph.core.graph import Graph, Value
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
-from opgraph.io.dag import Constant, _keep_name, to_tuple_dag
+from opgraph.io.dag import Constant, _hashable, _keep_name, to_tuple_dag
 from opgraph.runtime.executor import coerce_feed
 
 
@@ -280,14 +280,6 @@ def _int(x: Any) -> int:
     if isinstance(x, Value):
         raise GraphError("getitem with a computed index is not supported")
     return int(x)
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
 
 
 def _flatten(keys: Any) -> list[Hashable]:
