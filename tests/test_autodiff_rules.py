@@ -66,6 +66,21 @@ CASES["remainder"] = [C(pos(*S), const(np.array([0.7, 0.9, 1.3])))]
 CASES["where"] = [C(const(np.array([True, False, True])), S, (2, 1))]
 CASES["cast"] = [C(S, dtype="float32"), C(S, dtype="float64")]
 CASES["clip"] = [C(S, const(-0.5), const(0.5)), C((3,), (3,), const(5.0))]
+CASES["fmod"] = [C(S, const(np.array([0.7, -0.9, 1.3])))]
+CASES.update({
+    "gather_elements": [C((3, 4), const(np.array([[0, -1], [2, 2], [1, 0]])), axis=1),
+                        C((3, 2), const(np.array([[2, 0], [-1, 2]])))],
+    "scatter_elements": [C((2, 3), const(np.array([[1, -1, 0, 1], [2, 2, 0, -3]])), (2, 4), axis=1),
+                         C((2, 3), const(np.array([[1, -1, 0, 1], [2, 2, 0, -3]])), (2, 4), axis=1, reduction="add")],
+    "gather_nd": [C((3, 4), const(np.array([[0, 1], [2, -1], [0, 1]]))), C((3, 4), const(np.array([[1], [1]])))],
+    "scatter_nd": [C((3, 4), const(np.array([[0, 1], [2, -1], [0, 1]])), (3,)),
+                   C((3, 4), const(np.array([[2], [2]])), (2, 4), reduction="add")],
+    "topk": [C(S, k=2), C((3, 4), k=2, axis=0, largest=False)],
+    "one_hot": [C(const(np.array([[0, 5, -1], [2, 1, 1]])), (2,), depth=3)],
+    "trilu": [C((3, 4), k=1), C((2, 3, 3), upper=False)],
+    "reverse_sequence": [C((4, 3, 2), const(np.array([4, 0, 2]))),
+                         C((3, 4), const(np.array([1, 4, 3])), batch_axis=0, time_axis=1)],
+})
 CASES.update({
     "sum": [C(S), C(S, axis=1), C((2, 3, 2), axis=(0, 2), keepdims=True)],
     "mean": [C(S), C(S, axis=0, keepdims=True)],
@@ -108,6 +123,13 @@ CASES.update({
     "solve": [C(spd_in := (3, 3), (3, 2)), C((3, 3), (3,))],
     "inv": [C((3, 3), pre=spd)], "det": [C((3, 3))], "slogdet": [C((3, 3))],
     "pinv": [C((4, 3)), C((3, 4))],
+    "conv": [C((2, 2, 5), (3, 2, 2), stride=(2,), padding=((1, 0),)),
+             C((1, 4, 5, 4), (4, 2, 2, 3), stride=(2, 1), padding=((1, 2), (0, 1)), dilation=(1, 2), groups=2)],
+    "conv_transpose": [C((1, 2, 3, 3), (2, 2, 2, 3), stride=(2, 2), padding=((1, 0), (0, 1)), output_padding=(1, 0))],
+    "max_pool": [C((1, 2, 5, 5), kernel_size=(2, 2), stride=(2, 2), padding=((1, 0), (0, 1)), ceil_mode=True)],
+    "avg_pool": [C((1, 2, 5, 5), kernel_size=(3, 2), stride=(2, 2), padding=((1, 1), (0, 1)), ceil_mode=True)],
+    "lp_pool": [C((1, 2, 4, 4), p=3.0, kernel_size=(2, 2), stride=(2, 1))],
+    "lrn": [C((1, 4, 2, 2), size=3, alpha=0.3, beta=0.7, bias=1.5)],
 })
 del spd_in
 
@@ -115,6 +137,8 @@ ZERO = {name for name, op in ((o.name, o) for o in opgraph.all_ops()) if op.grad
 
 NO_RULE: dict[str, str] = {
     "const": "constants have no inputs",
+    "resize": "no gradient rule yet (interpolation weights per mode)",
+    "grid_sample": "no gradient rule yet",
 }
 # Whole families without rules, and why.
 NO_RULE_FAMILIES: dict[str, str] = {

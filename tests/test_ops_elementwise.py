@@ -35,13 +35,14 @@ NUMPY_REF = {
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "bitwise_left_shift": np.left_shift, "bitwise_right_shift": np.right_shift, "fmax": np.fmax, "fmin": np.fmin,
+    "fmod": np.fmod,
 }
 INT_ONLY = {"bitwise_invert", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
             "bitwise_right_shift"}
 # Domain of each function, so random inputs stay where NumPy gives finite values.
 DOMAIN = {"log": (0.1, 5), "log2": (0.1, 5), "log10": (0.1, 5), "sqrt": (0.0, 5), "log1p": (-0.5, 5),
           "asin": (-0.9, 0.9), "acos": (-0.9, 0.9), "atanh": (-0.9, 0.9), "acosh": (1.1, 5),
-          "reciprocal": (0.5, 3), "divide": (0.5, 3), "floor_divide": (1, 4), "remainder": (1, 4),
+          "reciprocal": (0.5, 3), "divide": (0.5, 3), "floor_divide": (1, 4), "remainder": (1, 4), "fmod": (1, 4),
           "power": (0.5, 2), "bitwise_left_shift": (0, 5), "bitwise_right_shift": (0, 5)}
 
 
@@ -59,7 +60,7 @@ def _dtypes(name: str) -> list[str]:
         return ["float32", "float64"]  # integers: test_int_rounding
     if name in ("erf", "erfc", "cbrt", "logaddexp", "copysign", "nextafter", "atan2", "hypot", "fmax", "fmin"):
         return ["float32", "float64"]
-    if name in ("floor_divide", "remainder"):
+    if name in ("floor_divide", "remainder", "fmod"):
         return ["float64", "int32", "uint8"]
     if name == "power":
         return ["float64", "float32", "int64"]
@@ -194,3 +195,50 @@ def test_elementwise_flags() -> None:
 
     assert get_op("add").commutative and not get_op("subtract").commutative
     assert get_op("exp").elementwise and get_op("exp").inplace == (0,)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int8", "int32", "int64"])
+def test_fmod_takes_the_dividends_sign(dtype: str) -> None:
+    # C's fmod (and ONNX Mod with fmod=1): the result has the dividend's sign, unlike remainder.
+    a = np.array([-7, 7, -7, 7, 0, -1, 5, -6], dtype=dtype)
+    b = np.array([3, 3, -3, -3, 2, 4, -5, 4], dtype=dtype)
+    want = np.array([-1, 1, -1, 1, 0, -1, 0, -2], dtype=dtype)
+    check_op("fmod", [a, b], lambda x, y: want)
+    if dtype.startswith("float"):
+        import math
+
+        x, y = rand(RNG, (5, 4), dtype, -9, 9), rand(RNG, (4,), dtype, 0.5, 3) * np.array([1, -1, 1, -1], dtype)
+        check_op("fmod", [x, y], lambda p, q: np.array([[math.fmod(u, v) for u, v in zip(r, q, strict=True)]
+                                                         for r in p], dtype=dtype), rtol=1e-6)
+
+
+def test_fmod_vs_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from opcheck import run_op
+
+    for dtype in ("float64", "int32"):
+        x = rand(RNG, (3, 4), dtype, -20, 20)
+        y = rand(RNG, (4,), dtype, 1, 6) * np.array([1, -1, 1, -1], dtype)
+        (got,) = run_op("fmod", x, y)
+        np.testing.assert_array_equal(got, torch.fmod(torch.from_numpy(x), torch.from_numpy(y)).numpy())
+
+
+def test_fmod_grad_matches_finite_differences() -> None:
+    from opgraph.autodiff import build_grad_ops
+
+    b = opgraph.GraphBuilder()
+    x, y = b.input(("float64", (2, 3))), b.input(("float64", (3,)))
+    loss = b.sum(b.multiply(b.op("fmod", x, y), b.constant(np.array([[1.0, -2.0, 0.5], [3.0, 1.5, -1.0]]))))
+    xa = np.array([[-2.3, 1.7, 4.1], [0.45, -3.3, 2.2]])
+    ya = np.array([0.7, -0.9, 1.3])
+    got = b.run({x: xa, y: ya}, build_grad_ops(b, loss, [x, y]))
+    eps = 1e-6
+    for k, (v, a) in enumerate(((x, xa), (y, ya))):
+        fd = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            for sgn in (1, -1):
+                a2 = a.copy()
+                a2[i] += sgn * eps
+                feeds = {x: xa, y: ya, v: a2}
+                fd[i] += sgn * float(b.run(feeds, [loss])[0]) / (2 * eps)
+        np.testing.assert_allclose(got[k], fd, rtol=1e-6, atol=1e-6)

@@ -107,6 +107,7 @@ BINARY: list[tuple[str, int, Any, bool]] = [
     ("bitwise_left_shift", 243, np.left_shift, False),
     ("bitwise_right_shift", 244, np.right_shift, False),
     ("fmax", 245, np.fmax, True), ("fmin", 246, np.fmin, True),
+    ("fmod", 247, np.fmod, False),
 ]
 
 
@@ -215,6 +216,8 @@ _BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] =
     "copysign": lambda b, x1, x2, y, g: (
         b.op("where", b.op("equal", b.op("signbit", x1), b.op("signbit", x2)), g, b.op("negative", g)), None),
     "remainder": lambda b, x1, x2, y, g: (g, b.op("negative", _m(b, g, b.op("floor_divide", x1, x2)))),
+    # fmod(x1, x2) = x1 - trunc(x1 / x2) * x2: remainder's rule with the quotient truncated, not floored.
+    "fmod": lambda b, x1, x2, y, g: (g, b.op("negative", _m(b, g, b.op("trunc", _d(b, x1, x2))))),
 }
 
 # Zero gradient (piecewise constant, comparisons, logic, integer/bit ops): not an error, no cotangent.

@@ -1,0 +1,591 @@
+"""Indexing family (ids 1100-1199): gathers and scatters along axes, top-k, one-hot, triangles.
+
+The ops follow NumPy where NumPy has them and ONNX's operator of the same
+job otherwise (they back an ONNX importer): ``gather_elements``
+(GatherElements, ``np.take_along_axis``), ``scatter_elements``
+(ScatterElements), ``gather_nd`` (GatherND), ``scatter_nd`` (ScatterND),
+``topk`` (TopK), ``one_hot`` (OneHot), ``trilu`` (Trilu, ``np.triu`` /
+``np.tril``) and ``reverse_sequence`` (ReverseSequence). Indices may have any
+integer dtype; negative ones count from the end of their axis, and indices
+out of range are an error when the graph runs. Ids 1100-1199, stable:
+append, never renumber.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2, 3)), name="x")
+    >>> values, indices = b.op("topk", x, k=2)
+    >>> values.type, indices.type
+    (f64[2,2], i64[2,2])
+    >>> picked = b.op("gather_elements", x, indices, axis=1)
+    >>> b.run({x: np.array([[1.0, 3.0, 2.0], [5.0, 4.0, 5.0]])}, [values, indices, picked])
+    [array([[3., 2.],
+           [5., 5.]]), array([[1, 2],
+           [0, 2]]), array([[3., 2.],
+           [5., 5.]])]
+    >>> u = b.constant(np.ones((2, 2)))
+    >>> s = b.op("scatter_elements", x, indices, u, axis=1, reduction="add")
+    >>> b.run({x: np.zeros((2, 3))}, [s])[0]
+    array([[0., 1., 1.],
+           [1., 0., 1.]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.autodiff.helpers import is_float, mask, static_shape, zeros_like
+from opgraph.core.dtypes import dtype_code
+from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, register_op
+from opgraph.core.types import Shape, TensorType, ValueType
+from opgraph.errors import OpTypeError
+from opgraph.ops._common import normalize_axis, tensor, write_out
+
+FAMILY = "indexing"
+
+Dim = int | None
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+_REDUCE_UFUNCS: dict[str, np.ufunc] = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+# ---------------------------------------------------------------- attributes
+def attr_reduction(v: Any) -> str:
+    """Normalise a scatter ``reduction``: one of ``none``, ``add``, ``mul``, ``max``, ``min``.
+
+    >>> attr_reduction("add")
+    'add'
+    """
+    s = attr_str(v)
+    if s not in REDUCTIONS:
+        raise OpTypeError(f"reduction must be one of {', '.join(REDUCTIONS)}; got {s!r}")
+    return s
+
+
+def _attr_nonneg(v: Any) -> int:
+    n = attr_int(v)
+    if n < 0:
+        raise OpTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+# ---------------------------------------------------------------- type-rule helpers
+def _int_indices(t: TensorType, what: str = "indices") -> None:
+    if t.dtype.kind not in "iu":
+        raise OpTypeError(f"{what} must have an integer dtype, got {t.dtype}")
+
+
+def _rank(t: TensorType) -> int | None:
+    return None if t.shape is None else len(t.shape)
+
+
+def _same_rank(what: str, *ts: tuple[str, TensorType]) -> int | None:
+    """The common rank of several tensors (None if no rank is known); raises if known ranks differ."""
+    known = [(n, len(t.shape)) for n, t in ts if t.shape is not None]
+    if len({r for _, r in known}) > 1:
+        shown = ", ".join(f"{n} has rank {r}" for n, r in known)
+        raise OpTypeError(f"{what}: {shown}")
+    return known[0][1] if known else None
+
+
+def _merge(a: Dim, b: Dim, what: str) -> Dim:
+    if a is not None and b is not None and a != b:
+        raise OpTypeError(f"{what}: {a} != {b}")
+    return a if a is not None else b
+
+
+def _check_not_larger(idx: Shape, x: Shape, axis: int, what: str) -> None:
+    """Indices may be smaller than x along the other axes (ONNX, torch.gather), never larger."""
+    if idx is None or x is None:
+        return
+    for d, (i, n) in enumerate(zip(idx, x, strict=True)):
+        if d != axis and i is not None and n is not None and i > n:
+            raise OpTypeError(f"{what} has size {i} along axis {d}, larger than x's {n}")
+
+
+def _size(shape: Shape) -> int | None:
+    if shape is None:
+        return None
+    if any(d == 0 for d in shape):
+        return 0
+    if any(d is None for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    # The output dtype is x's; the indices' dtype should not pick the version.
+    return dtype_code(tensor(in_types[0]).dtype)
+
+
+# ---------------------------------------------------------------- kernel helpers
+def _wrap(indices: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """Indices into an axis of size ``n`` as non-negative intp; IndexError names the first bad one."""
+    idx = np.asarray(indices)
+    bad = (idx >= n) if idx.dtype.kind == "u" else ((idx < -n) | (idx >= n))
+    if bad.any():
+        raise IndexError(f"index {idx[bad].flat[0]} is out of bounds for axis {axis} with size {n}")
+    idx = idx.astype(np.intp)  # after the range check, so large unsigned values cannot wrap around
+    return np.where(idx < 0, idx + n, idx)
+
+
+def _check_index_shape(idx: Sequence[int], x: Sequence[int], axis: int, what: str) -> None:
+    if len(idx) != len(x):
+        raise ValueError(f"{what} has rank {len(idx)}, x has rank {len(x)}")
+    for d, (i, n) in enumerate(zip(idx, x, strict=True)):
+        if d != axis and i > n:
+            raise ValueError(f"{what} has size {i} along axis {d}, larger than x's {n}")
+
+
+def _scatter_into(out: np.ndarray, key: tuple[np.ndarray, ...], updates: np.ndarray, reduction: str) -> None:
+    """``out[key] (reduction)= updates``; the index arrays of ``key`` broadcast to updates' leading shape."""
+    if updates.size == 0:
+        return
+    if reduction != "none":
+        _REDUCE_UFUNCS[reduction].at(out, key, updates)
+        return
+    # NumPy does not promise which of several writes to one element wins; keep only the last
+    # write of each element so "none" with duplicate indices is deterministic (last wins, as ONNX
+    # Runtime and torch on CPU do).
+    lead = np.broadcast_shapes(*(k.shape for k in key))
+    flat = [np.broadcast_to(k, lead).ravel() for k in key]
+    lin = np.ravel_multi_index(flat, out.shape[:len(key)])
+    _, first_in_reversed = np.unique(lin[::-1], return_index=True)
+    keep = lin.size - 1 - first_in_reversed
+    upd = updates.reshape(-1, *updates.shape[len(lead):])
+    out[tuple(f[keep] for f in flat)] = upd[keep]
+
+
+def _start(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        return np.array(x, copy=True)
+    np.copyto(out, x, casting="unsafe")
+    return out
+
+
+def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: int,
+              attrs: dict[str, Attr] | None = None, version: Any = None, grad: Any = None,
+              inplace: tuple[int, ...] = ()) -> OpDef:
+    kernel.__name__ = f"{name}_numpy"
+    extra = {} if version is None else {"version": version}
+    return register_op(OpDef(
+        name=name, id=id, arity=arity, infer=infer, attrs=attrs or {}, kernels={"numpy": kernel},
+        family=FAMILY, doc=doc, grad=grad, inplace=inplace, **extra,
+    ))
+
+
+# ---------------------------------------------------------------- gradient rules
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# Gathers send the cotangent back with an adding scatter (repeated indices accumulate); scatters
+# gather it; integer inputs (indices, lengths) get none.
+def _g_gather_elements(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x, idx = ins
+    return [b.op("scatter_elements", zeros_like(b, x), idx, cots[0], axis=attrs["axis"], reduction="add"), None]
+
+
+def _winners(b: Any, kind: str, gather: str, x: Any, idx: Any, u: Any, attrs: dict[str, Any]) -> Any:
+    """Bool mask over ``u``: True where that update is the one kept by a ``none`` scatter (the last)."""
+    ushape = static_shape(u.type, f"{kind} gradient")
+    xshape = static_shape(x.type, f"{kind} gradient")
+    ids = b.constant(np.arange(int(np.prod(ushape, dtype=np.int64)), dtype=np.int64).reshape(ushape))
+    owner = b.op(kind, b.constant(np.full(xshape, -1, dtype=np.int64)), idx, ids, **attrs)
+    gattrs = {"axis": attrs["axis"]} if "axis" in attrs else {}
+    return b.op("equal", b.op(gather, owner, idx, **gattrs), ids)
+
+
+def _scatter_grad(kind: str, gather: str) -> Any:
+    def rule(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+        x, idx, u = ins
+        g = cots[0]
+        red = attrs["reduction"]
+        gattrs = {"axis": attrs["axis"]} if "axis" in attrs else {}
+        if red == "add":
+            return [g, None, b.op(gather, g, idx, **gattrs)]
+        if red != "none":
+            raise NotImplementedError(f"{kind} gradient: reduction {red!r} is not supported (only 'none', 'add')")
+        # Overwritten elements of x get no gradient; of duplicate updates only the kept (last) one does.
+        gx = b.op(kind, g, idx, zeros_like(b, u), **attrs)
+        gu = mask(b, _winners(b, kind, gather, x, idx, u, attrs), b.op(gather, g, idx, **gattrs))
+        return [gx, None, gu]
+
+    return rule
+
+
+def _g_gather_nd(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    if attrs["batch_dims"]:
+        raise NotImplementedError("gather_nd gradient: only batch_dims=0 is supported")
+    x, idx = ins
+    return [b.op("scatter_nd", zeros_like(b, x), idx, cots[0], reduction="add"), None]
+
+
+def _g_topk(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    g = cots[0]
+    if g is None:
+        return [None]
+    return [b.op("scatter_elements", zeros_like(b, ins[0]), outs[1], g, axis=attrs["axis"], reduction="add")]
+
+
+def _g_one_hot(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    idx, values = ins
+    g = cots[0]
+    if not is_float(values.type):
+        return [None, None]
+    on_mask = b.op("one_hot", idx, b.constant(np.array([0, 1], dtype=values.type.dtype)), **attrs)
+    g_on = b.op("sum", b.op("multiply", g, on_mask))
+    g_off = b.op("subtract", b.op("sum", g), g_on)
+    return [None, b.op("stack", g_off, g_on)]
+
+
+def _g_trilu(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("trilu", cots[0], **attrs)]
+
+
+def _g_reverse_sequence(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # Reversing the same prefixes again is the inverse permutation.
+    return [b.op("reverse_sequence", cots[0], ins[1], **attrs), None]
+
+
+# ---------------------------------------------------------------- gather_elements 1100
+def _gather_elements_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, idx = tensor(in_types[0], "x"), tensor(in_types[1], "indices")
+    _int_indices(idx)
+    r = _same_rank("indices must have x's rank", ("x", x), ("indices", idx))
+    if r is None:
+        return (x.with_shape(None),)
+    if r == 0:
+        raise OpTypeError("x must have rank >= 1")
+    ax = normalize_axis(attrs["axis"], r)
+    _check_not_larger(idx.shape, x.shape, ax, "indices")
+    shape = idx.shape if idx.shape is not None else (None,) * r
+    if x.shape is not None and x.shape[ax] == 0 and (_size(shape) or 0) > 0:
+        raise OpTypeError(f"cannot gather from the empty axis {ax}")
+    return (x.with_shape(shape),)
+
+
+def _gather_elements_kernel(x: np.ndarray, indices: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
+    ax = axis % x.ndim
+    _check_index_shape(indices.shape, x.shape, ax, "indices")
+    idx = _wrap(indices, x.shape[ax], ax)
+    # take_along_axis wants equal (broadcastable) shapes; ONNX lets indices be smaller off the axis.
+    xs = x[tuple(slice(None) if d == ax else slice(0, n) for d, n in enumerate(idx.shape))]
+    return write_out(np.take_along_axis(xs, idx, axis=ax), out)
+
+
+_register("gather_elements", 1100, _gather_elements_infer, _gather_elements_kernel,
+          "gather_elements(x, indices, axis=0): ONNX GatherElements / np.take_along_axis: "
+          "out[i][j] = x[indices[i][j]][j] (axis=0); indices have x's rank, may be smaller off the axis, "
+          "and the output has their shape and x's dtype",
+          arity=2, version=_version_of_first, grad=_g_gather_elements,
+          attrs={"axis": Attr(attr_int, 0, doc="axis to gather along")})
+
+
+# ---------------------------------------------------------------- scatter_elements 1101
+def _updates_dtype(x: TensorType, u: TensorType) -> None:
+    if u.dtype != x.dtype:
+        raise OpTypeError(f"updates have dtype {u.dtype}, x has {x.dtype} (they must be equal)")
+
+
+def _scatter_elements_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, idx, u = tensor(in_types[0], "x"), tensor(in_types[1], "indices"), tensor(in_types[2], "updates")
+    _int_indices(idx)
+    _updates_dtype(x, u)
+    r = _same_rank("x, indices and updates must have one rank", ("x", x), ("indices", idx), ("updates", u))
+    if r is None:
+        return (x,)
+    if r == 0:
+        raise OpTypeError("x must have rank >= 1")
+    ax = normalize_axis(attrs["axis"], r)
+    ishape = idx.shape if idx.shape is not None else u.shape
+    if idx.shape is not None and u.shape is not None:
+        ishape = tuple(_merge(a, c, f"indices and updates differ along axis {d}")
+                       for d, (a, c) in enumerate(zip(idx.shape, u.shape, strict=True)))
+    _check_not_larger(ishape, x.shape, ax, "indices")
+    if x.shape is not None and x.shape[ax] == 0 and (_size(ishape) or 0) > 0:
+        raise OpTypeError(f"cannot scatter into the empty axis {ax}")
+    return (x,)
+
+
+def _scatter_elements_kernel(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, out: Any = None, *,
+                             axis: int, reduction: str) -> np.ndarray:
+    ax = axis % x.ndim
+    if indices.shape != updates.shape:
+        raise ValueError(f"indices have shape {indices.shape}, updates {updates.shape} (they must be equal)")
+    _check_index_shape(indices.shape, x.shape, ax, "indices")
+    idx = _wrap(indices, x.shape[ax], ax)
+    key = list(np.indices(idx.shape, sparse=True))
+    key[ax] = idx
+    res = _start(x, out)
+    _scatter_into(res, tuple(key), updates, reduction)
+    return res
+
+
+_register("scatter_elements", 1101, _scatter_elements_infer, _scatter_elements_kernel,
+          "scatter_elements(x, indices, updates, axis=0, reduction='none'): ONNX ScatterElements: a copy of x "
+          "with out[indices[i][j]][j] = updates[i][j] (axis=0), or combined with it by reduction "
+          "add/mul/max/min; indices and updates have one shape and x's rank; with 'none' the last of "
+          "duplicate indices wins",
+          arity=3, version=_version_of_first, grad=_scatter_grad("scatter_elements", "gather_elements"),
+          inplace=(0,),
+          attrs={"axis": Attr(attr_int, 0, doc="axis to scatter along"),
+                 "reduction": Attr(attr_reduction, "none", doc="none, add, mul, max or min")})
+
+
+# ---------------------------------------------------------------- gather_nd 1102
+def _gather_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, idx = tensor(in_types[0], "x"), tensor(in_types[1], "indices")
+    _int_indices(idx)
+    bd: int = attrs["batch_dims"]
+    r, q = _rank(x), _rank(idx)
+    if r is not None and r < 1:
+        raise OpTypeError("x must have rank >= 1")
+    if q is not None and q < 1:
+        raise OpTypeError("indices must have rank >= 1")
+    if bd and ((r is not None and bd >= r) or (q is not None and bd >= q)):
+        raise OpTypeError(f"batch_dims={bd} must be less than the ranks of x ({r}) and indices ({q})")
+    if x.shape is not None and idx.shape is not None:
+        for d in range(bd):
+            _merge(x.shape[d], idx.shape[d], f"batch dim {d} of x and indices differ")
+    m = None if idx.shape is None else idx.shape[-1]
+    if m is not None and r is not None and m > r - bd:
+        raise OpTypeError(f"indices.shape[-1]={m} is larger than x's rank {r} minus batch_dims {bd}")
+    if idx.shape is None or m is None or x.shape is None:
+        return (x.with_shape(None),)
+    # Batch dims: whichever of x and indices knows the size.
+    lead = tuple(_merge(idx.shape[d], x.shape[d], "") if d < bd else idx.shape[d] for d in range(q - 1))
+    shape = lead + x.shape[bd + m:]
+    if any(x.shape[bd + j] == 0 for j in range(m)) and (_size(idx.shape[:-1]) or 0) > 0:
+        raise OpTypeError("cannot gather from an empty axis")
+    return (x.with_shape(shape),)
+
+
+def _gather_nd_kernel(x: np.ndarray, indices: np.ndarray, out: Any = None, *, batch_dims: int) -> np.ndarray:
+    bd = batch_dims
+    m = indices.shape[-1]
+    if indices.shape[:bd] != x.shape[:bd]:
+        raise ValueError(f"batch dims of indices {indices.shape[:bd]} and x {x.shape[:bd]} differ")
+    if m > x.ndim - bd:
+        raise ValueError(f"indices.shape[-1]={m} is larger than x's rank {x.ndim} minus batch_dims {bd}")
+    nb = int(np.prod(x.shape[:bd], dtype=np.int64))
+    n = int(np.prod(indices.shape[bd:-1], dtype=np.int64))
+    xr = x.reshape(nb, *x.shape[bd:])
+    ir = indices.reshape(nb, n, m)
+    cols = [_wrap(ir[..., j], x.shape[bd + j], bd + j) for j in range(m)]
+    rows = np.broadcast_to(np.arange(nb)[:, None], (nb, n))
+    res = xr[(rows, *cols)]
+    return write_out(res.reshape(indices.shape[:-1] + x.shape[bd + m:]), out)
+
+
+_register("gather_nd", 1102, _gather_nd_infer, _gather_nd_kernel,
+          "gather_nd(x, indices, batch_dims=0): ONNX GatherND: each row indices[..., :] (length m) picks "
+          "x[batch..., i0, ..., i(m-1)]; output shape indices.shape[:-1] + x.shape[batch_dims + m:]",
+          arity=2, version=_version_of_first, grad=_g_gather_nd,
+          attrs={"batch_dims": Attr(_attr_nonneg, 0, doc="number of leading batch dims shared by x and indices")})
+
+
+# ---------------------------------------------------------------- scatter_nd 1103
+def _scatter_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, idx, u = tensor(in_types[0], "x"), tensor(in_types[1], "indices"), tensor(in_types[2], "updates")
+    _int_indices(idx)
+    _updates_dtype(x, u)
+    r, q = _rank(x), _rank(idx)
+    if r is not None and r < 1:
+        raise OpTypeError("x must have rank >= 1")
+    if q is not None and q < 1:
+        raise OpTypeError("indices must have rank >= 1")
+    k = None if idx.shape is None else idx.shape[-1]
+    if k is not None and r is not None and k > r:
+        raise OpTypeError(f"indices.shape[-1]={k} is larger than x's rank {r}")
+    if idx.shape is not None and k is not None and x.shape is not None:
+        want = idx.shape[:-1] + x.shape[k:]
+        if u.shape is not None:
+            if len(u.shape) != len(want):
+                raise OpTypeError(f"updates have rank {len(u.shape)}, expected {len(want)} "
+                                  "(indices.shape[:-1] + x.shape[indices.shape[-1]:])")
+            for d, (a, c) in enumerate(zip(u.shape, want, strict=True)):
+                _merge(a, c, f"updates have the wrong size along axis {d}")
+        if any(x.shape[j] == 0 for j in range(k)) and (_size(idx.shape[:-1]) or 0) > 0:
+            raise OpTypeError("cannot scatter into an empty axis")
+    return (x,)
+
+
+def _scatter_nd_kernel(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, out: Any = None, *,
+                       reduction: str) -> np.ndarray:
+    k = indices.shape[-1]
+    if k > x.ndim:
+        raise ValueError(f"indices.shape[-1]={k} is larger than x's rank {x.ndim}")
+    want = indices.shape[:-1] + x.shape[k:]
+    if updates.shape != want:
+        raise ValueError(f"updates have shape {updates.shape}, expected {want}")
+    key = tuple(_wrap(indices[..., j], x.shape[j], j) for j in range(k))
+    res = _start(x, out)
+    if k == 0:
+        # Each update covers all of x: index a new leading axis of size 1 instead.
+        _scatter_into(res[None], (np.zeros(indices.shape[:-1], dtype=np.intp),), updates, reduction)
+    else:
+        _scatter_into(res, key, updates, reduction)
+    return res
+
+
+_register("scatter_nd", 1103, _scatter_nd_infer, _scatter_nd_kernel,
+          "scatter_nd(x, indices, updates, reduction='none'): ONNX ScatterND: a copy of x with the slice "
+          "x[indices[..., :]] set to (or combined by add/mul/max/min with) updates, whose shape is "
+          "indices.shape[:-1] + x.shape[indices.shape[-1]:]; with 'none' the last of duplicate indices wins",
+          arity=3, version=_version_of_first, grad=_scatter_grad("scatter_nd", "gather_nd"), inplace=(0,),
+          attrs={"reduction": Attr(attr_reduction, "none", doc="none, add, mul, max or min")})
+
+
+# ---------------------------------------------------------------- topk 1104
+def _topk_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    if x.dtype.kind == "c":
+        raise OpTypeError(f"complex values have no order, got {x.dtype}")
+    k: int = attrs["k"]
+    if x.shape is None:
+        return (x.with_shape(None), TensorType("int64", None))
+    if not x.shape:
+        raise OpTypeError("x must have rank >= 1")
+    ax = normalize_axis(attrs["axis"], len(x.shape))
+    n = x.shape[ax]
+    if n is not None and k > n:
+        raise OpTypeError(f"k={k} is larger than axis {ax} (size {n})")
+    shape = (*x.shape[:ax], k, *x.shape[ax + 1:])
+    return (x.with_shape(shape), TensorType("int64", shape))
+
+
+def _topk_kernel(x: np.ndarray, out: Any = None, *, k: int, axis: int, largest: bool,
+                 sorted: bool) -> tuple[np.ndarray, np.ndarray]:
+    ax = axis % x.ndim
+    n = x.shape[ax]
+    if k > n:
+        raise ValueError(f"k={k} is larger than axis {ax} (size {n})")
+    if largest:
+        # Descending with ties by lower index: a stable ascending sort of the flipped axis, read backwards.
+        order = np.flip(np.argsort(np.flip(x, axis=ax), axis=ax, kind="stable"), axis=ax)
+        order = (n - 1) - order
+    else:
+        order = np.argsort(x, axis=ax, kind="stable")
+    idx = np.take(order, np.arange(k), axis=ax).astype(np.int64)
+    vals = np.take_along_axis(x, idx, axis=ax)
+    return write_out((vals, idx), out)
+
+
+_register("topk", 1104, _topk_infer, _topk_kernel,
+          "topk(x, k, axis=-1, largest=True, sorted=True) -> (values, int64 indices): ONNX TopK: the k largest "
+          "(or smallest) entries along axis, in order, ties broken by the lower index; NaN counts as largest; "
+          "sorted=False is accepted and gives the same (sorted) result",
+          arity=1, grad=_g_topk,
+          attrs={"k": Attr(_attr_nonneg, doc="how many entries to keep"),
+                 "axis": Attr(attr_int, -1, doc="axis to select along"),
+                 "largest": Attr(attr_bool, True, doc="True: the largest, False: the smallest"),
+                 "sorted": Attr(attr_bool, True, doc="ONNX's flag; results are always sorted")})
+
+
+# ---------------------------------------------------------------- one_hot 1105
+def _one_hot_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    idx, values = tensor(in_types[0], "indices"), tensor(in_types[1], "values")
+    _int_indices(idx)
+    if values.shape is not None and (len(values.shape) != 1 or values.shape[0] not in (None, 2)):
+        raise OpTypeError(f"values must be [off_value, on_value] of shape (2,), got shape {values.shape}")
+    depth: int = attrs["depth"]
+    if idx.shape is None:
+        return (TensorType(values.dtype, None),)
+    ax = normalize_axis(attrs["axis"], len(idx.shape) + 1)
+    return (TensorType(values.dtype, (*idx.shape[:ax], depth, *idx.shape[ax:])),)
+
+
+def _one_hot_version(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    return dtype_code(tensor(in_types[1]).dtype)
+
+
+def _one_hot_kernel(indices: np.ndarray, values: np.ndarray, out: Any = None, *, depth: int,
+                    axis: int) -> np.ndarray:
+    if values.shape != (2,):
+        raise ValueError(f"values must be [off_value, on_value] of shape (2,), got shape {values.shape}")
+    ax = axis % (indices.ndim + 1)
+    idx = np.asarray(indices)
+    if idx.dtype.kind == "i":
+        idx = idx.astype(np.int64)
+        idx = np.where(idx < 0, idx + depth, idx)
+    # Out-of-range indices match no position of the arange, so their rows stay all off.
+    hot = np.expand_dims(idx, ax) == np.arange(depth).reshape((depth,) + (1,) * (idx.ndim - ax))
+    res = out if out is not None else np.empty(hot.shape, dtype=values.dtype)
+    np.copyto(res, values[0], casting="unsafe")
+    np.copyto(res, values[1], casting="unsafe", where=hot)
+    return res
+
+
+_register("one_hot", 1105, _one_hot_infer, _one_hot_kernel,
+          "one_hot(indices, values, depth, axis=-1): ONNX OneHot: values = [off, on] (the output's dtype); "
+          "a new axis of size depth is on at each index; negative indices count from depth, indices "
+          "outside [-depth, depth) give rows that are all off",
+          arity=2, version=_one_hot_version, grad=_g_one_hot,
+          attrs={"depth": Attr(_attr_nonneg, doc="size of the new axis"),
+                 "axis": Attr(attr_int, -1, doc="position of the new axis in the output")})
+
+
+# ---------------------------------------------------------------- trilu 1106
+def _trilu_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    if x.shape is not None and len(x.shape) < 2:
+        raise OpTypeError(f"x must have rank >= 2 (a matrix or a batch of them), got rank {len(x.shape)}")
+    return (x,)
+
+
+def _trilu_kernel(x: np.ndarray, out: Any = None, *, k: int, upper: bool) -> np.ndarray:
+    if x.ndim < 2:
+        raise ValueError(f"x must have rank >= 2, got rank {x.ndim}")
+    return write_out(np.triu(x, k) if upper else np.tril(x, k), out)
+
+
+_register("trilu", 1106, _trilu_infer, _trilu_kernel,
+          "trilu(x, k=0, upper=True): ONNX Trilu: np.triu(x, k) (upper) or np.tril(x, k) on the last two "
+          "dims; the other entries are zero",
+          arity=1, grad=_g_trilu,
+          attrs={"k": Attr(attr_int, 0, doc="diagonal offset: 0 main, > 0 above, < 0 below"),
+                 "upper": Attr(attr_bool, True, doc="True keeps the upper triangle, False the lower")})
+
+
+# ---------------------------------------------------------------- reverse_sequence 1107
+def _reverse_sequence_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x, lengths = tensor(in_types[0], "x"), tensor(in_types[1], "lengths")
+    _int_indices(lengths, "lengths")
+    if lengths.shape is not None and len(lengths.shape) != 1:
+        raise OpTypeError(f"lengths must have rank 1 (one length per batch entry), got rank {len(lengths.shape)}")
+    if x.shape is None:
+        return (x,)
+    r = len(x.shape)
+    if r < 2:
+        raise OpTypeError(f"x must have rank >= 2 (a batch and a time axis), got rank {r}")
+    ba, ta = normalize_axis(attrs["batch_axis"], r), normalize_axis(attrs["time_axis"], r)
+    if ba == ta:
+        raise OpTypeError(f"batch_axis and time_axis are the same axis ({ba})")
+    if lengths.shape is not None:
+        _merge(lengths.shape[0], x.shape[ba], "lengths must have one entry per batch entry")
+    return (x,)
+
+
+def _reverse_sequence_kernel(x: np.ndarray, lengths: np.ndarray, out: Any = None, *, batch_axis: int,
+                             time_axis: int) -> np.ndarray:
+    ba, ta = batch_axis % x.ndim, time_axis % x.ndim
+    nb, nt = x.shape[ba], x.shape[ta]
+    if lengths.shape != (nb,):
+        raise ValueError(f"lengths have shape {lengths.shape}, expected ({nb},)")
+    lens = lengths.astype(np.int64)
+    if ((lens < 0) | (lens > nt)).any():
+        raise ValueError(f"lengths must be in [0, {nt}] (the time axis' size), got {lengths.tolist()}")
+    t = np.arange(nt)
+    src = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)
+    xm = np.moveaxis(x, (ba, ta), (0, 1))
+    res = out if out is not None else np.empty_like(x)
+    np.moveaxis(res, (ba, ta), (0, 1))[...] = xm[np.arange(nb)[:, None], src]
+    return res
+
+
+_register("reverse_sequence", 1107, _reverse_sequence_infer, _reverse_sequence_kernel,
+          "reverse_sequence(x, lengths, batch_axis=1, time_axis=0): ONNX ReverseSequence: for each batch "
+          "entry i, reverse the first lengths[i] steps along time_axis and keep the rest",
+          arity=2, version=_version_of_first, grad=_g_reverse_sequence,
+          attrs={"batch_axis": Attr(attr_int, 1, doc="axis of the batch (lengths has its size)"),
+                 "time_axis": Attr(attr_int, 0, doc="axis of the sequence steps")})
