@@ -191,8 +191,9 @@ def _order(dsk: Mapping[Hashable, Any], roots: list[Hashable]) -> list[Hashable]
 
 class _Importer:
     def __init__(self, dsk: Mapping[Hashable, Any], inputs: Sequence[Hashable],
-                 functions: Mapping[Any, Translator] | None) -> None:
+                 functions: Mapping[Any, Translator] | None, call_unknown: bool = False) -> None:
         self.dsk = dsk
+        self.call_unknown = call_unknown
         self.inputs = set(inputs)
         self.functions = dict(functions or {})
         self.b = GraphBuilder(hash_cons=False)
@@ -228,7 +229,7 @@ class _Importer:
             return e.array
         if isinstance(e, dict):  # keywords of apply tasks
             return {k: self.expr(v, where) for k, v in e.items()}
-        if callable(e):  # the function of an apply task
+        if callable(e) or self.call_unknown:  # a function of an apply task, or data for a Python call
             return e
         raise GraphError(f"{where!r}: cannot import {type(e).__name__} {e!r} (opgraph values are tensors)")
 
@@ -259,6 +260,9 @@ class _Importer:
         translator = self.functions.get(fn) if _hashable(fn) else None
         if translator is None and _hashable(fn):
             translator = KNOWN.get(fn)
+        if translator is None and self.call_unknown:
+            # get() runs the graph once on the data it holds, so calling the function now is exact
+            return fn(*[self.concrete(a) for a in args], **{k: self.concrete(v) for k, v in kwargs.items()})
         if translator is None:
             name = getattr(fn, "__qualname__", repr(fn))
             raise GraphError(f"{where!r}: opgraph does not know the function {name}; map it to an op kind or a "
@@ -266,6 +270,16 @@ class _Importer:
         if isinstance(translator, str):
             return self.op(translator, args, kwargs, where)
         return translator(self.b, *args, **kwargs)
+
+    def concrete(self, x: Any) -> Any:
+        """``x`` with every opgraph value replaced by its computed array (for a call in Python)."""
+        if isinstance(x, Value):
+            return self.b.run(self.feeds, [x])[0]
+        if isinstance(x, list):
+            return [self.concrete(a) for a in x]
+        if isinstance(x, tuple):
+            return tuple(self.concrete(a) for a in x)
+        return x
 
     def op(self, kind: str, args: list[Any], attrs: dict[str, Any], where: Hashable) -> Any:
         if kind in ("sum", "prod", "max", "min", "mean", "any", "all") and "keepdims" in attrs:
@@ -294,14 +308,14 @@ def _leaves(x: Any) -> list[Value]:
     return [x]
 
 
-def _import(dsk: Any, keys: Any, inputs: Sequence[Hashable],
-            functions: Mapping[Any, Translator] | None, everything: bool = False) -> tuple[_Importer, Any]:
+def _import(dsk: Any, keys: Any, inputs: Sequence[Hashable], functions: Mapping[Any, Translator] | None,
+            everything: bool = False, call_unknown: bool = False) -> tuple[_Importer, Any]:
     dsk = dsk.to_dict() if hasattr(dsk, "to_dict") else dict(dsk)
     wanted = _flatten(keys)
     for k in wanted:
         if not _is_key(k, dsk):
             raise KeyError(k)
-    imp = _Importer(dsk, inputs, functions)
+    imp = _Importer(dsk, inputs, functions, call_unknown)
     for name in inputs:
         if name not in dsk:
             raise KeyError(name)
@@ -332,15 +346,22 @@ def from_dask(dsk: Mapping[Hashable, Any], keys: Any, *, inputs: Sequence[Hashab
 
 
 def get(dsk: Mapping[Hashable, Any], keys: Any, *, functions: Mapping[Any, Translator] | None = None,
-        **kwargs: Any) -> Any:
+        call_unknown: bool = True, **kwargs: Any) -> Any:
     """Dask's ``get(dsk, keys)`` on opgraph: import (:func:`from_dask`), then run with opgraph's executor.
+
+    Tasks calling functions opgraph knows (or ``functions`` maps) become
+    opgraph ops. With ``call_unknown`` (the default, as Dask does) any other
+    callable is called in Python while importing, on its arguments' computed
+    values and on literal data of any type, and its result becomes a
+    constant: exact, because ``get`` runs the graph once on the data the
+    Dask graph holds. ``call_unknown=False`` refuses them as :func:`from_dask` does.
 
     A list of keys gives a tuple (nested lists, nested tuples); a task that
     builds a list gives a list. Results are NumPy arrays. Unknown keys raise
     KeyError; other keyword arguments are accepted and ignored, as Dask
     schedulers do.
     """
-    imp, result = _import(dsk, keys, (), functions)
+    imp, result = _import(dsk, keys, (), functions, call_unknown=call_unknown)
     leaves = _leaves(result)
     graph = imp.b.freeze()
     values = iter(graph.run(imp.feeds, [v.id for v in leaves]))
