@@ -133,12 +133,24 @@ CASES.update({
 })
 del spd_in
 
+
+def to_complex(b: Any, a: Any) -> Any:  # complex input from the real one (the check perturbs its real part)
+    return b.cast(a, dtype="complex128")
+
+
+CASES.update({
+    "fft": [C((3, 4), pre=to_complex), C((3, 4), pre=to_complex, axis=0, n=5, inverse=True, norm="ortho")],
+    "rfft": [C((3, 4)), C((3, 5), axis=0, n=4, norm="forward"), C((2, 5), n=8)],
+    "irfft": [C((3, 4), pre=to_complex), C((4, 3), pre=to_complex, axis=0, n=5, norm="ortho")],
+})
+
 ZERO = {name for name, op in ((o.name, o) for o in opgraph.all_ops()) if op.grad is no_grad}
 
 NO_RULE: dict[str, str] = {
     "const": "constants have no inputs",
     "resize": "no gradient rule yet (interpolation weights per mode)",
     "grid_sample": "no gradient rule yet",
+    "bitcast": "reinterpreting bits is not differentiable (the new dtype's values are no smooth function of x)",
 }
 # Whole families without rules, and why.
 NO_RULE_FAMILIES: dict[str, str] = {
@@ -185,7 +197,7 @@ def _check(name: str, case: dict[str, Any], rng: np.random.Generator) -> None:
     outs = out if isinstance(out, tuple) else (out,)
     loss = None
     for o in outs:
-        if o.dtype.kind != "f" or o.shape is None:
+        if o.dtype.kind not in "fc" or o.shape is None:  # complex outputs: the cast below keeps the real part
             continue
         w = b.constant(rng.standard_normal(o.shape))
         term = b.sum(b.multiply(b.cast(o, dtype="float64"), w))

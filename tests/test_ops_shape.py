@@ -524,3 +524,73 @@ def test_getitem_property(case: tuple[tuple[int, ...], Any, tuple[bool, ...]]) -
     assert len(y.type.shape) == want.ndim
     assert all(d is None or d == w for d, w in zip(y.type.shape, want.shape, strict=True))
     np.testing.assert_array_equal(b.run({v: x}, [y])[0], want)
+
+
+# ---------------------------------------------------------------- bitcast 717
+BITCAST_PAIRS = [("float32", "int32"), ("int32", "float32"), ("float64", "int64"), ("int64", "float64"),
+                 ("uint32", "int32"), ("int8", "uint8"), ("uint16", "int16"), ("float16", "uint16"),
+                 ("complex64", "float64"), ("complex128", "complex128"), ("bool", "uint8"), ("bool", "int8")]
+
+
+def test_bitcast_id_and_family() -> None:
+    d = get_op("bitcast")
+    assert (d.id, d.family, get_op(717).name) == (717, "shape", "bitcast")
+    assert d.doc and "numpy" in d.kernels and d.grad is None
+
+
+@pytest.mark.parametrize(("src", "dst"), BITCAST_PAIRS)
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (2, 0, 3)])
+def test_bitcast_matches_ndarray_view(src: str, dst: str, shape: tuple[int, ...]) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), shape, src, low=-100, high=100)
+    # A reference through raw bytes rather than .view: the same buffer read back as the other dtype.
+    check_op("bitcast", [x], lambda a: np.frombuffer(a.tobytes(), dtype=dst).reshape(a.shape), dtype=dst)
+
+
+@pytest.mark.parametrize("src", ["uint8", "int8"])
+def test_bitcast_bytes_to_bool_are_nonzero(src: str) -> None:
+    x = np.array([0, 1, 2, -1 if src == "int8" else 255, 0x80 if src == "uint8" else -128], dtype=src)
+    (got,) = check_op("bitcast", [x], lambda a: np.array([False, True, True, True, True]), dtype="bool")
+    # Valid bools (stored as 0 or 1), so they compare, sum and read back as bytes as bools should.
+    assert got.sum() == 4 and (got == np.True_).sum() == 4
+    np.testing.assert_array_equal(got.view(np.uint8), [0, 1, 1, 1, 1])
+
+
+def test_bitcast_known_bit_patterns() -> None:
+    got = check_op("bitcast", [np.array([1.0, -2.5, 3.75], dtype=np.float32)],
+                   lambda a: np.array([1065353216, -1071644672, 1081081856], dtype=np.int32), dtype="int32")[0]
+    assert got.dtype == np.int32
+    check_op("bitcast", [np.array(1.0)], lambda a: np.array(4607182418800017408, dtype=np.uint64), dtype=np.uint64)
+
+
+def test_bitcast_result_owns_its_memory() -> None:
+    # bitcast is not in VIEW_OPS, so the memory planner assumes its output never aliases x.
+    x = np.arange(6, dtype=np.int32)
+    (y,) = check_op("bitcast", [x], lambda a: a.view(np.float32), dtype="float32")
+    assert not np.shares_memory(x, y)
+    assert "bitcast" not in VIEW_OPS
+
+
+def test_bitcast_round_trip_in_a_graph() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (None, 3)))
+    bits = b.op("bitcast", x, dtype="uint64")
+    back = b.op("bitcast", b.op("bitwise_xor", bits, b.constant(np.uint64(1 << 63))), dtype="float64")
+    assert (bits.type, back.type) == (TensorType("uint64", (None, 3)), TensorType("float64", (None, 3)))
+    xa = np.array([[1.5, -0.0, np.inf], [np.nan, 2.0, -7.25]])
+    got = b.run({x: xa}, [back])[0]
+    np.testing.assert_array_equal(got, -xa)  # flipping the sign bit negates, -0.0 and nan included
+    assert np.signbit(got[0, 1]) == np.False_
+
+
+@pytest.mark.parametrize(("src", "dst"), [("float32", "float64"), ("int8", "int16"), ("bool", "uint16"),
+                                          ("complex128", "float64")])
+def test_bitcast_rejects_other_item_sizes(src: str, dst: str) -> None:
+    b = opgraph.GraphBuilder()
+    with pytest.raises(OpBuildError, match="item sizes differ"):
+        b.op("bitcast", b.input((src, (2,))), dtype=dst)
+
+
+def test_bitcast_needs_a_dtype() -> None:
+    b = opgraph.GraphBuilder()
+    with pytest.raises(OpBuildError, match="missing required attribute 'dtype'"):
+        b.op("bitcast", b.input(("int32", (2,))))

@@ -24,7 +24,7 @@ They are never renumbered or reused.
 |---|---|
 | 0 | `const` (type 0 in `.cg` files: a constant from the `.cgc` table) |
 | 1-9999 | opgraph's own kinds (elementwise 1-499, reductions 500-599, contractions 600-699, shape 700-799, \
-nn 800-899, linalg 900-999, fused 1000-1099, indexing 1100-1199) |
+nn 800-899, linalg 900-999, fused 1000-1099, indexing 1100-1199, signal 1200-1299) |
 | 10001-30002 | reserved for TensCalc's registered types (`lib/CGregistration.m`) |
 | 40000 and up | for user-defined kinds (`opgraph.register_op`) |
 

@@ -3,7 +3,9 @@
 Every op keeps its input's dtype (``concat`` and ``stack`` promote their
 inputs with ``np.result_type``, as NumPy does) and computes the result
 shape exactly as NumPy, with ``None`` for dims (or ranks) that cannot be
-known before run time. Ids 700-799, stable: append, never renumber.
+known before run time. ``bitcast`` is the exception that changes the dtype:
+it reads the same bytes as another dtype of the same item size. Ids 700-799,
+stable: append, never renumber.
 
 Kernels of view-like ops (see :data:`VIEW_OPS`) may return a view of their
 first input when no ``out`` buffer is given; with ``out`` they copy into it.
@@ -17,6 +19,9 @@ first input when no ``out`` buffer is given; with ``out`` they copy into it.
     (f32[?,2,3], f32[?,3])
     >>> b.run({x: np.arange(6, dtype=np.float32).reshape(1, 6)}, [z])[0]
     array([[2., 1., 0.]], dtype=float32)
+    >>> bits = b.op("bitcast", z, dtype="uint32")
+    >>> bits.type, b.run({x: np.arange(6, dtype=np.float32).reshape(1, 6)}, [bits])[0]
+    (u32[?,3], array([[1073741824, 1065353216,          0]], dtype=uint32))
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from opgraph.core.registry import (
     OpDef,
     attr_any,
     attr_axes,
+    attr_dtype,
     attr_float,
     attr_int,
     attr_ints,
@@ -862,3 +868,28 @@ def _copy_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
 
 _register("copy", 716, _copy_infer, _copy_kernel,
           "copy(x): the identity, as a fresh C-contiguous array that shares no memory with x")
+
+
+# ---------------------------------------------------------------- bitcast 717
+def _bitcast_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    dt = np.dtype(attrs["dtype"])
+    if dt.itemsize != t.dtype.itemsize:
+        raise OpTypeError(f"cannot reinterpret {t.dtype} ({t.dtype.itemsize} bytes) as {dt} ({dt.itemsize} "
+                          "bytes): the item sizes differ")
+    return (TensorType(dt, t.shape),)
+
+
+def _bitcast_kernel(x: np.ndarray, out: Any = None, *, dtype: str) -> np.ndarray:
+    if np.dtype(dtype) == np.bool_ and x.dtype != np.bool_:
+        # A byte other than 0 or 1 viewed as bool is no valid NumPy bool (== True and sums disagree with
+        # printing): any set bit reads as True.
+        return np.not_equal(x.view(np.uint8), 0, out=out)
+    # A copy, not a view: bitcast is not one of VIEW_OPS, so its result must own its memory.
+    return write_out(x.view(dtype), out) if out is not None else np.array(x.view(dtype), copy=True)
+
+
+_register("bitcast", 717, _bitcast_infer, _bitcast_kernel,
+          "bitcast(x, dtype): the same bytes read as another dtype of the same item size (ndarray.view, "
+          "native byte order); bytes read as bool are True when nonzero",
+          attrs={"dtype": Attr(attr_dtype, doc="dtype to reinterpret the bytes as (same item size as x's)")})
