@@ -1,0 +1,510 @@
+"""The ONNX importer's machinery: translator table, node view, constant folding, inlining.
+
+Translators live in the ``translate_*`` modules beside this one, one function
+per ONNX op (or op family), registered with :func:`translates`. A translator
+receives a :class:`Node` and the node's inputs (opgraph ``Value`` handles,
+``None`` for omitted optional inputs, :class:`Seq` for sequences) and returns
+the node's outputs. It builds opgraph ops with ``node.op(kind, ...)``, which
+folds the op into a constant when every input is known: ONNX graphs compute
+shapes at run time (``Shape`` -> ``Gather`` -> ``Reshape``), while opgraph
+graphs have static shapes, so those computations must be finished while
+importing.
+
+    >>> from opgraph.io.onnx._core import TRANSLATORS
+    >>> ("", "Add") in TRANSLATORS
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from opgraph.core.builder import GraphBuilder
+from opgraph.core.graph import Value
+from opgraph.core.registry import resolve
+from opgraph.core.types import TensorType
+from opgraph.errors import GraphError
+
+Translator = Callable[..., Any]
+
+#: (domain, op_type) -> translator. Filled by the ``translate_*`` modules.
+TRANSLATORS: dict[tuple[str, str], Translator] = {}
+
+#: ONNX element types opgraph has no dtype for, by name (for error messages).
+_UNSUPPORTED_ELEM = {
+    onnx.TensorProto.STRING: "string", onnx.TensorProto.BFLOAT16: "bfloat16",
+}
+
+
+class OnnxImportError(GraphError):
+    """An ONNX model cannot be imported: the message names the node, its op type and the reason."""
+
+
+class NeedStatic(Exception):
+    """Internal: a translator needs the value of graph inputs that were given as static values."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__(sorted(names))
+        self.names = names
+
+
+@dataclass
+class Seq:
+    """An ONNX sequence: a Python list of values (its length is known while importing)."""
+
+    items: list[Any]
+    elem_dtype: np.dtype | None = None
+
+
+@dataclass
+class Opt:
+    """An ONNX optional: a value (tensor or :class:`Seq`) or ``None`` for an empty optional."""
+
+    value: Any
+    elem_type: onnx.TypeProto | None = None
+
+
+def translates(*op_types: str, domain: str = "") -> Callable[[Translator], Translator]:
+    """Register a translator for ONNX op types (see the module doc).
+
+    >>> @translates("MyRelu", domain="example.com")
+    ... def _my_relu(node, x):
+    ...     return node.op("relu", x)
+    >>> TRANSLATORS[("example.com", "MyRelu")] is _my_relu
+    True
+    >>> del TRANSLATORS[("example.com", "MyRelu")]
+    """
+    def register(fn: Translator) -> Translator:
+        for t in op_types:
+            TRANSLATORS[(domain, t)] = fn
+        return fn
+    return register
+
+
+def np_dtype(elem_type: int, what: str = "") -> np.dtype:
+    """The NumPy dtype of an ONNX element type; unsupported ones raise :class:`OnnxImportError`.
+
+    >>> np_dtype(onnx.TensorProto.FLOAT)
+    dtype('float32')
+    """
+    if elem_type in _UNSUPPORTED_ELEM:
+        raise OnnxImportError(f"{what}: opgraph has no {_UNSUPPORTED_ELEM[elem_type]} dtype")
+    try:
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise OnnxImportError(f"{what}: unknown ONNX element type {elem_type}") from None
+    if dt.kind not in "biufc" or dt.itemsize > 16 or dt.name not in _SUPPORTED:
+        name = onnx.TensorProto.DataType.Name(elem_type)
+        raise OnnxImportError(f"{what}: opgraph has no {name.lower()} dtype")
+    return dt
+
+
+_SUPPORTED = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+              "float16", "float32", "float64", "complex64", "complex128"}
+
+
+def onnx_elem_type(dtype: Any) -> int:
+    """The ONNX element type of a NumPy dtype.
+
+    >>> onnx_elem_type("float64") == onnx.TensorProto.DOUBLE
+    True
+    """
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    """A TensorProto's data as an array of a dtype opgraph supports."""
+    np_dtype(t.data_type, what)
+    try:
+        return np.asarray(numpy_helper.to_array(t))
+    except Exception as exc:  # protobuf/external-data failures
+        raise OnnxImportError(f"{what}: cannot read tensor data: {exc}") from None
+
+
+def attribute_value(a: onnx.AttributeProto, what: str) -> Any:
+    """A node attribute as a Python value: numbers, strings, tuples, arrays, graphs."""
+    if a.type == onnx.AttributeProto.TENSOR:
+        return tensor_to_array(a.t, f"{what} attribute {a.name!r}")
+    if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return sparse_to_array(a.sparse_tensor, f"{what} attribute {a.name!r}")
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, list):
+        if a.type == onnx.AttributeProto.TENSORS:
+            return tuple(tensor_to_array(t, f"{what} attribute {a.name!r}") for t in v)
+        return tuple(x.decode() if isinstance(x, bytes) else x for x in v)
+    return v
+
+
+def sparse_to_array(s: onnx.SparseTensorProto, what: str) -> np.ndarray:
+    """A SparseTensorProto as a dense array."""
+    values = tensor_to_array(s.values, what)
+    idx = tensor_to_array(s.indices, what).astype(np.int64)
+    dense = np.zeros(tuple(s.dims), dtype=values.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = values
+    else:
+        dense[tuple(idx.T)] = values
+    return dense
+
+
+@dataclass
+class Scope:
+    """Names visible while translating one graph or function body (outer scopes chained)."""
+
+    names: dict[str, Any] = field(default_factory=dict)
+    parent: Scope | None = None
+
+    def lookup(self, name: str) -> Any:
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            scope = scope.parent
+        raise KeyError(name)
+
+
+class Node:
+    """What a translator sees of one ONNX node: attributes, opset, and op building with folding."""
+
+    #: The scope the node is translated in (set by :meth:`Importer.translate_node`).
+    scope: Scope | None = None
+
+    def __init__(self, imp: Importer, proto: onnx.NodeProto, opsets: Mapping[str, int],
+                 attrs: dict[str, Any], inputs: list[Any]) -> None:
+        self.imp = imp
+        self.proto = proto
+        self.opsets = opsets
+        self.attrs = attrs
+        self.inputs = inputs
+
+    @property
+    def op_type(self) -> str:
+        """The ONNX op type."""
+        return self.proto.op_type
+
+    @property
+    def opset(self) -> int:
+        """The opset version of the node's domain."""
+        return self.opsets.get(self.proto.domain or "", self.opsets.get("ai.onnx", 1))
+
+    @property
+    def label(self) -> str:
+        """``OpType 'name'`` for error messages."""
+        name = self.proto.name or (self.proto.output[0] if self.proto.output else "")
+        return f"{self.proto.op_type} node {name!r}"
+
+    def error(self, reason: str) -> OnnxImportError:
+        """An import error naming this node."""
+        return OnnxImportError(f"{self.label}: {reason}")
+
+    def attr(self, name: str, default: Any = ...) -> Any:
+        """An attribute's value, ``default`` when absent (absent without default is an error)."""
+        if name in self.attrs:
+            return self.attrs[name]
+        if default is ...:
+            raise self.error(f"missing required attribute {name!r}")
+        return default
+
+    # ---------------------------------------------------------------- values
+    def known(self, v: Any) -> np.ndarray | None:
+        """The value of ``v`` if it is known while importing, else None."""
+        return self.imp.known_value(v)
+
+    def static(self, index_or_value: Any, what: str | None = None) -> np.ndarray:
+        """The known value of an input (by position) or a value; an error naming the node if unknown."""
+        v = self.inputs[index_or_value] if isinstance(index_or_value, int) else index_or_value
+        if v is None:
+            raise self.error(f"{what or 'input'} is missing")
+        arr = self.imp.static_value(v)
+        if arr is None:
+            label = what or (f"input {index_or_value} ({self.proto.input[index_or_value]!r})"
+                             if isinstance(index_or_value, int) else "an input")
+            raise self.error(f"{label} must be known when the graph is built (opgraph graphs have static "
+                             "shapes); make it an initializer or a Constant, or pass it in static_inputs=")
+        return arr
+
+    def static_ints(self, index: int, what: str | None = None) -> tuple[int, ...]:
+        """A known integer input as a tuple of ints (omitted input: empty tuple)."""
+        if index >= len(self.inputs) or self.inputs[index] is None:
+            return ()
+        return tuple(int(i) for i in np.asarray(self.static(index, what)).reshape(-1))
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        """The static shape of a value (opgraph shapes are known after import)."""
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None or any(d is None for d in t.shape):
+            raise self.error(f"needs the static shape of its input, which is {t}")
+        return tuple(int(d) for d in t.shape)
+
+    def rank(self, v: Value) -> int:
+        """The rank of a value."""
+        return len(self.shape(v))
+
+    def dtype(self, v: Value) -> np.dtype:
+        """The dtype of a value."""
+        return v.type.dtype  # type: ignore[union-attr]
+
+    def const(self, value: Any, dtype: Any = None) -> Value:
+        """A constant value."""
+        return self.imp.const(np.asarray(value, dtype=dtype))
+
+    def op(self, kind: str, *inputs: Any, **attrs: Any) -> Any:
+        """Build an opgraph op (folded into constants when every input is known)."""
+        try:
+            return self.imp.op(kind, *inputs, **attrs)
+        except OnnxImportError:
+            raise
+        except GraphError as exc:
+            raise self.error(str(exc)) from None
+
+    def cast(self, v: Value, dtype: Any) -> Value:
+        """``v`` as ``dtype`` (no op when it already is)."""
+        dt = np.dtype(dtype)
+        return v if self.dtype(v) == dt else self.op("cast", v, dtype=dt.name)
+
+    def subgraph(self, name: str, inputs: Sequence[Any], outer: Scope) -> list[Any]:
+        """Inline the graph attribute ``name`` with its formal inputs bound to ``inputs``."""
+        g = self.attr(name)
+        return self.imp.inline_graph(g, inputs, outer, self.opsets)
+
+
+class Importer:
+    """Translates one ONNX model (or graph) into a GraphBuilder; see :func:`opgraph.io.onnx.from_onnx`."""
+
+    def __init__(self, opsets: Mapping[str, int], functions: Mapping[tuple[str, str], onnx.FunctionProto],
+                 static_inputs: Mapping[str, np.ndarray], constant_inputs: Iterable[str]) -> None:
+        self.b = GraphBuilder()
+        self.opsets = dict(opsets)
+        self.functions = dict(functions)
+        self.static_inputs = dict(static_inputs)
+        self.constant_inputs = set(constant_inputs)
+        self.known: dict[int, np.ndarray] = {}
+        self.input_names: dict[int, str] = {}
+        self.scope: Scope = Scope()
+
+    # ---------------------------------------------------------------- values and folding
+    def const(self, arr: np.ndarray) -> Value:
+        """A constant whose value is known to the importer."""
+        v = self.b.constant(arr)
+        self.known[v.id] = self.b._constants[self.b._const_ops_index(v.id)]
+        return v
+
+    def known_value(self, v: Any) -> np.ndarray | None:
+        """The value of ``v`` if known while importing."""
+        return self.known.get(v.id) if isinstance(v, Value) else None
+
+    def static_value(self, v: Any) -> np.ndarray | None:
+        """The known value, or raise :class:`NeedStatic` when it depends on inputs given as static."""
+        arr = self.known_value(v)
+        if arr is not None or not isinstance(v, Value):
+            return arr
+        wanted = {self.input_names[i] for i in self._inputs_below(v.id)}
+        if wanted and wanted <= set(self.static_inputs):
+            raise NeedStatic(wanted)
+        return None
+
+    def _inputs_below(self, vid: int) -> set[int]:
+        b = self.b
+        seen: set[int] = set()
+        found: set[int] = set()
+        stack = [vid]
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            prod = b._value_producer[v]
+            if prod == -1:
+                found.add(v)
+                continue
+            stack.extend(b.op_inputs(prod))
+        return {v for v in found if v in self.input_names}
+
+    def op(self, kind: str, *inputs: Any, **attrs: Any) -> Any:
+        """Build ``kind`` on ``inputs``; fold it into constants when all inputs are known."""
+        vals = [x if isinstance(x, Value) else self.const(np.asarray(x)) for x in inputs]
+        arrays = [self.known.get(v.id) for v in vals]
+        if vals and all(a is not None for a in arrays) and kind not in _NO_FOLD:
+            r = resolve(kind, [v.type for v in vals], attrs)
+            fn = r.opdef.kernel_for("numpy", r.version)
+            result = fn(*arrays, **dict(r.attrs))
+            results = (result,) if len(r.out_types) == 1 else tuple(result)
+            outs = []
+            for arr, t in zip(results, r.out_types, strict=True):
+                arr = np.asarray(arr)
+                if isinstance(t, TensorType) and arr.dtype != t.dtype:
+                    arr = arr.astype(t.dtype)
+                outs.append(self.const(arr))
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return self.b.op(kind, *vals, **attrs)
+
+    # ---------------------------------------------------------------- graphs
+    def add_input(self, name: str, t: TensorType) -> Value:
+        """Declare a graph input (or a constant when it is specialised)."""
+        if name in self.constant_inputs:
+            arr = np.asarray(self.static_inputs[name], dtype=t.dtype)
+            return self.const(arr)
+        v = self.b.input(t, name=name)
+        self.input_names[v.id] = name
+        return v
+
+    def translate_nodes(self, nodes: Sequence[onnx.NodeProto], scope: Scope, opsets: Mapping[str, int]) -> None:
+        """Translate nodes in order, binding their outputs in ``scope``."""
+        for proto in nodes:
+            self.translate_node(proto, scope, opsets)
+
+    def translate_node(self, proto: onnx.NodeProto, scope: Scope, opsets: Mapping[str, int],
+                       attr_env: Mapping[str, onnx.AttributeProto] | None = None) -> None:
+        """Translate one node (a model node or one inside an inlined function body)."""
+        label = f"{proto.op_type} node {(proto.name or (proto.output[0] if proto.output else ''))!r}"
+        attrs: dict[str, Any] = {}
+        attr_protos: dict[str, onnx.AttributeProto] = {}
+        for a in proto.attribute:
+            if a.ref_attr_name:
+                if attr_env is None or a.ref_attr_name not in attr_env:
+                    continue
+                ref = onnx.AttributeProto()
+                ref.CopyFrom(attr_env[a.ref_attr_name])
+                ref.name = a.name
+                a = ref
+            attr_protos[a.name] = a
+            attrs[a.name] = attribute_value(a, label)
+        inputs = []
+        for name in proto.input:
+            if not name:
+                inputs.append(None)
+                continue
+            try:
+                inputs.append(scope.lookup(name))
+            except KeyError:
+                raise OnnxImportError(f"{label}: input {name!r} is not defined before it is used") from None
+        domain = proto.domain if proto.domain != "ai.onnx" else ""
+        node = Node(self, proto, opsets, attrs, inputs)
+        node.scope = scope  # subgraphs inlined by If/Loop/Scan see the names visible here
+        fn = TRANSLATORS.get((domain, proto.op_type))
+        if (domain, proto.op_type) in self.functions:
+            outs = self.inline_function(self.functions[(domain, proto.op_type)], node, attr_protos, scope)
+        elif fn is not None:
+            try:
+                outs = fn(node, *inputs)
+            except (OnnxImportError, NeedStatic):
+                raise
+            except GraphError as exc:
+                raise node.error(str(exc)) from None
+        else:
+            body = schema_function(proto, opsets, inputs)
+            if body is None:
+                raise node.error(f"opgraph has no translation for ONNX op {domain or 'ai.onnx'}.{proto.op_type} "
+                                 f"(opset {node.opset})")
+            outs = self.inline_function(body, node, {**schema_defaults(proto, opsets), **attr_protos}, scope)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        for i, name in enumerate(proto.output):
+            if name:
+                if i >= len(outs) or outs[i] is None:
+                    raise node.error(f"output {i} ({name!r}) is not produced by opgraph's translation")
+                scope.names[name] = outs[i]
+
+    def inline_function(self, fn: onnx.FunctionProto, node: Node, attr_protos: Mapping[str, onnx.AttributeProto],
+                        outer: Scope) -> list[Any]:
+        """Translate a function body in place of ``node`` (model-local or an ONNX schema's function)."""
+        env = dict(attr_protos)
+        for a in fn.attribute_proto:
+            if a.name not in env:
+                env[a.name] = a
+        scope = Scope({}, None)
+        for formal, actual in zip(fn.input, node.inputs, strict=False):
+            if formal and actual is not None:
+                scope.names[formal] = actual
+        # a body may import fewer domains than its caller (some schema bodies import none): inherit the rest
+        opsets = {**node.opsets, **{o.domain if o.domain != "ai.onnx" else "": o.version for o in fn.opset_import}}
+        for proto in fn.node:
+            self.translate_node(proto, scope, opsets, env)
+        return [scope.names.get(o) for o in fn.output]
+
+    def inline_graph(self, g: onnx.GraphProto, inputs: Sequence[Any], outer: Scope,
+                     opsets: Mapping[str, int]) -> list[Any]:
+        """Translate a subgraph (If/Loop/Scan body) with its formal inputs bound to ``inputs``."""
+        scope = Scope({}, outer)
+        for init in g.initializer:
+            scope.names[init.name] = self.const(tensor_to_array(init, f"initializer {init.name!r}"))
+        for formal, actual in zip(g.input, inputs, strict=False):
+            scope.names[formal.name] = actual
+        self.translate_nodes(g.node, scope, opsets)
+        try:
+            return [scope.lookup(o.name) for o in g.output]
+        except KeyError as exc:
+            raise OnnxImportError(f"subgraph {g.name!r}: output {exc.args[0]!r} is never computed") from None
+
+
+#: Ops never folded while importing (their results must be drawn at run time).
+_NO_FOLD = frozenset({"random_uniform", "random_normal"})
+
+
+def schema_function(proto: onnx.NodeProto, opsets: Mapping[str, int],
+                    inputs: Sequence[Any]) -> onnx.FunctionProto | None:
+    """The function body ONNX's schema defines for an op (plain or context-dependent), if any."""
+    domain = proto.domain if proto.domain != "ai.onnx" else ""
+    version = opsets.get(domain, opsets.get("ai.onnx", 1) if domain == "" else 1)
+    try:
+        schema = onnx.defs.get_schema(proto.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    try:
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(version) if version in schema.function_opset_versions \
+                else schema.function_body
+            return body if isinstance(body, onnx.FunctionProto) else _parse_function(body)
+        if schema.has_context_dependent_function:
+            present = list(inputs)
+            while present and present[-1] is None:
+                present.pop()
+            types = []
+            for v in present:
+                # ONNX's C++ builders crash on input types they do not expect: give them tensors only
+                if not (isinstance(v, Value) and isinstance(v.type, TensorType) and v.type.shape is not None):
+                    return None
+                types.append(helper.make_tensor_type_proto(onnx_elem_type(v.type.dtype), v.type.shape))
+            versions = schema.context_dependent_function_opset_versions
+            usable = [x for x in versions if x <= version]
+            raw = (schema.get_context_dependent_function_with_opset_version(
+                max(usable), proto.SerializeToString(), [t.SerializeToString() for t in types])
+                if usable else schema.get_context_dependent_function(
+                    proto.SerializeToString(), [t.SerializeToString() for t in types]))
+            return _parse_function(raw)
+    except Exception:  # a body ONNX cannot build for these inputs is "no translation"
+        return None
+    return None
+
+
+def schema_defaults(proto: onnx.NodeProto, opsets: Mapping[str, int]) -> dict[str, onnx.AttributeProto]:
+    """The default values the ONNX schema gives the attributes of ``proto``'s op (for its function body)."""
+    domain = proto.domain if proto.domain != "ai.onnx" else ""
+    try:
+        schema = onnx.defs.get_schema(proto.op_type, opsets.get(domain, 1), domain)
+    except onnx.defs.SchemaError:
+        return {}
+    out = {}
+    for name, spec in schema.attributes.items():
+        default = spec.default_value
+        if default is not None and default.type != onnx.AttributeProto.UNDEFINED:
+            a = onnx.AttributeProto()
+            a.CopyFrom(default)
+            a.name = name
+            out[name] = a
+    return out
+
+
+def _parse_function(raw: Any) -> onnx.FunctionProto:
+    if isinstance(raw, onnx.FunctionProto):
+        return raw
+    fp = onnx.FunctionProto()
+    fp.ParseFromString(raw)
+    return fp

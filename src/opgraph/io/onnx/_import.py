@@ -1,0 +1,219 @@
+"""ONNX model -> opgraph Graph (see :func:`opgraph.io.onnx.from_onnx`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from opgraph.core.graph import Graph, Value
+from opgraph.core.types import TensorType
+from opgraph.io.onnx import (  # noqa: F401  (registers the translators)
+    translate_control,
+    translate_math,
+    translate_ml,
+    translate_nn,
+    translate_signal,
+    translate_tensor,
+    translate_training,
+)
+from opgraph.io.onnx._core import (
+    Importer,
+    NeedStatic,
+    OnnxImportError,
+    Opt,
+    Scope,
+    Seq,
+    np_dtype,
+    tensor_to_array,
+)
+
+
+@dataclass(frozen=True)
+class Port:
+    """How one ONNX graph input or output maps onto opgraph values.
+
+    ``kind`` is ``"tensor"``, ``"sequence"`` or ``"optional"``; ``names`` are
+    the opgraph value names carrying it (one for a tensor, one per element of
+    a sequence, none for an empty optional or a constant input).
+    """
+
+    name: str
+    kind: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OnnxImport:
+    """The result of :func:`import_model`: the graph and how ONNX's inputs and outputs map onto it."""
+
+    graph: Graph
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+    specialised: frozenset[str]
+
+
+def load_model(model: Any) -> onnx.ModelProto:
+    """A ModelProto from a ModelProto, a path or serialized bytes."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            return onnx.load(os.fspath(model))
+        except Exception as exc:
+            raise OnnxImportError(f"{os.fspath(model)}: not a readable ONNX model: {exc}") from None
+    raise TypeError(f"expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
+
+
+def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
+                 static_inputs: Mapping[str, Any] | None = None) -> OnnxImport:
+    """Import an ONNX model; see :func:`opgraph.io.onnx.from_onnx` (this also returns the port mapping).
+
+    Inputs named in ``static_inputs`` become constants only where the graph
+    needs their values while building (a ``Reshape``'s shape, a ``Slice``'s
+    starts); the rest stay inputs. ``specialised`` names those that became
+    constants.
+    """
+    proto = load_model(model)
+    statics = dict(static_inputs or {})
+    constant: set[str] = set()
+    while True:
+        try:
+            return _import(proto, dict(input_types or {}), statics, constant)
+        except NeedStatic as need:
+            if need.names <= constant:  # cannot happen unless a translator misbehaves
+                raise OnnxImportError(f"inputs {sorted(need.names)} are needed as constants but are already") from None
+            constant |= need.names
+
+
+def _value_type(vi: onnx.ValueInfoProto, given: Any, static: Any) -> TensorType:
+    tt = vi.type.tensor_type
+    dt = np_dtype(tt.elem_type, f"graph input {vi.name!r}")
+    if given is not None:
+        from opgraph.core.types import as_type
+
+        return as_type(given)
+    if static is not None:
+        return TensorType(dt, np.shape(static))
+    if not tt.HasField("shape"):
+        raise OnnxImportError(f"graph input {vi.name!r} has no shape; give it in input_types=")
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    return TensorType(dt, dims)
+
+
+def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[str, Any],
+            constant: set[str]) -> OnnxImport:
+    opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
+    opsets.setdefault("", 1)
+    functions = {(f.domain, f.name): f for f in model.functions}
+    imp = Importer(opsets, functions, statics, constant)
+    g = model.graph
+    scope = Scope()
+    inits = {t.name for t in g.initializer}
+    in_ports = []
+    for vi in g.input:
+        if vi.name in inits:
+            continue
+        which = vi.type.WhichOneof("value")
+        if which == "tensor_type":
+            v = imp.add_input(vi.name, _value_type(vi, input_types.get(vi.name), statics.get(vi.name)))
+            scope.names[vi.name] = v
+            in_ports.append(Port(vi.name, "tensor", () if vi.name in constant else (vi.name,)))
+        elif which == "sequence_type":
+            items = statics.get(vi.name)
+            if items is None:
+                raise OnnxImportError(f"graph input {vi.name!r} is a sequence; its length must be known: "
+                                      "pass its value in static_inputs=")
+            elem = vi.type.sequence_type.elem_type.tensor_type.elem_type
+            vals = [imp.add_input(f"{vi.name}[{i}]", TensorType(np_dtype(elem, vi.name), np.shape(a)))
+                    for i, a in enumerate(items)]
+            scope.names[vi.name] = Seq(vals, np_dtype(elem, vi.name))
+            in_ports.append(Port(vi.name, "sequence", tuple(f"{vi.name}[{i}]" for i in range(len(items)))))
+        elif which == "optional_type":
+            if vi.name not in statics:
+                raise OnnxImportError(f"graph input {vi.name!r} is optional; pass its value (or None) in "
+                                      "static_inputs= so the graph knows whether it is present")
+            value = statics[vi.name]
+            inner = vi.type.optional_type.elem_type
+            if value is None:
+                scope.names[vi.name] = Opt(None, inner)
+                in_ports.append(Port(vi.name, "optional", ()))
+            elif inner.WhichOneof("value") == "sequence_type":
+                elem = inner.sequence_type.elem_type.tensor_type.elem_type
+                vals = [imp.add_input(f"{vi.name}[{i}]", TensorType(np_dtype(elem, vi.name), np.shape(a)))
+                        for i, a in enumerate(value)]
+                scope.names[vi.name] = Opt(Seq(vals, np_dtype(elem, vi.name)), inner)
+                in_ports.append(Port(vi.name, "optional", tuple(f"{vi.name}[{i}]" for i in range(len(value)))))
+            else:
+                dt = np_dtype(inner.tensor_type.elem_type, vi.name)
+                v = imp.add_input(vi.name, TensorType(dt, np.shape(value)))
+                scope.names[vi.name] = Opt(v, inner)
+                in_ports.append(Port(vi.name, "optional", (vi.name,)))
+        else:
+            raise OnnxImportError(f"graph input {vi.name!r}: opgraph cannot take {which} inputs")
+    for t in g.initializer:
+        scope.names[t.name] = imp.const(tensor_to_array(t, f"initializer {t.name!r}"))
+    for s in g.sparse_initializer:
+        from opgraph.io.onnx._core import sparse_to_array
+
+        scope.names[s.values.name] = imp.const(sparse_to_array(s, f"sparse initializer {s.values.name!r}"))
+    imp.scope = scope
+    imp.translate_nodes(g.node, scope, opsets)
+
+    b = imp.b
+    out_ports = []
+    used: set[int] = set()
+
+    def emit(v: Any, name: str) -> str:
+        if not isinstance(v, Value):
+            raise OnnxImportError(f"graph output {name!r} is not a tensor")
+        # a loop: hash-consing hands back the same copy for the same value, which may be named already
+        while v.id in used or b.name_of(v.id) is not None or v.id in imp.input_names:
+            v = b.op("copy", v)
+        used.add(v.id)
+        b.output(v)
+        b.name(v, name)
+        return name
+
+    for vo in g.output:
+        try:
+            v = scope.lookup(vo.name)
+        except KeyError:
+            raise OnnxImportError(f"graph output {vo.name!r} is never computed") from None
+        if isinstance(v, Seq):
+            names = tuple(emit(x, f"{vo.name}[{i}]") for i, x in enumerate(v.items))
+            out_ports.append(Port(vo.name, "sequence", names))
+        elif isinstance(v, Opt):
+            if v.value is None:
+                out_ports.append(Port(vo.name, "optional", ()))
+            elif isinstance(v.value, Seq):
+                names = tuple(emit(x, f"{vo.name}[{i}]") for i, x in enumerate(v.value.items))
+                out_ports.append(Port(vo.name, "optional-sequence", names))
+            else:
+                out_ports.append(Port(vo.name, "optional", (emit(v.value, vo.name),)))
+        else:
+            _check_declared(vo, v)
+            out_ports.append(Port(vo.name, "tensor", (emit(v, vo.name),)))
+    from opgraph.passes import dce
+
+    graph = dce(b.freeze()).graph
+    return OnnxImport(graph, tuple(in_ports), tuple(out_ports), frozenset(constant))
+
+
+def _check_declared(vo: onnx.ValueInfoProto, v: Value) -> None:
+    tt = vo.type.tensor_type
+    if vo.type.WhichOneof("value") != "tensor_type" or not tt.elem_type:
+        return
+    try:
+        want = np_dtype(tt.elem_type, f"graph output {vo.name!r}")
+    except OnnxImportError:
+        return
+    got = v.type.dtype  # type: ignore[union-attr]
+    if got != want:
+        raise OnnxImportError(f"graph output {vo.name!r}: the model declares {want}, opgraph computes {got}")

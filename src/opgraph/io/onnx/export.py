@@ -1,0 +1,631 @@
+"""opgraph Graph -> ONNX model (see :func:`to_onnx`).
+
+Each opgraph op becomes one or a few ONNX nodes of the default domain
+(opset 18); constants become initializers. Graphs with update edges (state)
+and op kinds ONNX cannot express (complex numbers, fused kernels, most of
+linalg) are refused with an error naming the op.
+
+    >>> import numpy as np, onnx, opgraph
+    >>> from opgraph.io.onnx import to_onnx
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (2, 3)), name="x")
+    >>> b.output(b.name(b.sum(b.exp(x), axis=1), "y"))
+    >>> model = to_onnx(b.freeze())
+    >>> onnx.checker.check_model(model, full_check=True)
+    >>> [n.op_type for n in model.graph.node]
+    ['Exp', 'ReduceSum']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from opgraph.core.graph import Graph
+from opgraph.core.registry import CONST
+from opgraph.core.types import TensorType
+from opgraph.errors import GraphError
+
+OPSET = 18
+
+Names = list[str]
+AttrMap = dict[str, Any]
+Types = list[TensorType]
+Rule = Callable[["Exporter", Names, AttrMap, Types, Types], Names]
+#: opgraph kind -> export rule (ins, attrs, in_types, out_types) -> output names.
+RULES: dict[str, Rule] = {}
+
+
+class OnnxExportError(GraphError):
+    """A graph cannot be written as ONNX: the message names the op."""
+
+
+def _elem(dtype: Any) -> int:
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+class Exporter:
+    """Accumulates ONNX nodes and initializers for one graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._counter = 0
+        #: the opgraph kind being exported (rules shared by several kinds look at it)
+        self.current_kind = ""
+        self._consts: dict[tuple[Any, ...], str] = {}
+
+    def fresh(self, hint: str = "t") -> str:
+        """A new tensor name."""
+        self._counter += 1
+        return f"_{hint}{self._counter}"
+
+    def node(self, op_type: str, inputs: list[str], n_out: int = 1, outputs: list[str] | None = None,
+             **attrs: Any) -> list[str]:
+        """Append a node; return its output names."""
+        outs = outputs or [self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, **{k: v for k, v in attrs.items() if v is not None}))
+        return outs
+
+    def one(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """Append a one-output node; return its output name."""
+        return self.node(op_type, list(inputs), **attrs)[0]
+
+    def const(self, value: Any, dtype: Any = None) -> str:
+        """An initializer holding ``value`` (shared between equal constants)."""
+        arr = np.array(value, dtype=dtype, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        name = self._consts.get(key)
+        if name is None:
+            name = self._consts[key] = self.fresh("c")
+            self.initializers.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def ints(self, values: Any) -> str:
+        """An int64 1-D initializer (axes, shapes, pads)."""
+        return self.const(np.asarray(list(values), dtype=np.int64).reshape(-1))
+
+
+def exports(*kinds: str) -> Callable[[Rule], Rule]:
+    """Register an export rule for opgraph op kinds."""
+    def register(fn: Rule) -> Rule:
+        for k in kinds:
+            RULES[k] = fn
+        return fn
+    return register
+
+
+def _simple(op_type: str, **fixed: Any) -> Rule:
+    def rule(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+        return [ex.one(op_type, *ins, **fixed)]
+    return rule
+
+
+for _kind, _op in {
+    "negative": "Neg", "abs": "Abs", "sign": "Sign", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
+    "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos", "tan": "Tan", "asin": "Asin", "acos": "Acos",
+    "atan": "Atan", "sinh": "Sinh", "cosh": "Cosh", "tanh": "Tanh", "asinh": "Asinh", "acosh": "Acosh",
+    "atanh": "Atanh", "floor": "Floor", "ceil": "Ceil", "round": "Round", "sigmoid": "Sigmoid", "erf": "Erf",
+    "isnan": "IsNaN", "isinf": "IsInf", "logical_not": "Not", "bitwise_invert": "BitwiseNot", "positive": "Identity",
+    "copy": "Identity", "relu": "Relu",
+    "add": "Add", "subtract": "Sub", "multiply": "Mul", "power": "Pow", "maximum": "Max", "minimum": "Min",
+    "equal": "Equal", "less": "Less", "less_equal": "LessOrEqual", "greater": "Greater",
+    "greater_equal": "GreaterOrEqual", "logical_and": "And", "logical_or": "Or", "logical_xor": "Xor",
+    "bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor", "where": "Where",
+    "matmul": "MatMul",
+}.items():
+    RULES[_kind] = _simple(_op)
+
+
+def _scalar(ex: Exporter, value: float, t: TensorType) -> str:
+    return ex.const(np.asarray(value, dtype=t.dtype))
+
+
+@exports("square")
+def _square(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Mul", ins[0], ins[0])]
+
+
+@exports("expm1")
+def _expm1(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Sub", ex.one("Exp", ins[0]), _scalar(ex, 1, ot[0]))]
+
+
+@exports("log1p")
+def _log1p(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Log", ex.one("Add", ins[0], _scalar(ex, 1, ot[0])))]
+
+
+@exports("log2", "log10")
+def _log_base(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    base = 2.0 if ex.current_kind == "log2" else 10.0
+    return [ex.one("Div", ex.one("Log", ins[0]), _scalar(ex, math.log(base), ot[0]))]
+
+
+@exports("exp2")
+def _exp2(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Pow", _scalar(ex, 2, ot[0]), ins[0])]
+
+
+@exports("erfc")
+def _erfc(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Sub", _scalar(ex, 1, ot[0]), ex.one("Erf", ins[0]))]
+
+
+@exports("trunc")
+def _trunc(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Mul", ex.one("Sign", ins[0]), ex.one("Floor", ex.one("Abs", ins[0])))]
+
+
+@exports("isfinite")
+def _isfinite(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Not", ex.one("Or", ex.one("IsNaN", ins[0]), ex.one("IsInf", ins[0])))]
+
+
+@exports("not_equal")
+def _not_equal(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Not", ex.one("Equal", *ins))]
+
+
+@exports("divide")
+def _divide(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    a, b = (ex.one("Cast", x, to=_elem(ot[0].dtype)) if t.dtype != ot[0].dtype else x
+            for x, t in zip(ins, it, strict=True))
+    return [ex.one("Div", a, b)]
+
+
+@exports("floor_divide", "remainder")
+def _floor_divide(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    a, b = ins
+    kind = ex.current_kind
+    if ot[0].dtype.kind in "iu":
+        if kind == "remainder":
+            return [ex.one("Mod", a, b, fmod=0)]
+        # floor division = (a - mod(a, b)) / b, exact in integers
+        return [ex.one("Div", ex.one("Sub", a, ex.one("Mod", a, b, fmod=0)), b)]
+    q = ex.one("Floor", ex.one("Div", a, b))
+    return [q] if kind == "floor_divide" else [ex.one("Sub", a, ex.one("Mul", q, b))]
+
+
+@exports("hypot")
+def _hypot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    a, b = ins
+    return [ex.one("Sqrt", ex.one("Add", ex.one("Mul", a, a), ex.one("Mul", b, b)))]
+
+
+@exports("logaddexp")
+def _logaddexp(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    a, b = ins
+    hi = ex.one("Max", a, b)
+    gap = ex.one("Neg", ex.one("Abs", ex.one("Sub", a, b)))
+    return [ex.one("Add", hi, ex.one("Log", ex.one("Add", _scalar(ex, 1, ot[0]), ex.one("Exp", gap))))]
+
+
+@exports("cast")
+def _cast(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Cast", ins[0], to=_elem(ot[0].dtype))]
+
+
+@exports("clip")
+def _clip(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    x = ins[0]
+    # Clip wants bounds of the input's type and scalar; Max/Min broadcast like NumPy's clip
+    x = ex.one("Max", x, ins[1]) if len(ins) > 1 else x
+    return [ex.one("Min", x, ins[2]) if len(ins) > 2 else x]
+
+
+# ---------------------------------------------------------------- reductions
+def _axes(attrs: dict[str, Any], rank: int) -> list[int]:
+    axis = attrs.get("axis")
+    return list(range(rank)) if axis is None else [int(a) % max(rank, 1) for a in axis]
+
+
+def _reduce(op_type: str) -> Rule:
+    def rule(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+        axes = _axes(attrs, len(it[0].shape or ()))
+        keep = int(attrs.get("keepdims", False))
+        x = ins[0]
+        if op_type in ("ReduceMax", "ReduceMin") and it[0].dtype == np.bool_:
+            y = ex.one(op_type, ex.one("Cast", x, to=TensorProto.INT32), ex.ints(axes), keepdims=keep)
+            return [ex.one("Cast", y, to=TensorProto.BOOL)]
+        if not axes:
+            return [ex.one("Identity", x)]
+        return [ex.one(op_type, x, ex.ints(axes), keepdims=keep)]
+    return rule
+
+
+RULES.update({"sum": _reduce("ReduceSum"), "prod": _reduce("ReduceProd"), "max": _reduce("ReduceMax"),
+              "min": _reduce("ReduceMin"), "mean": _reduce("ReduceMean"), "any": _reduce("ReduceMax"),
+              "all": _reduce("ReduceMin"), "logsumexp": _reduce("ReduceLogSumExp")})
+
+
+@exports("var", "std")
+def _var(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    shape = it[0].shape or ()
+    axes = _axes(attrs, len(shape))
+    n = int(np.prod([shape[a] for a in axes])) if axes else 1
+    mean = ex.one("ReduceMean", ins[0], ex.ints(axes), keepdims=1)
+    dev = ex.one("Sub", ins[0], mean)
+    ss = ex.one("ReduceSum", ex.one("Mul", dev, dev), ex.ints(axes), keepdims=int(attrs.get("keepdims", False)))
+    var = ex.one("Div", ss, _scalar(ex, max(n - float(attrs.get("correction", 0.0)), 0.0), ot[0]))
+    return [ex.one("Sqrt", var) if ex.current_kind == "std" else var]
+
+
+@exports("argmax", "argmin")
+def _argmax(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    op_type = "ArgMax" if ex.current_kind == "argmax" else "ArgMin"
+    x, axis, keep = ins[0], attrs.get("axis"), int(attrs.get("keepdims", False))
+    if axis is None:
+        y = ex.one(op_type, ex.one("Reshape", x, ex.ints([-1])), axis=0, keepdims=0)
+        return [ex.one("Reshape", y, ex.ints([1] * len(it[0].shape or ()))) if keep else y]
+    return [ex.one(op_type, x, axis=int(np.atleast_1d(axis)[0]), keepdims=keep)]
+
+
+@exports("cumsum")
+def _cumsum(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    axis = attrs.get("axis")
+    x = ins[0]
+    if axis is None:
+        x, axis = ex.one("Reshape", x, ex.ints([-1])), 0
+    return [ex.one("CumSum", x, ex.const(np.int64(axis)))]
+
+
+# ---------------------------------------------------------------- contractions and layout
+@exports("einsum")
+def _einsum(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Einsum", *ins, equation=attrs["subscripts"])]
+
+
+@exports("outer")
+def _outer(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Einsum", *ins, equation="i,j->ij")]
+
+
+@exports("tensordot")
+def _tensordot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    ra, rb = len(it[0].shape or ()), len(it[1].shape or ())
+    axes = attrs["axes"]
+    if isinstance(axes, int):
+        axes = (tuple(range(ra - axes, ra)), tuple(range(axes)))
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sa = [next(letters) for _ in range(ra)]
+    sb = [next(letters) for _ in range(rb)]
+    for i, j in zip(axes[0], axes[1], strict=True):
+        sb[j % rb] = sa[i % ra]
+    contracted = {sa[i % ra] for i in axes[0]}
+    out = [c for c in sa if c not in contracted] + [c for c in sb if c not in contracted]
+    return [ex.one("Einsum", *ins, equation=f"{''.join(sa)},{''.join(sb)}->{''.join(out)}")]
+
+
+@exports("reshape", "expand_dims", "squeeze")
+def _reshape(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Reshape", ins[0], ex.ints(ot[0].shape))]
+
+
+@exports("permute_dims")
+def _transpose(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Transpose", ins[0], perm=list(attrs["axes"]))]
+
+
+@exports("moveaxis")
+def _moveaxis(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    r = len(it[0].shape or ())
+    src = [int(a) % r for a in np.atleast_1d(attrs["source"])]
+    dst = [int(a) % r for a in np.atleast_1d(attrs["destination"])]
+    # NumPy's own construction of the permutation
+    perm = [n for n in range(r) if n not in src]
+    for d, s in sorted(zip(dst, src, strict=True)):
+        perm.insert(d, s)
+    return [ex.one("Transpose", ins[0], perm=perm)]
+
+
+@exports("broadcast_to")
+def _broadcast_to(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Expand", ins[0], ex.ints(ot[0].shape))]
+
+
+@exports("concat")
+def _concat(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    axis = attrs.get("axis")
+    if axis is None:
+        return [ex.one("Concat", *[ex.one("Reshape", x, ex.ints([-1])) for x in ins], axis=0)]
+    return [ex.one("Concat", *ins, axis=int(axis))]
+
+
+@exports("stack")
+def _stack(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    axis = int(attrs.get("axis", 0)) % len(ot[0].shape or (0,))
+    return [ex.one("Concat", *[ex.one("Unsqueeze", x, ex.ints([axis])) for x in ins], axis=axis)]
+
+
+@exports("split")
+def _split(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    axis = int(attrs.get("axis", 0)) % len(it[0].shape or (0,))
+    sizes = [t.shape[axis] for t in ot]
+    return ex.node("Split", [ins[0], ex.ints(sizes)], n_out=len(ot), axis=axis)
+
+
+@exports("getitem")
+def _getitem(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    from opgraph.ops.shape import normalize_index
+
+    shape = it[0].shape or ()
+    index = normalize_index(attrs["index"], len(shape))
+    # expand the ellipsis so each entry lines up with an input axis
+    if ("ellipsis",) in index:
+        k = index.index(("ellipsis",))
+        used = sum(1 for e in index if isinstance(e, int) or e[0] == "slice")
+        index = index[:k] + (("slice", None, None, None),) * (len(shape) - used) + index[k + 1:]
+    starts, ends, axes, steps, drop = [], [], [], [], []
+    axis = 0
+    for e in index:
+        if isinstance(e, int):
+            n = shape[axis]
+            i = e % n
+            starts.append(i), ends.append(i + 1), axes.append(axis), steps.append(1)
+            drop.append(axis)
+            axis += 1
+        elif e[0] == "slice":
+            s, t, step = slice(e[1], e[2], e[3]).indices(shape[axis])
+            if (s, t, step) != (0, shape[axis], 1):
+                # a negative step's end -1 means "past the front", which ONNX spells as a huge negative
+                starts.append(s), ends.append(t if t >= 0 else -(2 ** 62)), axes.append(axis), steps.append(step)
+            axis += 1
+    x = ins[0]
+    if axes:
+        x = ex.one("Slice", x, ex.ints(starts), ex.ints(ends), ex.ints(axes), ex.ints(steps))
+    return [ex.one("Reshape", x, ex.ints(ot[0].shape))]
+
+
+@exports("take")
+def _take(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    axis = attrs.get("axis")
+    x = ins[0]
+    if axis is None:
+        x, axis = ex.one("Reshape", x, ex.ints([-1])), 0
+    return [ex.one("Gather", x, ins[1], axis=int(axis))]
+
+
+@exports("flip")
+def _flip(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    r = len(it[0].shape or ())
+    axes = list(range(r)) if attrs.get("axis") is None else [int(a) % r for a in attrs["axis"]]
+    n = len(axes)
+    return [ex.one("Slice", ins[0], ex.ints([-1] * n), ex.ints([-(2 ** 62)] * n), ex.ints(axes), ex.ints([-1] * n))]
+
+
+@exports("tile")
+def _tile(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    reps = list(attrs["reps"])
+    r = len(it[0].shape or ())
+    x = ins[0]
+    if len(reps) > r:
+        x = ex.one("Reshape", x, ex.ints([1] * (len(reps) - r) + list(it[0].shape or ())))
+    reps = [1] * (max(r, len(reps)) - len(reps)) + reps
+    return [ex.one("Tile", x, ex.ints(reps))]
+
+
+@exports("pad")
+def _pad(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    mode = attrs.get("mode", "constant")
+    if mode == "symmetric":
+        raise OnnxExportError("pad mode 'symmetric' has no ONNX equivalent")
+    r = len(it[0].shape or ())
+    width = np.broadcast_to(np.asarray(attrs["pad_width"], dtype=np.int64).reshape(-1, 2), (r, 2))
+    pads = list(width[:, 0]) + list(width[:, 1])
+    extra = [_scalar(ex, attrs.get("constant_value", 0.0), it[0])] if mode == "constant" else []
+    return [ex.one("Pad", ins[0], ex.ints(pads), *extra, mode=mode)]
+
+
+@exports("softmax", "log_softmax")
+def _softmax(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    op_type = "Softmax" if ex.current_kind == "softmax" else "LogSoftmax"
+    return [ex.one(op_type, ins[0], axis=int(attrs.get("axis", -1)))]
+
+
+@exports("fma")
+def _fma(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Add", ex.one("Mul", ins[0], ins[1]), ins[2])]
+
+
+@exports("det")
+def _det(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Det", ins[0])]
+
+
+# ---------------------------------------------------------------- nn and indexing
+def _spatial(attrs: dict[str, Any], it: list[TensorType], w_shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """ONNX kernel/stride/dilation/pads attributes from opgraph's N-d conv and pool attributes."""
+    n = len(it[0].shape or ()) - 2
+    kernel = attrs.get("kernel_size") or (w_shape[2:] if w_shape else None)
+    stride = attrs.get("stride") or (1,) * n  # the N-d ops' None stride is 1, as in ONNX
+    padding = attrs.get("padding") or ((0, 0),) * n
+    out = {"strides": list(stride), "pads": [p[0] for p in padding] + [p[1] for p in padding]}
+    if kernel is not None and "kernel_size" in attrs:
+        out["kernel_shape"] = list(kernel)
+    if attrs.get("dilation") is not None:
+        out["dilations"] = list(attrs["dilation"])
+    return out
+
+
+@exports("conv", "conv_transpose")
+def _conv(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    extra = _spatial(attrs, it)
+    if attrs.get("output_padding") is not None:
+        extra["output_padding"] = list(attrs["output_padding"])
+    op_type = "Conv" if ex.current_kind == "conv" else "ConvTranspose"
+    return [ex.one(op_type, *ins, group=int(attrs.get("groups", 1)), **extra)]
+
+
+@exports("conv2d")
+def _conv2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    from opgraph.ops.nn import pad4
+
+    top, bottom, left, right = pad4(attrs["padding"])
+    return [ex.one("Conv", *ins, strides=list(attrs["stride"]), dilations=list(attrs["dilation"]),
+                   pads=[top, left, bottom, right], group=int(attrs["groups"]))]
+
+
+@exports("max_pool2d", "avg_pool2d")
+def _pool2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    from opgraph.ops.nn import pad4
+
+    top, bottom, left, right = pad4(attrs["padding"])
+    kernel = list(attrs["kernel_size"])
+    is_max = ex.current_kind == "max_pool2d"
+    extra = {} if is_max else {"count_include_pad": int(attrs["count_include_pad"])}
+    op_type = "MaxPool" if is_max else "AveragePool"
+    return [ex.one(op_type, ins[0], kernel_shape=kernel, strides=list(attrs["stride"] or kernel),
+                   pads=[top, left, bottom, right], **extra)]
+
+
+@exports("max_pool", "avg_pool", "lp_pool")
+def _pool(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    kind = ex.current_kind
+    extra = _spatial(attrs, it)
+    extra["ceil_mode"] = int(attrs.get("ceil_mode", False))
+    if kind == "avg_pool":
+        extra["count_include_pad"] = int(attrs.get("count_include_pad", False))
+    if kind == "lp_pool":
+        if float(attrs["p"]) != int(attrs["p"]):
+            raise OnnxExportError(f"ONNX LpPool takes an integer p, not {attrs['p']}")
+        extra["p"] = int(attrs["p"])
+    op_type = {"max_pool": "MaxPool", "avg_pool": "AveragePool", "lp_pool": "LpPool"}[kind]
+    return [ex.one(op_type, ins[0], **extra)]
+
+
+@exports("lrn")
+def _lrn(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("LRN", ins[0], size=int(attrs["size"]), alpha=float(attrs["alpha"]), beta=float(attrs["beta"]),
+                   bias=float(attrs["bias"]))]
+
+
+@exports("fmod")
+def _fmod(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Mod", *ins, fmod=1)]
+
+
+@exports("gather_elements", "scatter_elements")
+def _elements(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if ex.current_kind == "gather_elements":
+        return [ex.one("GatherElements", *ins, axis=int(attrs["axis"]))]
+    return [ex.one("ScatterElements", *ins, axis=int(attrs["axis"]), reduction=attrs["reduction"])]
+
+
+@exports("gather_nd", "scatter_nd")
+def _nd(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    idx = ex.one("Cast", ins[1], to=TensorProto.INT64) if it[1].dtype != np.int64 else ins[1]
+    if ex.current_kind == "gather_nd":
+        return [ex.one("GatherND", ins[0], idx, batch_dims=int(attrs["batch_dims"]))]
+    return [ex.one("ScatterND", ins[0], idx, ins[2], reduction=attrs["reduction"])]
+
+
+@exports("topk")
+def _topk(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return ex.node("TopK", [ins[0], ex.ints([attrs["k"]])], n_out=2, axis=int(attrs["axis"]),
+                   largest=int(attrs["largest"]), sorted=int(attrs["sorted"]))
+
+
+@exports("trilu")
+def _trilu(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Trilu", ins[0], ex.const(np.int64(attrs["k"])), upper=int(attrs["upper"]))]
+
+
+@exports("one_hot")
+def _one_hot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("OneHot", ins[0], ex.const(np.int64(attrs["depth"])), ins[1], axis=int(attrs["axis"]))]
+
+
+def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.ModelProto:
+    """Write ``graph`` as an ONNX model (see the module doc).
+
+    Inputs and outputs keep their names (unnamed ones become ``input_<id>`` /
+    ``output_<i>``); shapes with unknown dimensions are written as symbolic.
+    """
+    if len(graph.updates):
+        raise OnnxExportError("the graph has update edges (state); ONNX models have none")
+    ex = Exporter(graph)
+    names: dict[int, str] = {}
+    used: set[str] = set()
+
+    def unique(base: str) -> str:
+        n, k = base, 1
+        while n in used:
+            k += 1
+            n = f"{base}_{k}"
+        used.add(n)
+        return n
+
+    def value_info(v: int, n: str) -> onnx.ValueInfoProto:
+        t = graph.type_of(v)
+        if not isinstance(t, TensorType):
+            raise OnnxExportError(f"value {graph.value_label(v)} is not a tensor")
+        shape = None if t.shape is None else [d if d is not None else f"d{v}_{i}" for i, d in enumerate(t.shape)]
+        return helper.make_tensor_value_info(n, _elem(t.dtype), shape)
+
+    inputs = []
+    for v in graph.inputs.tolist():
+        names[v] = unique(graph.name_of(v) or f"input_{v}")
+        inputs.append(value_info(v, names[v]))
+    out_ids = graph.outputs.tolist()
+    for op in graph.topological_order().tolist():
+        kind = graph.kind_of(op)
+        outs = graph.op_outputs(op).tolist()
+        if graph.op_kind[op] == CONST.id:
+            names[outs[0]] = ex.const(graph.constant_of(op))
+            continue
+        rule = RULES.get(kind)
+        if rule is None:
+            raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation")
+        ins = graph.op_inputs(op).tolist()
+        ex.current_kind = kind
+        try:
+            produced = rule(ex, [names[v] for v in ins], graph.attrs_of(op),
+                            [graph.type_of(v) for v in ins], [graph.type_of(v) for v in outs])
+        except OnnxExportError as exc:
+            raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
+        for v, n in zip(outs, produced, strict=True):
+            names[v] = n
+    outputs = []
+    for i, v in enumerate(out_ids):
+        n = unique(graph.name_of(v) or f"output_{i}")
+        ex.node("Identity", [names[v]], outputs=[n])
+        outputs.append(value_info(v, n))
+    g = helper.make_graph(ex.nodes, name, inputs, outputs, initializer=ex.initializers)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="opgraph")
+    model.ir_version = min(model.ir_version, 10)
+    return _drop_identities(model)
+
+
+def _drop_identities(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rename away the Identity nodes that only give an output its name (when nothing else uses the source)."""
+    g = model.graph
+    graph_outputs = {o.name for o in g.output}
+    inits = {t.name for t in g.initializer}
+    inputs = {i.name for i in g.input}
+    uses: dict[str, int] = {}
+    for node in g.node:
+        for n in node.input:
+            uses[n] = uses.get(n, 0) + 1
+    rename: dict[str, str] = {}
+    keep = []
+    for node in g.node:
+        if (node.op_type == "Identity" and node.output[0] in graph_outputs and uses.get(node.input[0]) == 1
+                and node.input[0] not in inits and node.input[0] not in inputs
+                and node.input[0] not in graph_outputs and node.input[0] not in rename):
+            rename[node.input[0]] = node.output[0]
+            continue
+        keep.append(node)
+    for node in keep:
+        for i, n in enumerate(node.output):
+            if n in rename:
+                node.output[i] = rename[n]
+    del g.node[:]
+    g.node.extend(keep)
+    return model

@@ -1,0 +1,412 @@
+"""ONNX -> opgraph translators: shapes, layout, slicing, gathering and scattering, constants.
+
+Shape arguments (``Reshape``'s shape, ``Slice``'s starts, ``Expand``'s shape)
+must be known while importing; they usually are, since ``Shape`` of a value
+with a static shape folds to a constant. Ops whose output shape depends on
+their values (``NonZero``, ``Unique``, ``Compress``'s condition) need those
+values known too; the backend specialises the graph on them when they are
+graph inputs.
+
+    >>> from opgraph.io.onnx._core import TRANSLATORS
+    >>> ("", "Reshape") in TRANSLATORS and ("", "Slice") in TRANSLATORS
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opgraph.io.onnx._core import Node, translates
+
+
+def _has_input(node: Node, index: int) -> bool:
+    # Ops that moved an attribute to an input are read by what the node has rather than by its opset:
+    # some of ONNX's own function bodies import no default-domain opset.
+    return index < len(node.inputs) and node.inputs[index] is not None
+
+
+def _axis(node: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise node.error(f"axis {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+@translates("Constant")
+def _constant(node: Node) -> Any:
+    for key, dtype in (("value", None), ("sparse_value", None), ("value_float", np.float32),
+                       ("value_floats", np.float32), ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in node.attrs:
+            return node.const(np.asarray(node.attrs[key], dtype=dtype))
+    if {"value_string", "value_strings"} & set(node.attrs):
+        raise node.error("is a string constant (opgraph has no string dtype)")
+    # an attribute reference (inside a function body) that the calling node does not set
+    raise node.error("has no value attribute")
+
+
+@translates("Shape")
+def _shape(node: Node, x: Any) -> Any:
+    shape = node.shape(x)
+    r = len(shape)
+    start, end = node.attr("start", 0), node.attr("end", r)
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = min(max(end + r if end < 0 else end, 0), r)
+    return node.const(np.asarray(shape[start:end], dtype=np.int64))
+
+
+@translates("Size")
+def _size(node: Node, x: Any) -> Any:
+    return node.const(np.int64(np.prod(node.shape(x), dtype=np.int64)))
+
+
+@translates("Reshape")
+def _reshape(node: Node, x: Any, shape: Any = None) -> Any:
+    target = list(node.static_ints(1, "shape") if _has_input(node, 1) else node.attr("shape"))
+    src = node.shape(x)
+    if not node.attr("allowzero", 0):
+        target = [src[i] if d == 0 else d for i, d in enumerate(target)]
+    return node.op("reshape", x, shape=tuple(target))
+
+
+@translates("Flatten")
+def _flatten(node: Node, x: Any) -> Any:
+    shape = node.shape(x)
+    axis = node.attr("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    return node.op("reshape", x, shape=(outer, int(np.prod(shape[axis:], dtype=np.int64))))
+
+
+@translates("Transpose")
+def _transpose(node: Node, x: Any) -> Any:
+    r = node.rank(x)
+    perm = node.attr("perm", tuple(range(r))[::-1])
+    return node.op("permute_dims", x, axes=tuple(int(p) % r for p in perm))
+
+
+def _axes_arg(node: Node, index: int) -> tuple[int, ...]:
+    return node.static_ints(index, "axes") if _has_input(node, index) else tuple(node.attr("axes", ()))
+
+
+@translates("Squeeze")
+def _squeeze(node: Node, x: Any, axes: Any = None) -> Any:
+    shape = node.shape(x)
+    ax = _axes_arg(node, 1)
+    ax = tuple(i for i, d in enumerate(shape) if d == 1) if not ax else tuple(a % len(shape) for a in ax)
+    return node.op("reshape", x, shape=tuple(d for i, d in enumerate(shape) if i not in ax))
+
+
+@translates("Unsqueeze")
+def _unsqueeze(node: Node, x: Any, axes: Any = None) -> Any:
+    shape = list(node.shape(x))
+    ax = _axes_arg(node, 1)
+    out_rank = len(shape) + len(ax)
+    for a in sorted(a % out_rank for a in ax):
+        shape.insert(a, 1)
+    return node.op("reshape", x, shape=tuple(shape))
+
+
+@translates("Concat")
+def _concat(node: Node, *xs: Any) -> Any:
+    xs = tuple(x for x in xs if x is not None)
+    axis = _axis(node, node.attr("axis"), node.rank(xs[0]))
+    xs = tuple(x for x in xs if node.shape(x)[axis] != 0) or xs[:1]
+    return xs[0] if len(xs) == 1 else node.op("concat", *xs, axis=axis)
+
+
+@translates("Split")
+def _split(node: Node, x: Any, split: Any = None) -> Any:
+    shape = node.shape(x)
+    axis = _axis(node, node.attr("axis", 0), len(shape))
+    sizes = node.static_ints(1, "split") if _has_input(node, 1) else tuple(node.attr("split", ()))
+    n_out = len(node.proto.output)
+    if not sizes:
+        parts = node.attr("num_outputs", n_out)
+        chunk = -(-shape[axis] // parts)
+        sizes = tuple(min(chunk, shape[axis] - i * chunk) for i in range(parts))
+    return _split_sizes(node, x, axis, sizes)
+
+
+def _split_sizes(node: Node, x: Any, axis: int, sizes: tuple[int, ...]) -> tuple[Any, ...]:
+    r = node.rank(x)
+    outs, start = [], 0
+    for s in sizes:
+        index = tuple(slice(start, start + s) if i == axis else slice(None) for i in range(r))
+        outs.append(node.op("getitem", x, index=index))
+        start += s
+    return tuple(outs)
+
+
+@translates("Slice")
+def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
+    shape = node.shape(x)
+    r = len(shape)
+    if _has_input(node, 1):
+        st, en = node.static_ints(1, "starts"), node.static_ints(2, "ends")
+        ax, sp = node.static_ints(3, "axes"), node.static_ints(4, "steps")
+    else:
+        st, en, ax, sp = node.attr("starts"), node.attr("ends"), node.attr("axes", ()), ()
+    ax = ax or tuple(range(len(st)))
+    sp = sp or (1,) * len(st)
+    index: list[Any] = [slice(None)] * r
+    for s, e, a, step in zip(st, en, ax, sp, strict=True):
+        a = _axis(node, a, r)
+        n = shape[a]
+        # clamp the way ONNX does (it clamps before NumPy would, so huge sentinels work)
+        s = s + n if s < 0 else s
+        e = e + n if e < 0 else e
+        if step > 0:
+            s, e = min(max(s, 0), n), min(max(e, 0), n)
+        else:
+            s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
+        index[a] = slice(s, None if e < 0 else e, step)
+    return node.op("getitem", x, index=tuple(index))
+
+
+@translates("Gather")
+def _gather(node: Node, x: Any, idx: Any) -> Any:
+    # take counts negative indices from the end, as ONNX does
+    return node.op("take", x, idx, axis=_axis(node, node.attr("axis", 0), node.rank(x)))
+
+
+@translates("Expand")
+def _expand(node: Node, x: Any, shape: Any) -> Any:
+    target = node.static_ints(1, "shape")
+    out = tuple(np.broadcast_shapes(node.shape(x), target))
+    return node.op("broadcast_to", x, shape=out)
+
+
+@translates("Tile")
+def _tile(node: Node, x: Any, repeats: Any) -> Any:
+    return node.op("tile", x, reps=node.static_ints(1, "repeats"))
+
+
+@translates("ConstantOfShape")
+def _constant_of_shape(node: Node, shape: Any) -> Any:
+    dims = node.static_ints(0, "shape")
+    value = node.attr("value", np.zeros(1, np.float32))
+    return node.const(np.full(dims, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype))
+
+
+@translates("Range")
+def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
+    # the bounds are scalars, but tolerate one-element vectors
+    s, lim, d = (np.asarray(node.static(i)).reshape(-1)[0] for i in range(3))
+    dt = np.asarray(node.static(0)).dtype
+    n = max(int(np.ceil((lim - s) / d)), 0)
+    return node.const((s + np.arange(n) * d).astype(dt))
+
+
+@translates("EyeLike")
+def _eye_like(node: Node, x: Any) -> Any:
+    from opgraph.io.onnx._core import np_dtype
+
+    shape = node.shape(x)
+    dt = np_dtype(node.attr("dtype"), node.label) if "dtype" in node.attrs else node.dtype(x)
+    return node.const(np.eye(shape[0], shape[1], k=node.attr("k", 0), dtype=dt))
+
+
+@translates("Pad")
+def _pad(node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> Any:
+    r = node.rank(x)
+    if _has_input(node, 1):
+        p = node.static_ints(1, "pads")
+        fill = float(np.asarray(node.static(2, "constant_value")).reshape(-1)[0]) if value is not None else 0.0
+        ax = tuple(a % r for a in node.static_ints(3, "axes")) or tuple(range(r))
+    else:
+        p, fill, ax = tuple(node.attr("pads")), float(node.attr("value", 0.0)), tuple(range(r))
+    k = len(ax)
+    width = [(0, 0)] * r
+    for i, a in enumerate(ax):
+        width[a] = (p[i], p[i + k])
+    mode = node.attr("mode", "constant")
+    if any(lo < 0 or hi < 0 for lo, hi in width):
+        # negative pads crop
+        index = tuple(slice(-lo if lo < 0 else None, hi if hi < 0 else None) for lo, hi in width)
+        x = node.op("getitem", x, index=index)
+        width = [(max(lo, 0), max(hi, 0)) for lo, hi in width]
+    return node.op("pad", x, pad_width=tuple(width), mode=mode, constant_value=fill)
+
+
+# ---------------------------------------------------------------- gathering and scattering
+@translates("GatherElements")
+def _gather_elements(node: Node, x: Any, idx: Any) -> Any:
+    return node.op("gather_elements", x, idx, axis=_axis(node, node.attr("axis", 0), node.rank(x)))
+
+
+@translates("ScatterElements", "Scatter")
+def _scatter_elements(node: Node, x: Any, idx: Any, updates: Any) -> Any:
+    # Scatter is ScatterElements' deprecated name (opset 9-10); reduction came in opset 16
+    return node.op("scatter_elements", x, idx, updates, axis=_axis(node, node.attr("axis", 0), node.rank(x)),
+                   reduction=node.attr("reduction", "none"))
+
+
+@translates("ScatterND")
+def _scatter_nd(node: Node, x: Any, idx: Any, updates: Any) -> Any:
+    return node.op("scatter_nd", x, idx, updates, reduction=node.attr("reduction", "none"))
+
+
+@translates("GatherND")
+def _gather_nd(node: Node, x: Any, idx: Any) -> Any:
+    return node.op("gather_nd", x, idx, batch_dims=node.attr("batch_dims", 0))
+
+
+@translates("TopK")
+def _topk(node: Node, x: Any, k: Any = None) -> Any:
+    kk = node.static_ints(1, "k")[0] if _has_input(node, 1) else int(node.attr("k"))
+    return node.op("topk", x, k=kk, axis=_axis(node, node.attr("axis", -1), node.rank(x)),
+                   largest=bool(node.attr("largest", 1)), sorted=bool(node.attr("sorted", 1)))
+
+
+@translates("Trilu")
+def _trilu(node: Node, x: Any, k: Any = None) -> Any:
+    kk = node.static_ints(1, "k")
+    return node.op("trilu", x, k=kk[0] if kk else 0, upper=bool(node.attr("upper", 1)))
+
+
+@translates("OneHot")
+def _one_hot(node: Node, indices: Any, depth: Any, values: Any) -> Any:
+    d = np.asarray(node.static(1, "depth")).reshape(-1)[0]
+    if node.dtype(indices).kind not in "iu":
+        # ONNX allows float indices and truncates them toward zero
+        indices = node.cast(indices, np.int64)
+    return node.op("one_hot", indices, node.op("reshape", values, shape=(2,)), depth=int(d),
+                   axis=node.attr("axis", -1))
+
+
+@translates("ReverseSequence")
+def _reverse_sequence(node: Node, x: Any, lengths: Any) -> Any:
+    return node.op("reverse_sequence", x, lengths, batch_axis=node.attr("batch_axis", 1),
+                   time_axis=node.attr("time_axis", 0))
+
+
+@translates("DepthToSpace")
+def _depth_to_space(node: Node, x: Any) -> Any:
+    n, c, h, w = node.shape(x)
+    b = int(node.attr("blocksize"))
+    if node.attr("mode", "DCR") == "DCR":
+        y = node.op("reshape", x, shape=(n, b, b, c // (b * b), h, w))
+        y = node.op("permute_dims", y, axes=(0, 3, 4, 1, 5, 2))
+    else:
+        y = node.op("reshape", x, shape=(n, c // (b * b), b, b, h, w))
+        y = node.op("permute_dims", y, axes=(0, 1, 4, 2, 5, 3))
+    return node.op("reshape", y, shape=(n, c // (b * b), h * b, w * b))
+
+
+@translates("SpaceToDepth")
+def _space_to_depth(node: Node, x: Any) -> Any:
+    n, c, h, w = node.shape(x)
+    b = int(node.attr("blocksize"))
+    y = node.op("reshape", x, shape=(n, c, h // b, b, w // b, b))
+    crd = node.attr("mode", "DCR") == "CRD"
+    y = node.op("permute_dims", y, axes=(0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
+    return node.op("reshape", y, shape=(n, c * b * b, h // b, w // b))
+
+
+# ---------------------------------------------------------------- data-dependent shapes (inputs must be known)
+@translates("Compress")
+def _compress(node: Node, x: Any, condition: Any) -> Any:
+    cond = np.asarray(node.static(1, "condition")).reshape(-1).astype(bool)
+    axis = node.attr("axis", None)
+    if axis is None:
+        x = node.op("reshape", x, shape=(-1,))
+        axis = 0
+    axis = _axis(node, axis, node.rank(x))
+    if cond.size > node.shape(x)[axis]:
+        raise node.error(f"condition has {cond.size} entries, axis {axis} only {node.shape(x)[axis]}")
+    return node.op("take", x, node.const(np.flatnonzero(cond).astype(np.int64)), axis=axis)
+
+
+@translates("NonZero")
+def _nonzero(node: Node, x: Any) -> Any:
+    arr = np.asarray(node.static(0, "input"))
+    return node.const(np.array(np.nonzero(arr if arr.ndim else arr.reshape(1)), dtype=np.int64).reshape(
+        max(arr.ndim, 1), -1))
+
+
+@translates("Unique")
+def _unique(node: Node, x: Any) -> Any:
+    arr = np.asarray(node.static(0, "X"))
+    axis = node.attr("axis", None)
+    if axis is not None:
+        axis = _axis(node, axis, arr.ndim)
+    values, first, inverse, counts = np.unique(arr, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not node.attr("sorted", 1):
+        # ONNX's unsorted order is the order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        values = np.take(values, order, axis=axis if axis is not None else 0)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return (node.const(values), node.const(first.astype(np.int64)), node.const(inverse.astype(np.int64)),
+            node.const(counts.astype(np.int64)))
+
+
+# ---------------------------------------------------------------- Col2Im
+@translates("Col2Im")
+def _col2im(node: Node, x: Any, image_shape: Any, block_shape: Any) -> Any:
+    image = node.static_ints(1, "image_shape")
+    block = node.static_ints(2, "block_shape")
+    k = len(image)
+    dil = tuple(node.attr("dilations", (1,) * k))
+    strides = tuple(node.attr("strides", (1,) * k))
+    pads = tuple(node.attr("pads", (0,) * (2 * k)))
+    padded = tuple(image[i] + pads[i] + pads[i + k] for i in range(k))
+    counts = tuple((padded[i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(k))
+    n, ckb, length = node.shape(x)
+    kb = int(np.prod(block, dtype=np.int64))
+    if ckb % kb or length != int(np.prod(counts, dtype=np.int64)):
+        raise node.error(f"input of shape {(n, ckb, length)} does not fit block {block} and image {image}")
+    c = ckb // kb
+    # Each (block offset, block position) pair adds into one pixel of the padded image: the targets
+    # are known while importing, so the op is an adding scatter with constant indices.
+    offs = np.stack(np.meshgrid(*[np.arange(b) for b in block], indexing="ij"), -1).reshape(kb, 1, k)
+    locs = np.stack(np.meshgrid(*[np.arange(m) for m in counts], indexing="ij"), -1).reshape(1, length, k)
+    pix = locs * np.asarray(strides) + offs * np.asarray(dil)
+    flat = np.ravel_multi_index(tuple(pix.reshape(-1, k).T), padded).astype(np.int64).reshape(-1, 1)
+    cols = node.op("permute_dims", node.op("reshape", x, shape=(n, c, kb * length)), axes=(2, 0, 1))
+    size = int(np.prod(padded, dtype=np.int64))
+    out = node.op("scatter_nd", node.const(np.zeros((size, n, c), dtype=node.dtype(x))), node.const(flat), cols,
+                  reduction="add")
+    out = node.op("reshape", node.op("permute_dims", out, axes=(1, 2, 0)), shape=(n, c, *padded))
+    index = (slice(None), slice(None), *(slice(pads[i], pads[i] + image[i]) for i in range(k)))
+    return node.op("getitem", out, index=index)
+
+
+# ---------------------------------------------------------------- TensorScatter (KV-cache update)
+@translates("TensorScatter")
+def _tensor_scatter(node: Node, cache: Any, update: Any, write_indices: Any = None) -> Any:
+    shape, ushape = node.shape(cache), node.shape(update)
+    rank = len(shape)
+    axis = _axis(node, node.attr("axis", -2), rank)
+    mode = node.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise node.error(f"mode must be 'linear' or 'circular', not {mode!r}")
+    if axis == 0:
+        raise node.error("axis 0 is the batch axis; the sequence axis must come after it")
+    if len(ushape) != rank or any(u != c for i, (u, c) in enumerate(zip(ushape, shape, strict=True)) if i != axis) \
+            or ushape[axis] > shape[axis]:
+        raise node.error(f"update of shape {ushape} does not fit cache of shape {shape} along axis {axis}")
+    if node.dtype(update) != node.dtype(cache):
+        raise node.error(f"update has dtype {node.dtype(update)}, the cache {node.dtype(cache)}")
+    # Element (b, ..., s, ...) of update goes to position write_indices[b] + s of the sequence axis:
+    # the target index of every element, broadcast to update's shape, drives one scatter_elements.
+    seq = np.arange(ushape[axis], dtype=np.int64).reshape((ushape[axis],) + (1,) * (rank - axis - 1))
+    index = node.const(seq)
+    if write_indices is not None:
+        if node.shape(write_indices) != (shape[0],):
+            raise node.error(f"write_indices has shape {node.shape(write_indices)}, expected ({shape[0]},)")
+        known = node.known(write_indices)
+        if known is not None and mode == "linear" and (
+                (known < 0) | (known + ushape[axis] > shape[axis])).any():
+            raise node.error(f"write_indices {known.tolist()} plus {ushape[axis]} updates run past the "
+                             f"{shape[axis]} cache positions (mode 'linear')")
+        start = node.op("reshape", node.cast(write_indices, np.int64), shape=(shape[0],) + (1,) * (rank - 1))
+        index = node.op("add", start, index)
+    if mode == "circular":
+        index = node.op("remainder", index, node.const(shape[axis], np.int64))
+    index = node.op("broadcast_to", index, shape=ushape)
+    return node.op("scatter_elements", cache, index, update, axis=axis)
