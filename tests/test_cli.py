@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -115,6 +116,83 @@ def test_convert_to_cg_and_back(capsys: pytest.CaptureFixture[str], model: Path,
     assert code == 0 and "multiply" in out
 
 
+def test_convert_by_extension_and_by_name(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    original = load_json(model)
+    code, out, err = run(capsys, "convert", model, tmp_path / "m.graphml")
+    assert code == 0 and err == "" and out == f"{model} -> {tmp_path / 'm.graphml'} (graphml: 5 ops, 9 values)\n"
+    code, _, err = run(capsys, "convert", tmp_path / "m.graphml", tmp_path / "copy.data", "--to", "json")
+    assert code == 0, err
+    assert load_json(tmp_path / "copy.data") == original
+    # --from reads a file whose name says nothing; the output here has no extension: a .cg set.
+    code, _, err = run(capsys, "convert", tmp_path / "copy.data", tmp_path / "set", "--from", "json")
+    assert code == 0, err
+    assert opgraph.io.load(tmp_path / "set") == original
+    code, out, _ = run(capsys, "info", tmp_path / "m.graphml")
+    assert code == 0 and "split" in out
+
+
+def test_convert_list_and_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    from opgraph.io.formats import formats
+
+    code, listed, err = run(capsys, "convert", "--list")
+    assert code == 0 and err == ""
+    code, out, _ = run(capsys, "formats")
+    assert code == 0 and out == listed
+    for fmt in formats():
+        assert fmt.name in out and all(s in out for s in fmt.suffixes), fmt.name
+    assert "--allow-pickle" in out and "save only" in out
+
+
+def test_formats_table_without_rich(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    code, out, _ = run(capsys, "formats")
+    assert code == 0 and "┃" not in out
+    assert any(line.split()[:2] == ["graphml", ".graphml"] for line in out.splitlines())
+
+
+def test_convert_pickles_need_allow_pickle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    b = GraphBuilder()
+    b.output(b.op("exp", b.input(("float64", (2,)), name="x"), name="y"))
+    save_json(b.freeze(), tmp_path / "g.json")
+    code, _, err = run(capsys, "convert", tmp_path / "g.json", tmp_path / "g.dag.pkl")
+    assert code == 0, err
+    code, out, err = run(capsys, "convert", tmp_path / "g.dag.pkl", tmp_path / "back.json")
+    assert code == 1 and out == "" and not (tmp_path / "back.json").exists()
+    assert_one_line_error(err, "g.dag.pkl: dag files are Python pickles", "arbitrary code", "--allow-pickle")
+    code, _, err = run(capsys, "convert", tmp_path / "g.dag.pkl", tmp_path / "back.json", "--allow-pickle")
+    assert code == 0, err
+    back = load_json(tmp_path / "back.json")
+    assert back == b.freeze() and back.symbols.values == b.freeze().symbols.values
+    code, _, err = run(capsys, "dump", tmp_path / "g.dag.pkl")  # only convert loads pickles
+    assert code == 1
+    assert_one_line_error(err, "opgraph convert --allow-pickle")
+
+
+def test_convert_refuses_what_a_format_cannot_hold(capsys: pytest.CaptureFixture[str], model: Path,
+                                                   tmp_path: Path) -> None:
+    for name in ("m.onnx", "m.tdag.pkl", "m.pytensor.pkl"):
+        code, out, err = run(capsys, "convert", model, tmp_path / name)
+        assert code == 1 and out == ""
+        assert_one_line_error(err, f"{tmp_path / name}: the ", "format cannot hold this graph", "update")
+        assert not (tmp_path / name).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "x.npy"]
+
+
+def test_convert_drawings(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "convert", model, tmp_path / "m.dot")
+    assert code == 0, err
+    assert (tmp_path / "m.dot").read_text().startswith("digraph opgraph {")
+    code, _, err = run(capsys, "convert", tmp_path / "m.dot", tmp_path / "back.json")
+    assert code == 2
+    assert_one_line_error(err, "dot files are drawings")
+    if shutil.which("dot") is None:
+        pytest.skip("rendering SVG needs the Graphviz 'dot' binary, which is not on PATH")
+    code, _, err = run(capsys, "convert", model, tmp_path / "m.svg")
+    assert code == 0, err
+    assert "<svg" in (tmp_path / "m.svg").read_text()
+
+
 def test_run_prints_outputs(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path) -> None:
     code, out, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'x.npy'}")
     assert code == 0 and err == ""
@@ -156,7 +234,10 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["frobnicate"], ["invalid choice", "frobnicate"]),
     (["info"], ["required: FILE", "opgraph info --help"]),
     (["run", "m.json", "--set", "x"], ["--set expects NAME=FILE.npy"]),
-    (["convert", "a.json", "b.json", "--to", "onnx"], ["invalid choice: 'onnx'"]),
+    (["convert", "a.json", "b.json", "--to", "yaml"], ["invalid choice: 'yaml'"]),
+    (["convert", "a.json"], ["required: OUT"]),
+    (["convert", "a.json", "b.txt"], ["b.txt: unknown file extension '.txt'", ".graphml", ".dask.pkl", "--to"]),
+    (["convert", "a.json", "b.cg", "--inline-limit", "3"], ["--inline-limit applies to JSON output only"]),
     (["dump", "a.json", "--limit", "many"], ["invalid int value"]),
 ])
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], fragments: list[str]) -> None:
@@ -283,3 +364,6 @@ def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], tmp
     assert ran >= {"info", "validate", "dump", "run", "convert"}
     assert load_json("copy.json").equals(load_json("model.json"), check_names=True)
     assert load_json("packed.txt") == load_json("model.json")
+    assert load_json("again.json").equals(load_json("model.json"), check_names=True)  # through GraphML
+    assert load_json("mlp2.json").equals(load_json("mlp.json"), check_names=True) or \
+        load_json("mlp2.json").symbols.values == load_json("mlp.json").symbols.values

@@ -2,12 +2,14 @@
 
     opgraph info FILE                      op counts, inputs/outputs, memory estimate
     opgraph validate FILE                  verify; exit 0 (ok) or 1 (listing the problems)
-    opgraph convert IN OUT [--to json|cg]  change format (chosen by OUT's extension by default)
+    opgraph convert IN OUT [--to FORMAT]   change format (chosen by OUT's extension by default)
+    opgraph convert --list | opgraph formats   the formats and their suffixes
     opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]
     opgraph dump FILE                      the graph as text
 
-Files ending in ``.json`` are the JSON form (:mod:`opgraph.io.jsonfmt`);
-anything else is a .cg file set. An error prints one line
+A file's format is chosen by its extension (:mod:`opgraph.io.formats`):
+``.json`` is the JSON form, no extension or ``.cg`` a .cg file set,
+``.onnx``, ``.graphml``, ... An error prints one line
 ``opgraph: error: ...`` on stderr and exits with 2 (bad usage) or 1 (any
 other failure); ``--debug`` adds the traceback.
 
@@ -128,26 +130,21 @@ def _timed(description: str, fn: Callable[[], T]) -> T:
         return fn()
 
 
-def _load(path: str) -> Any:
-    from opgraph.io import load
+def _load(path: str, fmt: str | None = None, allow_pickle: bool = False) -> Any:
+    from opgraph.io.formats import PickleRefusedError, load
 
-    return _timed(f"loading {path}", lambda: load(path))
+    try:
+        return _timed(f"loading {path}", lambda: load(path, format=fmt, allow_pickle=allow_pickle))
+    except PickleRefusedError as exc:
+        # The library's message names allow_pickle=True; on the command line the switch is --allow-pickle.
+        raise PickleRefusedError(exc.path, exc.format, "use 'opgraph convert --allow-pickle'") from None
 
 
 def _save(graph: Any, path: str, fmt: str, inline_limit: int | None) -> None:
-    if fmt == "json":
-        from opgraph.io.jsonfmt import DEFAULT_INLINE_LIMIT, save_json
+    from opgraph.io.formats import save
 
-        limit = DEFAULT_INLINE_LIMIT if inline_limit is None else inline_limit
-        _timed(f"saving {path}", lambda: save_json(graph, path, inline_limit=limit))
-    else:
-        if inline_limit is not None:
-            raise UsageError("--inline-limit applies to JSON output only")
-        try:
-            from opgraph.io.cg import save_cg
-        except ImportError:
-            raise ImportError("the .cg format is not available in this version of opgraph") from None
-        _timed(f"saving {path}", lambda: save_cg(graph, path))
+    options: dict[str, Any] = {} if inline_limit is None else {"inline_limit": inline_limit}
+    _timed(f"saving {path}", lambda: save(graph, path, format=fmt, **options))
 
 
 def _human_bytes(n: int) -> str:
@@ -274,13 +271,46 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    """``opgraph convert IN OUT [--to json|cg] [--inline-limit N]``."""
-    fmt = args.to or ("json" if args.output.lower().endswith(".json") else "cg")
+    """``opgraph convert IN OUT [--to FORMAT] [--from FORMAT] [--allow-pickle] [--inline-limit N]``."""
+    from opgraph.io.formats import UnknownFormatError, format_for_path
+
     if args.inline_limit is not None and args.inline_limit < 0:
         raise UsageError("--inline-limit must be >= 0")
-    g = _load(args.input)
-    _save(g, args.output, fmt, args.inline_limit)
-    print(f"{args.input} -> {args.output} ({fmt}: {g.num_ops} ops, {g.num_values} values)")
+    try:
+        src = format_for_path(args.input, args.from_format)
+        dst = format_for_path(args.output, args.to)
+    except UnknownFormatError as exc:  # a misspelt extension is a usage problem: say what exists
+        raise UsageError(f"{exc}; or choose with --from/--to") from None
+    if not src.loadable:
+        raise UsageError(f"{args.input}: {src.name} files are drawings; they cannot be converted back")
+    if args.inline_limit is not None and dst.name != "json":
+        raise UsageError("--inline-limit applies to JSON output only")
+    g = _load(args.input, src.name, args.allow_pickle)
+    _save(g, args.output, dst.name, args.inline_limit)
+    print(f"{args.input} -> {args.output} ({dst.name}: {g.num_ops} ops, {g.num_values} values)")
+    return 0
+
+
+class _ListFormats(argparse.Action):
+    """``convert --list``: print the formats and exit, like ``--help`` (so IN and OUT stay required)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        _cmd_formats(namespace)
+        parser.exit(0)
+
+
+def _cmd_formats(args: argparse.Namespace) -> int:
+    """``opgraph formats`` (and ``opgraph convert --list``): the table of formats."""
+    from opgraph.io.formats import formats
+
+    rows = [(f.name, " ".join(f.suffixes), "--allow-pickle" if f.pickle else ("yes" if f.loadable else "no"),
+             f.round_trip, f.description) for f in formats()]
+    _table("formats (chosen by the longest matching suffix; no extension: cg)",
+           ("format", "suffixes", "load", "round trip", "description"), rows)
     return 0
 
 
@@ -349,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     from opgraph import __version__
 
     parser = _Parser(prog=PROG, description="Inspect, check, convert, run and print opgraph graph files "
-                                            "(.json: the JSON form; anything else: a .cg file set).")
+                                            "(.json: the JSON form; no extension or .cg: a .cg file set; "
+                                            "'opgraph formats' lists the others).")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     common = _Parser(add_help=False)
@@ -365,13 +396,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.set_defaults(func=_cmd_validate)
 
-    p = sub.add_parser("convert", parents=[common], help="convert between the JSON and .cg forms")
+    from opgraph.io.formats import formats
+
+    names = [f.name for f in formats()]
+    p = sub.add_parser("convert", parents=[common], help="convert between formats (see 'opgraph formats')",
+                       description="Load IN and save it as OUT; formats are chosen by the files' extensions "
+                                   "(the longest matching suffix) unless --from/--to name them.")
     p.add_argument("input", metavar="IN")
     p.add_argument("output", metavar="OUT")
-    p.add_argument("--to", choices=("json", "cg"), help="output format (default: by OUT's extension)")
+    p.add_argument("--to", choices=names, metavar="FORMAT",
+                   help=f"output format (default: by OUT's extension): {', '.join(names)}")
+    p.add_argument("--from", dest="from_format", choices=[f.name for f in formats() if f.loadable],
+                   metavar="FORMAT", help="input format (default: by IN's extension)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="allow loading IN when it is a pickle (.dag.pkl, .dask.pkl, ...): pickles can run "
+                        "arbitrary code when loaded, so use this only for files you trust")
     p.add_argument("--inline-limit", type=int, metavar="N",
                    help="JSON: constants with more than N elements are stored as base64 (default 256)")
+    p.add_argument("--list", action=_ListFormats, help="list the formats and their suffixes, then exit")
     p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("formats", parents=[common], help="list the file formats and their suffixes")
+    p.set_defaults(func=_cmd_formats)
 
     p = sub.add_parser("run", parents=[common], help="evaluate a graph on .npy inputs")
     p.add_argument("file", metavar="FILE")
@@ -401,6 +447,13 @@ Helpers for them (``load_graph``, ``save_graph``, ``print_table``) are the ones 
 def load_graph(path: str) -> Any:
     """Load a graph file for a subcommand (with a progress spinner on slow loads)."""
     return _load(path)
+
+
+def save_graph(graph: Any, path: str, fmt: str | None = None) -> None:
+    """Save a graph for a subcommand in the format of ``path``'s extension (or ``fmt``), with the spinner."""
+    from opgraph.io.formats import format_for_path
+
+    _save(graph, path, format_for_path(path, fmt).name, None)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

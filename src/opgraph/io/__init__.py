@@ -1,8 +1,13 @@
-"""Reading and writing graphs: the TensCalc .cg binary format and a JSON form.
+"""Reading and writing graphs in every format of :mod:`opgraph.io.formats`.
 
-``save`` and ``load`` choose the format by the path: a path ending in
-``.json`` is JSON; anything else names a .cg file set (the base name, or
-any of ``.cg``, ``.cgc``, ``.cgio``, ``.cgs``).
+``save`` and ``load`` choose the format by the path's longest matching
+suffix (or ``format=``): ``.json`` is JSON; ``.cg``, ``.cgc``, ``.cgio``,
+``.cgs`` or no extension at all name a .cg file set; ``.onnx``,
+``.graphml``, the drawings (``.dot``, ``.svg``, ``.png``, ``.pdf``; save
+only) and the pickled Python forms (``.dag.pkl``, ``.tdag.pkl``,
+``.idag.pkl``, ``.unidag.pkl``, ``.dask.pkl``, ``.pytensor.pkl``). Loading
+a pickle needs ``allow_pickle=True``: a pickle can run code when loaded.
+An unknown extension is an error listing the known ones.
 
     >>> import os, tempfile, numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -16,6 +21,9 @@ any of ``.cg``, ``.cgc``, ``.cgio``, ``.cgs``).
     >>> save(g, os.path.join(d, "model.json"))
     >>> load(os.path.join(d, "model.json")) == g
     True
+    >>> save(g, os.path.join(d, "model.tdag.pkl"))
+    >>> load(os.path.join(d, "model.tdag.pkl"), allow_pickle=True) == g
+    True
 """
 
 from __future__ import annotations
@@ -28,31 +36,44 @@ from opgraph.core.graph import Graph
 CG_SUFFIXES = (".cg", ".cgc", ".cgio", ".cgs")
 
 
-def _is_json(path: str | os.PathLike[str]) -> bool:
-    return os.fspath(path).lower().endswith(".json")
+def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = None, **options: Any) -> None:
+    """Save ``graph`` to ``path`` in the format its suffix names (or ``format``), atomically.
+
+    ``options`` go to the format's writer (``inline_limit`` for JSON,
+    ``index_bits`` for .cg, ``feeds`` for Dask, ``plan``/``max_ops``/``rankdir``
+    for drawings). A format that cannot hold the graph raises
+    :class:`~opgraph.io.formats.UnsupportedGraphError` and writes nothing.
+
+    >>> import os, tempfile, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> s = b.input(("int64", ()), name="s")
+    >>> b.update(b.add(s, 1), s)
+    >>> save(b.freeze(), os.path.join(tempfile.mkdtemp(), "counter.onnx"))
+    Traceback (most recent call last):
+      ...
+    opgraph.io.formats.UnsupportedGraphError: ...counter.onnx: the onnx format cannot hold this graph: ...
+    """
+    from opgraph.io import formats
+
+    formats.save(graph, path, format=format, **options)
 
 
-def save(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
-    """Save ``graph`` to ``path`` (JSON for ``.json``, else a .cg file set), atomically."""
-    if _is_json(path):
-        from opgraph.io.jsonfmt import save_json
+def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickle: bool = False,
+         **options: Any) -> Graph:
+    """Load a graph saved by :func:`save` (or written by TensCalc, or an ONNX model).
 
-        save_json(graph, path, **options)
-    else:
-        from opgraph.io.cg import save_cg
+    Never executes code, except that loading a pickle (``.dag.pkl``, ...,
+    ``.pytensor.pkl``) runs whatever the pickle says, so it needs
+    ``allow_pickle=True``; drawings cannot be loaded.
 
-        save_cg(graph, path, **options)
+    >>> load("model.svg")
+    Traceback (most recent call last):
+      ...
+    opgraph.io.formats.NotLoadableError: model.svg: svg files are drawings; opgraph writes them but cannot ...
+    """
+    from opgraph.io import formats
 
-
-def load(path: str | os.PathLike[str], **options: Any) -> Graph:
-    """Load a graph saved by :func:`save` (or written by TensCalc); never executes code."""
-    if _is_json(path):
-        from opgraph.io.jsonfmt import load_json
-
-        return load_json(path, **options)
-    from opgraph.io.cg import load_cg
-
-    return load_cg(path, **options)
+    return formats.load(path, format=format, allow_pickle=allow_pickle, **options)
 
 
 __all__ = ["CG_SUFFIXES", "load", "save"]

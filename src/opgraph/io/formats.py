@@ -1,0 +1,709 @@
+"""The registry of graph file formats behind :func:`opgraph.io.save`, :func:`opgraph.io.load` and ``opgraph convert``.
+
+Each :class:`Format` has a name, the file suffixes that select it, a
+``save`` and (unless it is a drawing) a ``load`` function, and a short
+description. :func:`format_for_path` picks the format of a path by its
+longest matching suffix (case-insensitive); a path without an extension is
+a .cg file set.
+
+==============  ============================================  =========================================
+format          suffixes                                      what
+==============  ============================================  =========================================
+``cg``          ``.cg .cgc .cgio .cgs`` (and no extension)    TensCalc .cg file set (:mod:`opgraph.io.cg`)
+``json``        ``.json``                                     the JSON form (:mod:`opgraph.io.jsonfmt`)
+``onnx``        ``.onnx``                                     ONNX model (:mod:`opgraph.io.onnx`)
+``graphml``     ``.graphml``                                  the networkx bipartite form as GraphML
+``dot``         ``.dot .gv``                                  drawing: DOT text (save only)
+``svg``/...     ``.svg .png .pdf``                            drawing rendered by Graphviz (save only)
+``dag`` ...     ``.dag.pkl .tdag.pkl .idag.pkl .unidag.pkl``  pickled :class:`~opgraph.io.dag.DagForm`
+``dask``        ``.dask.pkl``                                 pickled Dask graph
+``pytensor``    ``.pytensor.pkl``                             pickled PyTensor ``FunctionGraph``
+==============  ============================================  =========================================
+
+Pickles can run arbitrary code when they are loaded, so loading one needs
+``allow_pickle=True``. Every save converts first and writes afterwards,
+atomically: a graph a format cannot hold (update edges in ONNX, an op
+PyTensor does not know) is an :class:`UnsupportedGraphError` and no file is
+left behind.
+
+    >>> format_for_path("model.unidag.pkl").name, format_for_path("runs/v1.2/model").name
+    ('unidag', 'cg')
+    >>> get_format("onnx").suffixes, get_format("svg").loadable
+    (('.onnx',), False)
+    >>> format_for_path("model.txt")
+    Traceback (most recent call last):
+      ...
+    opgraph.io.formats.UnknownFormatError: model.txt: unknown file extension '.txt'; known: .cg, .cgc, ...
+
+**GraphML.** The file is the graph of :func:`opgraph.io.nx.to_networkx`
+with node ids ``v<id>`` (values) and ``o<id>`` (ops). Attributes GraphML
+cannot hold are JSON strings: a value's ``type`` (``{"dtype", "shape"}``),
+an op's ``attrs`` (each value encoded as in the JSON form, see
+:func:`opgraph.io.jsonfmt.encode_value`: tuples are arrays, a constant's
+array is ``{"ndarray": {"dtype", "shape", "base64"}}``), an edge's
+``indices`` and the graph's ``inputs``, ``outputs`` and ``updates``, plus
+``symbols`` (constant names, descriptions and io gateway names, constants
+referred to by their const op) and ``file_meta``. A name XML cannot carry
+as text (control characters) is stored JSON-encoded as ``name_json``
+instead of ``name``. Loading puts values and ops back at the numbers of
+their node ids (:func:`~opgraph.io.nx.from_networkx` numbers in builder
+order), so ``load(save(g))`` equals ``g`` names, descriptions and
+``file_meta`` included, TensCalc's graphs too.
+
+**Dask.** A ``.dask.pkl`` file holds the dict ``{"dsk", "keys", "inputs",
+"types"}``: the Dask graph of :func:`opgraph.io.dask.to_dask` (written
+without feeds unless ``feeds=`` is given, so the inputs are keys the user
+must fill in before running it), the output keys, the input keys and their
+types (so the file loads back with the same input types).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opgraph.core.graph import Graph
+from opgraph.errors import FormatError, GraphError
+
+Saver = Callable[..., None]
+Loader = Callable[..., Graph]
+
+
+class UnknownFormatError(GraphError, ValueError):
+    """A path's extension (or a format name) names no known format; the message lists the known ones."""
+
+
+class UnsupportedGraphError(GraphError, ValueError):
+    """The chosen format cannot hold this graph (nothing was written)."""
+
+
+class NotLoadableError(GraphError, ValueError):
+    """The format can be written but not read back (drawings)."""
+
+
+class PickleRefusedError(GraphError, ValueError):
+    """Loading a pickle was refused because ``allow_pickle=True`` was not given."""
+
+    def __init__(self, path: str, fmt: str, how: str = "pass allow_pickle=True") -> None:
+        super().__init__(f"{path}: {fmt} files are Python pickles, and loading a pickle can run arbitrary code; "
+                         f"{how} only for files you trust")
+        self.path = path
+        self.format = fmt
+
+
+@dataclass(frozen=True)
+class Format:
+    """One file format: ``save(graph, path, **options)`` and ``load(path, **options)`` (None: save only)."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    description: str
+    save: Saver
+    load: Loader | None = None
+    pickle: bool = False
+    round_trip: str = "exact"
+    """How ``load(save(g))`` compares with ``g``: shown by ``opgraph convert --list``."""
+
+    @property
+    def loadable(self) -> bool:
+        """True when files of this format can be read back."""
+        return self.load is not None
+
+
+_REGISTRY: dict[str, Format] = {}
+DEFAULT_FORMAT = "cg"
+"""The format of a path without an extension (the base name of a .cg file set)."""
+
+
+def register(fmt: Format) -> Format:
+    """Add (or replace) a format; its suffixes must be lower case and start with a dot."""
+    for s in fmt.suffixes:
+        if not s.startswith(".") or s != s.lower():
+            raise ValueError(f"format {fmt.name}: suffix {s!r} must be lower case and start with '.'")
+    _REGISTRY[fmt.name] = fmt
+    return fmt
+
+
+def formats() -> list[Format]:
+    """Every registered format, in registration order.
+
+    >>> [f.name for f in formats()][:4]
+    ['cg', 'json', 'onnx', 'graphml']
+    """
+    return list(_REGISTRY.values())
+
+
+def get_format(name: str) -> Format:
+    """The format called ``name``; :class:`UnknownFormatError` listing the names otherwise.
+
+    >>> get_format("tuple-dag").suffixes
+    ('.tdag.pkl',)
+    """
+    try:
+        return _REGISTRY[name.lower()]
+    except KeyError:
+        raise UnknownFormatError(f"unknown format {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def known_suffixes() -> list[str]:
+    """Every registered suffix, in registration order."""
+    return [s for f in _REGISTRY.values() for s in f.suffixes]
+
+
+def match_suffix(path: str | os.PathLike[str]) -> Format | None:
+    """The format whose suffix is the longest one ``path`` ends with (case-insensitive), or None.
+
+    >>> match_suffix("a/b.IDAG.pkl").name, match_suffix("a/b") is None
+    ('index-dag', True)
+    """
+    base = os.path.basename(os.fspath(path)).lower()
+    best: tuple[int, Format] | None = None
+    for fmt in _REGISTRY.values():
+        for s in fmt.suffixes:
+            if base.endswith(s) and len(base) > len(s) and (best is None or len(s) > best[0]):
+                best = (len(s), fmt)
+    return None if best is None else best[1]
+
+
+def format_for_path(path: str | os.PathLike[str], format: str | None = None) -> Format:
+    """The format of ``path``: ``format`` if given, else by suffix; no extension means ``cg``.
+
+    An unknown extension is an :class:`UnknownFormatError` listing the known suffixes.
+    """
+    if format is not None:
+        return get_format(format)
+    fmt = match_suffix(path)
+    if fmt is not None:
+        return fmt
+    text = os.fspath(path)
+    ext = os.path.splitext(os.path.basename(text))[1]
+    if not ext:
+        return _REGISTRY[DEFAULT_FORMAT]
+    raise UnknownFormatError(f"{text}: unknown file extension {ext!r}; known: {', '.join(known_suffixes())} "
+                             f"(or no extension for a .cg file set)")
+
+
+def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = None, **options: Any) -> Format:
+    """Save ``graph`` in the format of ``path`` (or ``format``); returns the format used.
+
+    >>> import os, tempfile, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> b.output(b.op("exp", b.input(("float64", (2,)), name="x")))
+    >>> d = tempfile.mkdtemp()
+    >>> save(b.freeze(), os.path.join(d, "g.graphml")).name
+    'graphml'
+    >>> load(os.path.join(d, "g.graphml")) == b.freeze()
+    True
+    """
+    fmt = format_for_path(path, format)
+    fmt.save(graph, path, **options)
+    return fmt
+
+
+def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickle: bool = False,
+         **options: Any) -> Graph:
+    """Load a graph from ``path`` in its format (or ``format``); pickles need ``allow_pickle=True``.
+
+    >>> import os, tempfile, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> b.output(b.op("exp", b.input(("float64", (2,)), name="x")))
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.dag.pkl")
+    >>> _ = save(b.freeze(), path)
+    >>> load(path, allow_pickle=True) == b.freeze()
+    True
+    >>> load(path)
+    Traceback (most recent call last):
+      ...
+    opgraph.io.formats.PickleRefusedError: ...g.dag.pkl: dag files are Python pickles, and loading a pickle can run ...
+    """
+    fmt = format_for_path(path, format)
+    if fmt.load is None:
+        raise NotLoadableError(f"{os.fspath(path)}: {fmt.name} files are drawings; opgraph writes them but cannot "
+                               "read them back")
+    if fmt.pickle and not allow_pickle:  # refuse before the file is even opened
+        raise PickleRefusedError(os.fspath(path), fmt.name)
+    return fmt.load(path, **options)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _convert(name: str, path: str | os.PathLike[str], fn: Callable[[], Any]) -> Any:
+    """Run a converter; what it rejects becomes an UnsupportedGraphError (before any file is opened)."""
+    try:
+        return fn()
+    except ImportError:
+        raise
+    except (GraphError, TypeError, ValueError, NotImplementedError, KeyError, IndexError) as exc:
+        raise UnsupportedGraphError(f"{os.fspath(path)}: the {name} format cannot hold this graph: "
+                                    f"{_first_line(exc)}") from exc
+
+
+def _write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    from opgraph.io._atomic import atomic_files
+
+    with atomic_files([path]) as (f,):
+        f.write(data)
+
+
+def _write_pickle(path: str | os.PathLike[str], obj: Any) -> None:
+    # Pickle into memory first: an unpicklable object then fails before the file is created.
+    _write_bytes(path, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _read_pickle(path: str | os.PathLike[str]) -> Any:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _bad_file(path: str | os.PathLike[str], message: str) -> FormatError:
+    return FormatError(f"{os.fspath(path)}: {message}")
+
+
+# ----------------------------------------------------------------------------- cg and JSON
+def _save_cg(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
+    from opgraph.io.cg import save_cg
+
+    save_cg(graph, path, **options)
+
+
+def _load_cg(path: str | os.PathLike[str], **options: Any) -> Graph:
+    from opgraph.io.cg import load_cg
+
+    return load_cg(path, **options)
+
+
+def _save_json(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
+    from opgraph.io.jsonfmt import save_json
+
+    save_json(graph, path, **options)
+
+
+def _load_json(path: str | os.PathLike[str], **options: Any) -> Graph:
+    from opgraph.io.jsonfmt import load_json
+
+    return load_json(path, **options)
+
+
+# ----------------------------------------------------------------------------- ONNX
+def _save_onnx(graph: Graph, path: str | os.PathLike[str]) -> None:
+    from opgraph.io.onnx import to_onnx
+
+    model = _convert("onnx", path, lambda: to_onnx(graph))
+    _write_bytes(path, model.SerializeToString())
+
+
+def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
+    from opgraph.io.onnx import from_onnx
+
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return from_onnx(data, **options)
+    except GraphError as exc:
+        raise _bad_file(path, _first_line(exc)) from exc
+    except Exception as exc:  # protobuf's DecodeError and the checker's errors share no useful base class
+        raise _bad_file(path, f"not a readable ONNX model: {_first_line(exc)}") from exc
+
+
+# ----------------------------------------------------------------------------- GraphML
+_GRAPHML_MARK = "opgraph-networkx/1"
+
+
+def _json(obj: Any) -> str:
+    # ASCII only: the text then holds no character XML 1.0 forbids.
+    return json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+
+
+def _type_json(t: Any) -> dict[str, Any]:
+    return dict(t.to_json())
+
+
+def _type_from_json(obj: Any) -> Any:
+    from opgraph.core.types import VOID, TensorType
+
+    if obj == {"void": True}:
+        return VOID
+    return TensorType.from_json(obj)
+
+
+def _node_id(node: tuple[str, int]) -> str:
+    return ("v" if node[0] == "value" else "o") + str(node[1])
+
+
+def _node_key(text: str) -> tuple[str, int]:
+    if len(text) < 2 or text[0] not in "vo" or not text[1:].isdigit():
+        raise ValueError(f"node id {text!r} is neither v<number> nor o<number>")
+    return ("value" if text[0] == "v" else "op", int(text[1:]))
+
+
+def _put_name(data: dict[str, Any], name: Any) -> None:
+    if name is None:
+        return
+    if name.isprintable():
+        data["name"] = name
+    else:  # control characters: XML text cannot hold them (and parsers rewrite \r)
+        data["name_json"] = _json(name)
+
+
+def _get_name(data: Mapping[str, Any]) -> str | None:
+    if "name_json" in data:
+        name = json.loads(data["name_json"])
+        if not isinstance(name, str):
+            raise ValueError("name_json is not a JSON string")
+        return name
+    name = data.get("name")
+    return None if name is None else str(name)
+
+
+def _extra_symbols(graph: Graph) -> dict[str, Any]:
+    """Names networkx's form has no place for; constants are referred to by the id of their const op."""
+    from opgraph.core.registry import CONST
+
+    const_op = {int(dict(graph.attrs[graph.op_attr[op]])["index"]): int(op)
+                for op in (graph.op_kind == CONST.id).nonzero()[0]}
+    sym = graph.symbols
+    return {"constants": [[const_op[c], n] for c, n in sorted(sym.constants.items()) if c in const_op],
+            "descriptions": [[k, const_op[i], t] if k == "constant" else [k, i, t]
+                             for (k, i), t in sorted(sym.descriptions.items()) if k != "constant" or i in const_op],
+            "io": [[i, n] for i, n in sorted(sym.io.items())]}
+
+
+def to_graphml_graph(graph: Graph) -> Any:
+    """The networkx graph written to a .graphml file: :func:`~opgraph.io.nx.to_networkx` with plain attributes.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> b.output(b.op("sum", b.input(("float32", (2, 3)), name="x"), axis=1))
+    >>> H = to_graphml_graph(b.freeze())
+    >>> H.nodes["o0"]["attrs"], H.nodes["v0"]["type"]
+    ('{"axis":[1],"keepdims":false}', '{"dtype":"float32","shape":[2,3]}')
+    >>> from_graphml_graph(H) == b.freeze()
+    True
+    """
+    import networkx as nx
+
+    from opgraph.io.jsonfmt import encode_value
+    from opgraph.io.nx import to_networkx
+
+    G = to_networkx(graph)
+    H = nx.DiGraph()
+    H.graph["format"] = _GRAPHML_MARK
+    for key in ("inputs", "outputs"):
+        H.graph[key] = _json([_node_id(n) for n in G.graph[key]])
+    H.graph["updates"] = _json([[_node_id(s), _node_id(d)] for s, d in G.graph["updates"]])
+    H.graph["symbols"] = _json(_extra_symbols(graph))
+    meta = {}
+    for key, value in graph.file_meta.items():
+        try:
+            meta[key] = encode_value(value, inline_limit=0)
+        except TypeError:  # as in the JSON form: entries with no encoding are left out
+            continue
+    H.graph["file_meta"] = _json(meta)
+    for node, data in G.nodes(data=True):
+        out: dict[str, Any] = {"bipartite": int(data["bipartite"])}
+        if node[0] == "value":
+            out["type"] = _json(_type_json(data["type"]))
+        else:
+            out["kind"] = str(data["kind"])
+            out["attrs"] = _json({k: encode_value(v, inline_limit=0) for k, v in data["attrs"].items()})
+        _put_name(out, data.get("name"))
+        H.add_node(_node_id(node), **out)
+    for a, b, data in G.edges(data=True):
+        out = {"index": int(data["index"])}
+        if "indices" in data:
+            out["indices"] = _json([int(i) for i in data["indices"]])
+        H.add_edge(_node_id(a), _node_id(b), **out)
+    return H
+
+
+def from_graphml_graph(H: Any) -> Graph:
+    """Inverse of :func:`to_graphml_graph` (the graph :func:`networkx.read_graphml` returns)."""
+    import networkx as nx
+
+    from opgraph.io.jsonfmt import decode_value
+    from opgraph.io.nx import from_networkx
+
+    if H.graph.get("format") != _GRAPHML_MARK:
+        raise ValueError(f"not an opgraph GraphML graph (graph attribute format={H.graph.get('format')!r}, "
+                         f"expected {_GRAPHML_MARK!r})")
+    G = nx.DiGraph()
+    for key in ("inputs", "outputs"):
+        G.graph[key] = [_node_key(n) for n in json.loads(H.graph.get(key, "[]"))]
+    G.graph["updates"] = [(_node_key(s), _node_key(d)) for s, d in json.loads(H.graph.get("updates", "[]"))]
+    for node, data in H.nodes(data=True):
+        key = _node_key(str(node))
+        bip = int(data["bipartite"])
+        if (bip == 0) != (key[0] == "value"):
+            raise ValueError(f"node {node!r}: bipartite={bip} does not match its id")
+        out: dict[str, Any] = {"bipartite": bip, "name": _get_name(data)}
+        if key[0] == "value":
+            out["type"] = _type_from_json(json.loads(data["type"]))
+        else:
+            out["kind"] = str(data["kind"])
+            attrs = json.loads(data.get("attrs", "{}"))
+            out["attrs"] = {k: decode_value(v, f"{node}.attrs.{k}") for k, v in attrs.items()}
+        G.add_node(key, **out)
+    for a, b, data in H.edges(data=True):
+        out = {"index": int(data["index"])}
+        if "indices" in data:
+            out["indices"] = [int(i) for i in json.loads(data["indices"])]
+        G.add_edge(_node_key(str(a)), _node_key(str(b)), **out)
+    # from_networkx numbers values in the order a GraphBuilder creates them, which a graph numbered otherwise
+    # (TensCalc's, where op outputs come before the inputs they read) cannot match; the file's node ids can.
+    # Each value is tagged with its node id while it is rebuilt, then the graph is put back in the file's order.
+    names = {n: d.pop("name") for n, d in G.nodes(data=True)}
+    for n, d in G.nodes(data=True):
+        if n[0] == "value":
+            d["name"] = f"v{n[1]}"
+    h = from_networkx(G)
+    extra = json.loads(H.graph.get("symbols", "{}"))
+    meta = {k: decode_value(v, f"file_meta.{k}") for k, v in json.loads(H.graph.get("file_meta", "{}")).items()}
+    return _in_file_order(h, G, names, extra, meta)
+
+
+def _in_file_order(h: Graph, G: Any, names: Mapping[tuple[str, int], str | None], extra: Mapping[str, Any],
+                   file_meta: Mapping[str, Any]) -> Graph:
+    """``h`` (values named ``v<node id>``) renumbered as the file numbers it, with the file's names.
+
+    Keeps h's own numbering when the file's ids are not exactly 0..n-1 (a GraphML file written by hand).
+    """
+    import numpy as np
+
+    from opgraph.core.graph import Symbols
+
+    nv, no = h.num_values, h.num_ops
+    vfile = np.array([int(h.symbols.values[v][1:]) for v in range(nv)], dtype=np.int64)  # h's value -> file id
+    producer = {b[1]: a[1] for a, b in G.edges if a[0] == "op"}
+    ofile = np.array([producer[int(vfile[outs[0]])] if len(outs := h.op_outputs(op)) else -1 for op in range(no)],
+                     dtype=np.int64)  # h's op -> file id (-1: an op without outputs)
+    loose = np.flatnonzero(ofile < 0)
+    if len(loose):  # ops without outputs take the file ids left over, in order
+        free = sorted(set(range(no)) - set(ofile.tolist()))
+        ofile[loose] = (free + [-1] * len(loose))[:len(loose)]
+    exact = np.array_equal(np.sort(vfile), np.arange(nv)) and np.array_equal(np.sort(ofile), np.arange(no))
+    vperm = vfile if exact else np.arange(nv, dtype=np.int64)  # h's value -> result value
+    operm = ofile if exact else np.arange(no, dtype=np.int64)
+    op_at = np.argsort(operm)  # result op -> h's op
+    v_at = np.argsort(vperm)  # result value -> h's value
+
+    def csr(ptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = [vperm[ids[ptr[o]:ptr[o + 1]]] for o in op_at.tolist()]
+        new_ptr = np.zeros(no + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=new_ptr[1:])
+        return new_ptr, (np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64))
+
+    in_ptr, in_ids = csr(h.in_ptr, h.in_ids)
+    out_ptr, out_ids = csr(h.out_ptr, h.out_ids)
+    prod = h.value_producer[v_at].astype(np.int64)
+    value_names = {int(vperm[v]): nm for v in range(nv) if (nm := names[("value", int(vfile[v]))]) is not None}
+    op_names = {int(operm[o]): nm for o in range(no) if (nm := names.get(("op", int(ofile[o])))) is not None}
+    # Constants are written by the id of their const op: find each one's index in h's constants table.
+    op_of_file = {int(f): o for o, f in enumerate(ofile.tolist())}
+
+    def constant(file_op: int) -> int:
+        return int(dict(h.attrs[h.op_attr[op_of_file[int(file_op)]]])["index"])
+
+    # Value and op descriptions are keyed by file ids, io ones by gateway record.
+    renumber = {"value": dict(zip(vfile.tolist(), vperm.tolist(), strict=True)),
+                "op": dict(zip(ofile.tolist(), operm.tolist(), strict=True))}
+    descriptions = {(str(k), constant(i) if k == "constant" else renumber.get(k, {}).get(int(i), int(i))): str(t)
+                    for k, i, t in extra.get("descriptions", [])}
+    symbols = Symbols(values=value_names, ops=op_names, descriptions=descriptions,
+                      constants={constant(i): str(n) for i, n in extra.get("constants", [])},
+                      io={int(i): str(n) for i, n in extra.get("io", [])})
+    return Graph(
+        op_kind=h.op_kind[op_at], op_attr=h.op_attr[op_at], op_version=h.op_version[op_at],
+        in_ptr=in_ptr, in_ids=in_ids, out_ptr=out_ptr, out_ids=out_ids, value_type=h.value_type[v_at],
+        value_producer=np.where(prod >= 0, operm[np.maximum(prod, 0)], -1), value_index=h.value_index[v_at],
+        types=h.types, attrs=h.attrs, constants=h.constants, inputs=vperm[h.inputs], outputs=vperm[h.outputs],
+        updates=vperm[h.updates.reshape(-1)].reshape(-1, 2), symbols=symbols, file_meta=file_meta,
+    ).verify()
+
+
+def _save_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
+    import networkx as nx
+
+    H = _convert("graphml", path, lambda: to_graphml_graph(graph))
+    buf = io.BytesIO()
+    nx.write_graphml(H, buf)
+    _write_bytes(path, buf.getvalue())
+
+
+def _load_graphml(path: str | os.PathLike[str]) -> Graph:
+    import networkx as nx
+
+    try:
+        H = nx.read_graphml(os.fspath(path))
+    except OSError:
+        raise
+    except Exception as exc:  # ElementTree's ParseError, networkx's errors on malformed keys
+        raise _bad_file(path, f"not a readable GraphML file: {_first_line(exc)}") from exc
+    try:
+        return from_graphml_graph(H)
+    except (GraphError, ValueError, KeyError, TypeError) as exc:
+        raise _bad_file(path, _first_line(exc)) from exc
+
+
+# ----------------------------------------------------------------------------- drawings
+def _drawing_saver(fmt: str) -> Saver:
+    def save_drawing(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
+        from opgraph.viz import render
+
+        # render makes the whole file in memory (running dot) before it writes it under a temporary name.
+        render(graph, path, format=fmt, **options)
+
+    return save_drawing
+
+
+# ----------------------------------------------------------------------------- pickled Python objects
+def _dag_formats() -> list[tuple[str, str, str, str]]:
+    # (format, suffix, to_*, from_*) of opgraph.io.dag
+    return [("dag", ".dag.pkl", "to_dag", "from_dag"), ("tuple-dag", ".tdag.pkl", "to_tuple_dag", "from_tuple_dag"),
+            ("index-dag", ".idag.pkl", "to_index_dag", "from_index_dag"),
+            ("unidag", ".unidag.pkl", "to_unidag", "from_unidag")]
+
+
+def _dag_saver(name: str, to_name: str) -> Saver:
+    def save_dag(graph: Graph, path: str | os.PathLike[str]) -> None:
+        from opgraph.io import dag
+
+        form = _convert(name, path, lambda: getattr(dag, to_name)(graph))
+        _write_pickle(path, form)
+
+    return save_dag
+
+
+def _dag_loader(name: str, from_name: str) -> Loader:
+    def load_dag(path: str | os.PathLike[str]) -> Graph:
+        from opgraph.io import dag
+
+        form = _read_pickle(path)
+        if not isinstance(form, tuple) or len(form) != 4:
+            raise _bad_file(path, f"expected a pickled DagForm (dag, inputs, outputs, types), got "
+                                  f"{type(form).__name__}")
+        try:
+            return getattr(dag, from_name)(*form)
+        except GraphError as exc:
+            raise _bad_file(path, _first_line(exc)) from exc
+
+    return load_dag
+
+
+def _save_dask(graph: Graph, path: str | os.PathLike[str], *, feeds: Mapping[str, Any] | None = None) -> None:
+    from opgraph.io.dask import to_dask
+
+    def convert() -> dict[str, Any]:
+        form = to_dask(graph, feeds)
+        types = {k: graph.type_of(v) for k, v in zip(form.inputs, graph.inputs.tolist(), strict=True)}
+        return {"dsk": form.dsk, "keys": list(form.keys), "inputs": tuple(form.inputs), "types": types}
+
+    _write_pickle(path, _convert("dask", path, convert))
+
+
+class _InputTask:
+    """Stands for a graph input while a Dask file is imported: ``from_dask`` maps it to ``builder.input(type)``.
+
+    ``to_dask`` leaves unfed inputs out of the Dask graph, and ``from_dask``
+    types an input by its data; this keeps the type the file recorded
+    (dims of unknown size included) and the inputs' order.
+    """
+
+    def __init__(self, type_: Any) -> None:
+        self.type = type_
+
+    def __call__(self) -> Any:  # a task's function must be callable; running it is never meant
+        raise RuntimeError("a graph input of an opgraph Dask file was not filled in")
+
+    def translate(self, builder: Any) -> Any:
+        return builder.input(self.type)
+
+
+def _load_dask(path: str | os.PathLike[str]) -> Graph:
+    from opgraph.core.types import as_type
+    from opgraph.io.dask import from_dask
+
+    obj = _read_pickle(path)
+    if isinstance(obj, Mapping) and "dsk" in obj and "keys" in obj:
+        dsk, keys = obj["dsk"], obj["keys"]
+        inputs: tuple[Hashable, ...] = tuple(obj.get("inputs", ()))
+        types = dict(obj.get("types") or {})
+    elif isinstance(obj, tuple) and len(obj) == 3:  # a bare DaskForm (dsk, keys, inputs)
+        dsk, keys, inputs = obj[0], obj[1], tuple(obj[2])
+        types = {}
+    else:
+        raise _bad_file(path, f"expected a pickled dict with 'dsk' and 'keys' (or a DaskForm), got "
+                              f"{type(obj).__name__}")
+    dsk = dict(dsk)
+    typed = [k for k in inputs if k in types]
+    # Typed inputs come first, in order, as placeholder tasks, so they get the graph's value numbers;
+    # inputs without a recorded type must be data in the file (from_dask types them by it).
+    placeholders = {k: _InputTask(as_type(types[k])) for k in typed}
+    for k in inputs:
+        if k not in types and k not in dsk:
+            raise _bad_file(path, f"input {k!r} has neither data in the Dask graph nor a recorded type")
+    dsk = {**{k: (placeholders[k],) for k in typed}, **{k: v for k, v in dsk.items() if k not in placeholders}}
+    try:
+        return from_dask(dsk, keys, inputs=[k for k in inputs if k not in placeholders],
+                         functions={p: p.translate for p in placeholders.values()})
+    except (GraphError, KeyError) as exc:
+        raise _bad_file(path, _first_line(exc)) from exc
+
+
+def _save_pytensor(graph: Graph, path: str | os.PathLike[str]) -> None:
+    from opgraph.io.pytensor import to_pytensor
+
+    _write_pickle(path, _convert("pytensor", path, lambda: to_pytensor(graph)))
+
+
+def _load_pytensor(path: str | os.PathLike[str]) -> Graph:
+    from pytensor.graph.fg import FunctionGraph
+
+    from opgraph.io.pytensor import from_pytensor
+
+    fg = _read_pickle(path)
+    if not isinstance(fg, FunctionGraph):
+        raise _bad_file(path, f"expected a pickled pytensor FunctionGraph, got {type(fg).__name__}")
+    try:
+        return from_pytensor(fg)
+    except GraphError as exc:
+        raise _bad_file(path, _first_line(exc)) from exc
+
+
+# ----------------------------------------------------------------------------- the table
+def _register_builtin() -> None:
+    register(Format("cg", (".cg", ".cgc", ".cgio", ".cgs"), "TensCalc .cg file set (4 files)", _save_cg, _load_cg))
+    register(Format("json", (".json",), "the JSON form (opgraph.io.jsonfmt)", _save_json, _load_json))
+    register(Format("onnx", (".onnx",), "ONNX model; no update edges", _save_onnx, _load_onnx, round_trip="numeric"))
+    register(Format("graphml", (".graphml",), "networkx bipartite form (opgraph.io.nx)", _save_graphml,
+                    _load_graphml))
+    register(Format("dot", (".dot", ".gv"), "drawing: DOT text (opgraph.viz)", _drawing_saver("dot"),
+                    round_trip="save only"))
+    for fmt in ("svg", "png", "pdf"):
+        register(Format(fmt, (f".{fmt}",), "drawing rendered by Graphviz's dot", _drawing_saver(fmt),
+                        round_trip="save only"))
+    for name, suffix, to_name, from_name in _dag_formats():
+        register(Format(name, (suffix,), f"{to_name}'s DagForm; no update edges",
+                        _dag_saver(name, to_name), _dag_loader(name, from_name), pickle=True))
+    register(Format("dask", (".dask.pkl",), "to_dask's Dask graph; no update edges", _save_dask, _load_dask,
+                    pickle=True))
+    register(Format("pytensor", (".pytensor.pkl",), "to_pytensor's FunctionGraph; no update edges", _save_pytensor,
+                    _load_pytensor, pickle=True, round_trip="exact (live ops)"))
+
+
+_register_builtin()
+
+
+__all__ = [
+    "DEFAULT_FORMAT", "Format", "NotLoadableError", "PickleRefusedError", "UnknownFormatError",
+    "UnsupportedGraphError", "format_for_path", "formats", "from_graphml_graph", "get_format", "known_suffixes",
+    "load", "match_suffix", "register", "save", "to_graphml_graph",
+]
