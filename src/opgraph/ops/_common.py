@@ -108,3 +108,18 @@ def ufunc_dtypes(ufunc: np.ufunc, dtypes: Sequence[np.dtype]) -> tuple[np.dtype,
 def same_shape(t: TensorType) -> Shape:
     """Shape of an elementwise unary result (the input's)."""
     return t.shape
+
+
+def num_elements(shape: Shape) -> int | None:
+    """Number of elements: 0 if a known dim is 0 (whatever the others), None if unknown.
+
+    >>> num_elements((2, 3)), num_elements((None, 0)), num_elements((None, 2))
+    (6, 0, None)
+    """
+    if shape is None:
+        return None
+    if any(d == 0 for d in shape):
+        return 0
+    if any(d is None for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))

@@ -41,7 +41,7 @@ from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, tensor, write_out
+from opgraph.ops._common import normalize_axis, num_elements, tensor, write_out
 
 FAMILY = "indexing"
 
@@ -105,14 +105,6 @@ def _check_not_larger(idx: Shape, x: Shape, axis: int, what: str) -> None:
             raise OpTypeError(f"{what} has size {i} along axis {d}, larger than x's {n}")
 
 
-def _size(shape: Shape) -> int | None:
-    if shape is None:
-        return None
-    if any(d == 0 for d in shape):
-        return 0
-    if any(d is None for d in shape):
-        return None
-    return int(np.prod(shape, dtype=np.int64))
 
 
 def _version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
@@ -259,7 +251,7 @@ def _gather_elements_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any
     ax = normalize_axis(attrs["axis"], r)
     _check_not_larger(idx.shape, x.shape, ax, "indices")
     shape = idx.shape if idx.shape is not None else (None,) * r
-    if x.shape is not None and x.shape[ax] == 0 and (_size(shape) or 0) > 0:
+    if x.shape is not None and x.shape[ax] == 0 and (num_elements(shape) or 0) > 0:
         raise OpTypeError(f"cannot gather from the empty axis {ax}")
     return (x.with_shape(shape),)
 
@@ -302,7 +294,7 @@ def _scatter_elements_infer(in_types: tuple[ValueType, ...], attrs: dict[str, An
         ishape = tuple(_merge(a, c, f"indices and updates differ along axis {d}")
                        for d, (a, c) in enumerate(zip(idx.shape, u.shape, strict=True)))
     _check_not_larger(ishape, x.shape, ax, "indices")
-    if x.shape is not None and x.shape[ax] == 0 and (_size(ishape) or 0) > 0:
+    if x.shape is not None and x.shape[ax] == 0 and (num_elements(ishape) or 0) > 0:
         raise OpTypeError(f"cannot scatter into the empty axis {ax}")
     return (x,)
 
@@ -355,7 +347,7 @@ def _gather_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> 
     # Batch dims: whichever of x and indices knows the size.
     lead = tuple(_merge(idx.shape[d], x.shape[d], "") if d < bd else idx.shape[d] for d in range(q - 1))
     shape = lead + x.shape[bd + m:]
-    if any(x.shape[bd + j] == 0 for j in range(m)) and (_size(idx.shape[:-1]) or 0) > 0:
+    if any(x.shape[bd + j] == 0 for j in range(m)) and (num_elements(idx.shape[:-1]) or 0) > 0:
         raise OpTypeError("cannot gather from an empty axis")
     return (x.with_shape(shape),)
 
@@ -405,7 +397,7 @@ def _scatter_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) ->
                                   "(indices.shape[:-1] + x.shape[indices.shape[-1]:])")
             for d, (a, c) in enumerate(zip(u.shape, want, strict=True)):
                 _merge(a, c, f"updates have the wrong size along axis {d}")
-        if any(x.shape[j] == 0 for j in range(k)) and (_size(idx.shape[:-1]) or 0) > 0:
+        if any(x.shape[j] == 0 for j in range(k)) and (num_elements(idx.shape[:-1]) or 0) > 0:
             raise OpTypeError("cannot scatter into an empty axis")
     return (x,)
 

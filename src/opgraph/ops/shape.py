@@ -46,9 +46,9 @@ from opgraph.core.registry import (
     optional,
     register_op,
 )
-from opgraph.core.types import Shape, TensorType, ValueType, shape_str
+from opgraph.core.types import TensorType, ValueType, shape_str
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axes, normalize_axis, tensor, with_out, write_out
+from opgraph.ops._common import normalize_axes, normalize_axis, num_elements, tensor, with_out, write_out
 
 FAMILY = "shape"
 
@@ -71,15 +71,6 @@ def _one(in_types: tuple[ValueType, ...]) -> TensorType:
     return tensor(t)
 
 
-def _size(shape: Shape) -> int | None:
-    """Number of elements: 0 if a known dim is 0 (whatever the others), None if unknown."""
-    if shape is None:
-        return None
-    if any(d == 0 for d in shape):
-        return 0
-    if any(d is None for d in shape):
-        return None
-    return int(np.prod(shape, dtype=np.int64))
 
 
 def _mul(d: Dim, k: int) -> Dim:
@@ -293,7 +284,7 @@ def _reshape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
         raise OpTypeError(f"can only specify one unknown dimension (-1) in shape {target}")
     if any(d < -1 for d in target):
         raise OpTypeError(f"invalid dimension in target shape {target}")
-    size = _size(t.shape)
+    size = num_elements(t.shape)
     if -1 in target:
         rest = int(np.prod([d for d in target if d != -1], dtype=np.int64))
         if rest == 0:
@@ -411,7 +402,7 @@ def _concat_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
     dtype = np.result_type(*(t.dtype for t in ts))
     axis: int | None = attrs["axis"]
     if axis is None:
-        sizes = [_size(t.shape) for t in ts]
+        sizes = [num_elements(t.shape) for t in ts]
         return (TensorType(dtype, (None if None in sizes else sum(sizes),)),)  # type: ignore[arg-type]
     known = [t.shape for t in ts if t.shape is not None]
     if not known:
@@ -659,7 +650,7 @@ def _take_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
         raise OpTypeError(f"indices must have an integer dtype, got {idx.dtype}")
     axis: int | None = attrs["axis"]
     if axis is None:
-        extent = _size(x.shape)
+        extent = num_elements(x.shape)
         shape = idx.shape
     else:
         if x.shape is None:
@@ -668,7 +659,7 @@ def _take_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
         ax = normalize_axis(axis, len(xs))
         extent = xs[ax]
         shape = None if idx.shape is None else (*xs[:ax], *idx.shape, *xs[ax + 1:])
-    if extent == 0 and (_size(shape) or 0) > 0:
+    if extent == 0 and (num_elements(shape) or 0) > 0:
         raise OpTypeError("cannot do a non-empty take from an empty axis")
     return (x.with_shape(shape),)
 
@@ -812,7 +803,7 @@ def _repeat_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
     if repeats < 0:
         raise OpTypeError(f"repeats must be non-negative, got {repeats}")
     if axis is None:
-        return (t.with_shape((_mul(_size(t.shape), repeats),)),)
+        return (t.with_shape((_mul(num_elements(t.shape), repeats),)),)
     if t.shape is None:
         return (t,)
     shape = t.shape or (1,)  # like NumPy, a 0-d input repeats as a 1-d one

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.io.onnx._core import Node, translates
+from opgraph.io.onnx.translate_nn import conv_pads
 
 _UNARY = {
     "Abs": "abs", "Neg": "negative", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
@@ -442,23 +443,6 @@ def _qlinear_matmul(node: Node, a: Any, a_scale: Any, a_zp: Any, b: Any, b_scale
     return _saturate(node, y, y_zp, node.dtype(y_zp))
 
 
-def _conv_pads(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
-               dilations: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    n = len(spatial)
-    auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small, big = total // 2, total - total // 2
-            out.append((small, big) if auto == "SAME_UPPER" else (big, small))
-        return tuple(out)
-    if auto == "VALID":
-        return ((0, 0),) * n
-    p = tuple(node.attr("pads", (0,) * (2 * n)))
-    return tuple((p[i], p[i + n]) for i in range(n))
-
-
 def _int_conv(node: Node, x: Any, x_zp: Any, w: Any, w_zp: Any) -> Any:
     """The convolution of ``x - x_zp`` with ``w - w_zp`` in float64 (exact for 8-bit operands)."""
     xs, ws = node.shape(x), node.shape(w)
@@ -468,7 +452,7 @@ def _int_conv(node: Node, x: Any, x_zp: Any, w: Any, w_zp: Any) -> Any:
     dilations = tuple(node.attr("dilations", (1,) * n))
     xf = _minus_zero_point(node, x, x_zp, np.float64)
     wf = _minus_zero_point(node, w, w_zp, np.float64, row_axis=0)  # per output channel
-    return node.op("conv", xf, wf, stride=strides, padding=_conv_pads(node, xs[2:], kernel, strides, dilations),
+    return node.op("conv", xf, wf, stride=strides, padding=conv_pads(node, xs[2:], kernel, strides, dilations),
                    dilation=dilations, groups=node.attr("group", 1))
 
 

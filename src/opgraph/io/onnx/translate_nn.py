@@ -169,10 +169,10 @@ def _spatial_attrs(node: Node, xs: tuple[int, ...], kernel: tuple[int, ...]
         raise node.error(f"kernel_shape {kernel} has {len(kernel)} entries for {n} spatial axes")
     strides = tuple(int(s) for s in node.attr("strides", ()) or (1,) * n)
     dilations = tuple(int(d) for d in node.attr("dilations", ()) or (1,) * n)
-    return strides, dilations, _pads(node, xs[2:], kernel, strides, dilations)
+    return strides, dilations, conv_pads(node, xs[2:], kernel, strides, dilations)
 
 
-def _pads(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+def conv_pads(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
           dilations: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """Per-axis (begin, end) padding from ``pads`` or ``auto_pad``."""
     n = len(spatial)
@@ -236,7 +236,7 @@ def _conv_transpose(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
             small, big = total // 2, total - total // 2
             pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
     else:
-        pads = list(_pads(node, xs[2:], kernel, strides, dilations))
+        pads = list(conv_pads(node, xs[2:], kernel, strides, dilations))
     y = node.op("conv_transpose", x, w, stride=strides, padding=tuple(pads), output_padding=tuple(out_pad),
                 dilation=dilations, groups=node.attr("group", 1))
     if any(extra):
