@@ -279,9 +279,16 @@ def _updates_dtype(x: TensorType, u: TensorType) -> None:
         raise OpTypeError(f"updates have dtype {u.dtype}, x has {x.dtype} (they must be equal)")
 
 
+def _check_reduction(x: TensorType, reduction: str) -> None:
+    if x.dtype.kind == "c" and reduction in ("max", "min"):
+        # NumPy would order complex numbers lexicographically, which ONNX does not define
+        raise OpTypeError(f"reduction {reduction!r} is not defined for complex values ({x.dtype})")
+
+
 def _scatter_elements_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x, idx, u = tensor(in_types[0], "x"), tensor(in_types[1], "indices"), tensor(in_types[2], "updates")
     _int_indices(idx)
+    _check_reduction(x, attrs["reduction"])
     _updates_dtype(x, u)
     r = _same_rank("x, indices and updates must have one rank", ("x", x), ("indices", idx), ("updates", u))
     if r is None:
@@ -379,6 +386,7 @@ _register("gather_nd", 1102, _gather_nd_infer, _gather_nd_kernel,
 # ---------------------------------------------------------------- scatter_nd 1103
 def _scatter_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x, idx, u = tensor(in_types[0], "x"), tensor(in_types[1], "indices"), tensor(in_types[2], "updates")
+    _check_reduction(x, attrs["reduction"])
     _int_indices(idx)
     _updates_dtype(x, u)
     r, q = _rank(x), _rank(idx)
