@@ -367,3 +367,25 @@ def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], tmp
     assert load_json("again.json").equals(load_json("model.json"), check_names=True)  # through GraphML
     assert load_json("mlp2.json").equals(load_json("mlp.json"), check_names=True) or \
         load_json("mlp2.json").symbols.values == load_json("mlp.json").symbols.values
+
+
+def test_convert_onnx_with_symbolic_dims_needs_input_shape(tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
+    axes = helper.make_tensor("ax", TensorProto.INT64, [1], [1])
+    node = helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=0)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], initializer=[axes]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.json"
+    onnx.save(model, str(src))
+    assert main(["convert", str(src), str(dst)]) == 1
+    assert not dst.exists()
+    assert main(["convert", str(src), str(dst), "--input-shape", "x=4,3"]) == 0
+    g = opgraph.io.load(str(dst))
+    feeds = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(g.run({"x": feeds})[0], feeds.sum(axis=1))
+    assert main(["convert", str(src), str(dst), "--input-shape", "x=4,a"]) == 2
+    assert main(["convert", str(dst), str(tmp_path / "n.cg"), "--input-shape", "x=4,3"]) == 2

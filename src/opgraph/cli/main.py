@@ -130,11 +130,11 @@ def _timed(description: str, fn: Callable[[], T]) -> T:
         return fn()
 
 
-def _load(path: str, fmt: str | None = None, allow_pickle: bool = False) -> Any:
+def _load(path: str, fmt: str | None = None, allow_pickle: bool = False, **options: Any) -> Any:
     from opgraph.io.formats import PickleRefusedError, load
 
     try:
-        return _timed(f"loading {path}", lambda: load(path, format=fmt, allow_pickle=allow_pickle))
+        return _timed(f"loading {path}", lambda: load(path, format=fmt, allow_pickle=allow_pickle, **options))
     except PickleRefusedError as exc:
         # The library's message names allow_pickle=True; on the command line the switch is --allow-pickle.
         raise PickleRefusedError(exc.path, exc.format, "use 'opgraph convert --allow-pickle'") from None
@@ -271,7 +271,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    """``opgraph convert IN OUT [--to FORMAT] [--from FORMAT] [--allow-pickle] [--inline-limit N]``."""
+    """``opgraph convert IN OUT [--to F] [--from F] [--allow-pickle] [--inline-limit N] [--input-shape N=D,...]``."""
     from opgraph.io.formats import UnknownFormatError, format_for_path
 
     if args.inline_limit is not None and args.inline_limit < 0:
@@ -285,10 +285,31 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.input}: {src.name} files are drawings; they cannot be converted back")
     if args.inline_limit is not None and dst.name != "json":
         raise UsageError("--inline-limit applies to JSON output only")
-    g = _load(args.input, src.name, args.allow_pickle)
+    options = {}
+    if args.input_shape:
+        if src.name != "onnx":
+            raise UsageError("--input-shape applies to ONNX input only")
+        options["input_shapes"] = dict(_input_shape(item) for item in args.input_shape)
+    g = _load(args.input, src.name, args.allow_pickle, **options)
     _save(g, args.output, dst.name, args.inline_limit)
     print(f"{args.input} -> {args.output} ({dst.name}: {g.num_ops} ops, {g.num_values} values)")
     return 0
+
+
+def _input_shape(item: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME=D1,D2,...`` (``--input-shape``).
+
+    >>> _input_shape("x=1,3,224,224"), _input_shape("scalar=")
+    (('x', (1, 3, 224, 224)), ('scalar', ()))
+    """
+    name, sep, dims = item.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        shape = (-1,)
+    if not sep or not name or any(d < 0 for d in shape):
+        raise UsageError(f"--input-shape expects NAME=D1,D2,... with sizes >= 0, got {item!r}")
+    return name, shape
 
 
 class _ListFormats(argparse.Action):
@@ -413,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "arbitrary code when loaded, so use this only for files you trust")
     p.add_argument("--inline-limit", type=int, metavar="N",
                    help="JSON: constants with more than N elements are stored as base64 (default 256)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="ONNX input: fix the shape of an input with symbolic dimensions (repeatable)")
     p.add_argument("--list", action=_ListFormats, help="list the formats and their suffixes, then exit")
     p.set_defaults(func=_cmd_convert)
 

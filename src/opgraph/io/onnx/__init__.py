@@ -29,17 +29,20 @@ from opgraph.io.onnx.export import OnnxExportError, to_onnx
 
 
 def from_onnx(model: Any, *, input_types: Mapping[str, Any] | None = None,
+              input_shapes: Mapping[str, Any] | None = None,
               static_inputs: Mapping[str, Any] | None = None) -> Graph:
     """Import an ONNX model as an opgraph Graph.
 
     ``input_types`` overrides the types of graph inputs (``{"x": ("float32",
-    (8, 3))}``), for models with symbolic dimensions. ``static_inputs`` gives
+    (8, 3))}``), for models with symbolic dimensions; ``input_shapes``
+    (``{"x": (8, 3)}``) fixes only the shapes. ``static_inputs`` gives
     values for inputs the graph needs while it is built (a shape fed as an
     input, say): those inputs become constants; the others stay inputs.
     Initializers become constants. Unsupported ops or dtypes raise
     :class:`OnnxImportError` naming the node.
     """
-    return import_model(model, input_types=input_types, static_inputs=static_inputs).graph
+    return import_model(model, input_types=input_types, input_shapes=input_shapes,
+                        static_inputs=static_inputs).graph
 
 
 __all__ = ["OnnxExportError", "OnnxImport", "OnnxImportError", "Port", "from_onnx", "import_model", "load_model",

@@ -241,7 +241,8 @@ class Node:
         """The static shape of a value (opgraph shapes are known after import)."""
         t = v.type
         if not isinstance(t, TensorType) or t.shape is None or any(d is None for d in t.shape):
-            raise self.error(f"needs the static shape of its input, which is {t}")
+            raise self.error(f"needs the static shape of its input, which is {t}; fix the model's symbolic "
+                             "dimensions with input_shapes= (opgraph convert --input-shape NAME=D1,D2,...)")
         return tuple(int(d) for d in t.shape)
 
     def rank(self, v: Value) -> int:

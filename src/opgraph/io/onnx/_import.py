@@ -72,6 +72,7 @@ def load_model(model: Any) -> onnx.ModelProto:
 
 
 def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
+                 input_shapes: Mapping[str, Any] | None = None,
                  static_inputs: Mapping[str, Any] | None = None) -> OnnxImport:
     """Import an ONNX model; see :func:`opgraph.io.onnx.from_onnx` (this also returns the port mapping).
 
@@ -82,10 +83,18 @@ def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
     """
     proto = load_model(model)
     statics = dict(static_inputs or {})
+    types = dict(input_types or {})
+    for vi in proto.graph.input:  # a shape alone keeps the model's element type
+        if vi.name in (input_shapes or {}) and vi.name not in types:
+            types[vi.name] = (np_dtype(vi.type.tensor_type.elem_type, f"graph input {vi.name!r}"),
+                              tuple(input_shapes[vi.name]))  # type: ignore[index]
+    unknown = set(input_shapes or {}) - {vi.name for vi in proto.graph.input}
+    if unknown:
+        raise OnnxImportError(f"input_shapes names no graph input: {sorted(unknown)}")
     constant: set[str] = set()
     while True:
         try:
-            return _import(proto, dict(input_types or {}), statics, constant)
+            return _import(proto, types, statics, constant)
         except NeedStatic as need:
             if need.names <= constant:  # cannot happen unless a translator misbehaves
                 raise OnnxImportError(f"inputs {sorted(need.names)} are needed as constants but are already") from None
