@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from opgraph.io.onnx import OnnxImportError, backend  # noqa: E402
+from opgraph.io.onnx import OnnxImportError, backend, from_onnx  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -232,3 +232,21 @@ def test_reduce_keeps_small_int_dtypes(op: str) -> None:
     x = np.arange(1, 7, dtype=np.int32).reshape(2, 3)
     _run(op, {"x": x}, opset=13 if op == "ReduceSum" else 11, axes=None if op == "ReduceSum" else [1],
          **({"consts": {"a": np.array([1], np.int64)}} if op == "ReduceSum" else {}))
+
+
+@pytest.mark.parametrize(("op", "attrs", "inits"), [
+    ("ReduceSum", {}, {"ax": np.array([3])}),
+    ("ReduceSum", {}, {"ax": np.array([1, -1])}),
+    ("Transpose", {"perm": [3, 0]}, {}),
+    ("Softmax", {"axis": 5}, {}),
+    ("Unsqueeze", {}, {"ax": np.array([0, 0])}),
+])
+def test_bad_axes_are_errors_naming_the_node(op: str, attrs: dict[str, Any], inits: dict[str, np.ndarray]) -> None:
+    # an axis outside the rank (or repeated) must not wrap around silently
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node(op, ["x", *inits], ["y"], **attrs)
+    consts = [onnx.numpy_helper.from_array(v.astype(np.int64), k) for k, v in inits.items()]
+    graph = helper.make_graph([node], "g", [x], [y], initializer=consts)
+    with pytest.raises(OnnxImportError, match=rf"{op} node 'y': (axis -?\d+ is out of range|repeated axis)"):
+        from_onnx(_finish(graph, 18))

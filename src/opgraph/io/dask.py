@@ -199,6 +199,7 @@ class _Importer:
         self.b = GraphBuilder(hash_cons=False)
         self.env: dict[Hashable, Any] = {}
         self.feeds: dict[int, Any] = {}
+        self._computed: dict[int, np.ndarray] = {}  # values computed for Python calls (call_unknown)
 
     def key(self, key: Hashable) -> None:
         expr = self.dsk[key]
@@ -274,7 +275,9 @@ class _Importer:
     def concrete(self, x: Any) -> Any:
         """``x`` with every opgraph value replaced by its computed array (for a call in Python)."""
         if isinstance(x, Value):
-            return self.b.run(self.feeds, [x])[0]
+            if x.id not in self._computed:  # each run freezes the builder: compute a value once
+                self._computed[x.id] = self.b.run(self.feeds, [x])[0]
+            return self._computed[x.id]
         if isinstance(x, list):
             return [self.concrete(a) for a in x]
         if isinstance(x, tuple):

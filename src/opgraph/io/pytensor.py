@@ -45,6 +45,8 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph, Value
 from opgraph.core.types import TensorType, broadcast_shapes
 from opgraph.errors import GraphError
+from opgraph.ops._common import normalize_axes
+from opgraph.ops.shape import python_key
 
 # ---------------------------------------------------------------- opgraph -> PyTensor
 _UNARY = {
@@ -122,18 +124,6 @@ def _logsumexp(x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> Any:
     if not keepdims:
         out = pt.squeeze(out, axis=tuple(range(x.ndim)) if axis is None else axis)
     return out
-
-
-def _python_key(index: Sequence[Any]) -> tuple[Any, ...]:
-    key: list[Any] = []
-    for e in index:
-        if isinstance(e, int):
-            key.append(e)
-        elif e[0] == "slice":
-            key.append(slice(e[1], e[2], e[3]))
-        else:
-            key.append(None if e[0] == "newaxis" else Ellipsis)
-    return tuple(key)
 
 
 def _split(x: Any, attrs: dict[str, Any], in_t: list[TensorType], out_t: list[TensorType]) -> Any:
@@ -221,7 +211,7 @@ def _table() -> dict[str, Emit]:
             [x.flatten() for x in xs] if a["axis"] is None else xs, axis=0 if a["axis"] is None else a["axis"]),
         "stack": lambda xs, a, it, ot: pt.stack(xs, axis=a["axis"]),
         "split": lambda xs, a, it, ot: _split(xs[0], a, it, ot),
-        "getitem": lambda xs, a, it, ot: xs[0][_python_key(a["index"])],
+        "getitem": lambda xs, a, it, ot: xs[0][python_key(a["index"], array_result=False)],
         "take": lambda xs, a, it, ot: pt.take(xs[0], xs[1], axis=a["axis"]),
         "pad": lambda xs, a, it, ot: (pt.pad(xs[0], a["pad_width"], mode="constant",
                                              constant_values=a["constant_value"]) if a["mode"] == "constant"
@@ -441,7 +431,7 @@ def _order(fgraph: Any) -> list[Any]:
 
 
 def _reduced_axes(axis: Any, ndim: int) -> tuple[int, ...]:
-    return tuple(range(ndim)) if axis is None else tuple(sorted(int(a) % ndim for a in axis))
+    return normalize_axes(None if axis is None else [int(a) for a in axis], ndim)
 
 
 def _is_leading_expand(op: Any) -> bool:

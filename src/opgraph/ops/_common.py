@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core.dtypes import dtype_code
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 
@@ -123,3 +124,13 @@ def num_elements(shape: Shape) -> int | None:
     if any(d is None for d in shape):
         return None
     return int(np.prod(shape, dtype=np.int64))
+
+
+def version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
+    """Version: the code of the first input's dtype, for ops whose output has that dtype whatever the others'
+    (indices, grids) are.
+
+    >>> version_of_first((TensorType("float32", (2,)), TensorType("int64", (1,))), {})
+    11
+    """
+    return dtype_code(tensor(in_types[0]).dtype)

@@ -41,13 +41,13 @@ from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, num_elements, tensor, write_out
+from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
 
 FAMILY = "indexing"
 
 Dim = int | None
 
-REDUCTIONS = ("none", "add", "mul", "max", "min")
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 _REDUCE_UFUNCS: dict[str, np.ufunc] = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -59,8 +59,8 @@ def attr_reduction(v: Any) -> str:
     'add'
     """
     s = attr_str(v)
-    if s not in REDUCTIONS:
-        raise OpTypeError(f"reduction must be one of {', '.join(REDUCTIONS)}; got {s!r}")
+    if s not in SCATTER_REDUCTIONS:
+        raise OpTypeError(f"reduction must be one of {', '.join(SCATTER_REDUCTIONS)}; got {s!r}")
     return s
 
 
@@ -105,11 +105,6 @@ def _check_not_larger(idx: Shape, x: Shape, axis: int, what: str) -> None:
             raise OpTypeError(f"{what} has size {i} along axis {d}, larger than x's {n}")
 
 
-
-
-def _version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
-    # The output dtype is x's; the indices' dtype should not pick the version.
-    return dtype_code(tensor(in_types[0]).dtype)
 
 
 # ---------------------------------------------------------------- kernel helpers
@@ -269,7 +264,7 @@ _register("gather_elements", 1100, _gather_elements_infer, _gather_elements_kern
           "gather_elements(x, indices, axis=0): ONNX GatherElements / np.take_along_axis: "
           "out[i][j] = x[indices[i][j]][j] (axis=0); indices have x's rank, may be smaller off the axis, "
           "and the output has their shape and x's dtype",
-          arity=2, version=_version_of_first, grad=_g_gather_elements,
+          arity=2, version=version_of_first, grad=_g_gather_elements,
           attrs={"axis": Attr(attr_int, 0, doc="axis to gather along")})
 
 
@@ -325,7 +320,7 @@ _register("scatter_elements", 1101, _scatter_elements_infer, _scatter_elements_k
           "with out[indices[i][j]][j] = updates[i][j] (axis=0), or combined with it by reduction "
           "add/mul/max/min; indices and updates have one shape and x's rank; with 'none' the last of "
           "duplicate indices wins",
-          arity=3, version=_version_of_first, grad=_scatter_grad("scatter_elements", "gather_elements"),
+          arity=3, version=version_of_first, grad=_scatter_grad("scatter_elements", "gather_elements"),
           inplace=(0,),
           attrs={"axis": Attr(attr_int, 0, doc="axis to scatter along"),
                  "reduction": Attr(attr_reduction, "none", doc="none, add, mul, max or min")})
@@ -379,7 +374,7 @@ def _gather_nd_kernel(x: np.ndarray, indices: np.ndarray, out: Any = None, *, ba
 _register("gather_nd", 1102, _gather_nd_infer, _gather_nd_kernel,
           "gather_nd(x, indices, batch_dims=0): ONNX GatherND: each row indices[..., :] (length m) picks "
           "x[batch..., i0, ..., i(m-1)]; output shape indices.shape[:-1] + x.shape[batch_dims + m:]",
-          arity=2, version=_version_of_first, grad=_g_gather_nd,
+          arity=2, version=version_of_first, grad=_g_gather_nd,
           attrs={"batch_dims": Attr(_attr_nonneg, 0, doc="number of leading batch dims shared by x and indices")})
 
 
@@ -432,7 +427,7 @@ _register("scatter_nd", 1103, _scatter_nd_infer, _scatter_nd_kernel,
           "scatter_nd(x, indices, updates, reduction='none'): ONNX ScatterND: a copy of x with the slice "
           "x[indices[..., :]] set to (or combined by add/mul/max/min with) updates, whose shape is "
           "indices.shape[:-1] + x.shape[indices.shape[-1]:]; with 'none' the last of duplicate indices wins",
-          arity=3, version=_version_of_first, grad=_scatter_grad("scatter_nd", "gather_nd"), inplace=(0,),
+          arity=3, version=version_of_first, grad=_scatter_grad("scatter_nd", "gather_nd"), inplace=(0,),
           attrs={"reduction": Attr(attr_reduction, "none", doc="none, add, mul, max or min")})
 
 
@@ -586,6 +581,6 @@ def _reverse_sequence_kernel(x: np.ndarray, lengths: np.ndarray, out: Any = None
 _register("reverse_sequence", 1107, _reverse_sequence_infer, _reverse_sequence_kernel,
           "reverse_sequence(x, lengths, batch_axis=1, time_axis=0): ONNX ReverseSequence: for each batch "
           "entry i, reverse the first lengths[i] steps along time_axis and keep the rest",
-          arity=2, version=_version_of_first, grad=_g_reverse_sequence,
+          arity=2, version=version_of_first, grad=_g_reverse_sequence,
           attrs={"batch_axis": Attr(attr_int, 1, doc="axis of the batch (lengths has its size)"),
                  "time_axis": Attr(attr_int, 0, doc="axis of the sequence steps")})

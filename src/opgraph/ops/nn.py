@@ -72,7 +72,7 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, tensor, write_out
+from opgraph.ops._common import normalize_axis, tensor, version_of_first, write_out
 
 FAMILY = "nn"
 
@@ -951,7 +951,7 @@ class _PoolPlan:
 def _pool_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any], kinds: str,
                    out_dtype: Any = None) -> tuple[TensorType, ...]:
     (x,) = (tensor(t) for t in in_types)
-    if x.dtype.kind not in kinds or x.dtype == np.bool_:
+    if x.dtype.kind not in kinds:
         allowed = "an integer or floating" if "i" in kinds else "a floating"
         raise OpTypeError(f"input must have {allowed} dtype, got {x.dtype}")
     kernel = attrs["kernel_size"]
@@ -1241,13 +1241,13 @@ def _choice(options: tuple[str, ...]) -> Any:
 
 
 def _attr_floats(v: Any) -> tuple[float, ...]:
-    return tuple(float(x) for x in v)
+    return tuple(float(x) for x in np.atleast_1d(np.asarray(v, dtype=np.float64)))
 
 
 def _resize_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     (x,) = (tensor(t) for t in in_types)
     kinds = "iuf" if attrs["mode"] == "nearest" else "f"
-    if x.dtype.kind not in kinds or x.dtype == np.bool_:
+    if x.dtype.kind not in kinds:
         allowed = "an integer or floating dtype (mode 'nearest')" if "i" in kinds else \
             f"a floating dtype (mode {attrs['mode']!r})"
         raise OpTypeError(f"input must have {allowed}, got {x.dtype}")
@@ -1392,12 +1392,13 @@ def _grid_sample_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -
     x, grid = tensor(in_types[0], "x"), tensor(in_types[1], "grid")
     _float_dtype(x, "x")
     _float_dtype(grid, "grid")
+    if grid.shape is not None and not 1 <= len(grid.shape) - 2 <= 3:
+        # checked before x's rank, which is judged against the grid's
+        raise OpTypeError(f"grid must be (N, *out_spatial, k) with 1 to 3 spatial axes, got rank {len(grid.shape)}")
     xs = _nd_input(x, None if grid.shape is None else len(grid.shape) - 2)
     if grid.shape is None:
         return (TensorType(x.dtype, None if xs is None else (xs[0], xs[1], *(None,) * (len(xs) - 2))),)
     nsp = len(grid.shape) - 2
-    if not 1 <= nsp <= 3:
-        raise OpTypeError(f"grid must be (N, *out_spatial, {nsp}) with 1 to 3 spatial axes, got rank {len(grid.shape)}")
     if grid.shape[-1] is not None and grid.shape[-1] != nsp:
         raise OpTypeError(f"grid's last axis must hold {nsp} coordinates (one per spatial axis), got {grid.shape[-1]}")
     n = grid.shape[0]
@@ -1492,7 +1493,7 @@ register_op(OpDef(
            "padding_mode": Attr(_choice(GRID_PADDING_MODES), "zeros", doc="one of " + ", ".join(GRID_PADDING_MODES)),
            "align_corners": Attr(attr_bool, False, doc="-1 and 1 are the centres (not the outer edges) of the corner "
                                                        "pixels")},
-    kernels={"numpy": _grid_sample_kernel}, family=FAMILY,
+    kernels={"numpy": _grid_sample_kernel}, family=FAMILY, version=version_of_first,
     doc="grid_sample(x, grid, mode='linear', padding_mode='zeros', align_corners=False): ONNX GridSample (opset 20); "
         "x (N, C, *in), grid (N, *out, k) of normalised (x, y[, z]) in [-1, 1], k = number of spatial axes (1-3); "
         "result (N, C, *out) in x's dtype; float only",

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from opgraph.autodiff.helpers import dilate, rank, static_shape, unbroadcast, zeros_like
-from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import (
     Attr,
     OpDef,
@@ -48,7 +47,15 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import TensorType, ValueType, shape_str
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axes, normalize_axis, num_elements, tensor, with_out, write_out
+from opgraph.ops._common import (
+    normalize_axes,
+    normalize_axis,
+    num_elements,
+    tensor,
+    version_of_first,
+    with_out,
+    write_out,
+)
 
 FAMILY = "shape"
 
@@ -71,8 +78,6 @@ def _one(in_types: tuple[ValueType, ...]) -> TensorType:
     return tensor(t)
 
 
-
-
 def _mul(d: Dim, k: int) -> Dim:
     """``d * k`` where ``d`` may be unknown (still 0 when ``k`` is 0)."""
     if k == 0:
@@ -86,11 +91,6 @@ def _merge_dims(dims: Sequence[Dim], what: str) -> Dim:
     if len(known) > 1:
         raise OpTypeError(f"{what} differ: {', '.join('?' if d is None else str(d) for d in dims)}")
     return known.pop() if known else None
-
-
-def _version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> int:
-    """Version: the code of the first input's dtype (the output dtype of ``take``)."""
-    return dtype_code(tensor(in_types[0]).dtype)
 
 
 def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: int | None = 1,
@@ -620,7 +620,17 @@ def _getitem_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
     return (t.with_shape(tuple(out)),)
 
 
-def _python_key(index: tuple[IndexEntry, ...]) -> tuple[Any, ...]:
+def python_key(index: tuple[IndexEntry, ...], *, array_result: bool = True) -> tuple[Any, ...]:
+    """A normalised ``getitem`` index as the key to put between Python's brackets.
+
+    With ``array_result`` a trailing ``...`` makes all-int keys give a 0-d
+    NumPy array rather than a scalar (other array libraries do not need it).
+
+    >>> python_key(normalize_index((0, slice(1, None))))
+    (0, slice(1, None, None), Ellipsis)
+    >>> python_key(normalize_index(0), array_result=False)
+    (0,)
+    """
     key: list[Any] = []
     for e in index:
         if isinstance(e, int):
@@ -629,13 +639,13 @@ def _python_key(index: tuple[IndexEntry, ...]) -> tuple[Any, ...]:
             key.append(slice(e[1], e[2], e[3]))
         else:
             key.append(None if e[0] == "newaxis" else Ellipsis)
-    if Ellipsis not in key:
-        key.append(Ellipsis)  # so that all-int keys give a 0-d array, not a scalar
+    if array_result and Ellipsis not in key:
+        key.append(Ellipsis)
     return tuple(key)
 
 
 def _getitem_kernel(x: np.ndarray, out: Any = None, *, index: tuple[IndexEntry, ...]) -> np.ndarray:
-    return write_out(x[_python_key(index)], out)
+    return write_out(x[python_key(index)], out)
 
 
 _register("getitem", 708, _getitem_infer, _getitem_kernel,
@@ -671,7 +681,7 @@ def _take_kernel(x: np.ndarray, indices: np.ndarray, out: Any = None, *, axis: i
 _register("take", 709, _take_infer, _take_kernel,
           "take(x, indices, axis=None): NumPy's take (negative indices count from the end); "
           "axis=None takes from the flattened x",
-          arity=2, version=_version_of_first,
+          arity=2, version=version_of_first,
           attrs={"axis": Attr(optional(attr_int), None, doc="axis to take along; None: the flattened x")})
 
 

@@ -174,16 +174,15 @@ class Scope:
 class Node:
     """What a translator sees of one ONNX node: attributes, opset, and op building with folding."""
 
-    #: The scope the node is translated in (set by :meth:`Importer.translate_node`).
-    scope: Scope | None = None
-
     def __init__(self, imp: Importer, proto: onnx.NodeProto, opsets: Mapping[str, int],
-                 attrs: dict[str, Any], inputs: list[Any]) -> None:
+                 attrs: dict[str, Any], inputs: list[Any], scope: Scope | None = None) -> None:
         self.imp = imp
         self.proto = proto
         self.opsets = opsets
         self.attrs = attrs
         self.inputs = inputs
+        #: the names visible where the node stands (subgraphs inlined by If/Loop/Scan see them)
+        self.scope = scope
 
     @property
     def op_type(self) -> str:
@@ -231,9 +230,32 @@ class Node:
                              "shapes); make it an initializer or a Constant, or pass it in static_inputs=")
         return arr
 
+    def has_input(self, index: int) -> bool:
+        """Whether optional input ``index`` is given.
+
+        Ops that moved an attribute to an input are read by what the node has
+        rather than by its opset: some of ONNX's own function bodies import no
+        default-domain opset.
+        """
+        return index < len(self.inputs) and self.inputs[index] is not None
+
+    def axis(self, axis: int, rank: int) -> int:
+        """``axis`` as a non-negative axis of a rank-``rank`` value; out of range is an error naming the node."""
+        if not -rank <= axis < max(rank, 1):
+            raise self.error(f"axis {axis} is out of range for rank {rank}")
+        return axis % max(rank, 1)
+
+    def axes(self, axes: Iterable[int], rank: int) -> tuple[int, ...]:
+        """Several axes, each as :meth:`axis`, in the given order; a repeated axis is an error."""
+        axes = tuple(int(a) for a in axes)
+        out = tuple(self.axis(a, rank) for a in axes)
+        if len(set(out)) != len(out):
+            raise self.error(f"repeated axis in {axes}")
+        return out
+
     def static_ints(self, index: int, what: str | None = None) -> tuple[int, ...]:
         """A known integer input as a tuple of ints (omitted input: empty tuple)."""
-        if index >= len(self.inputs) or self.inputs[index] is None:
+        if not self.has_input(index):
             return ()
         return tuple(int(i) for i in np.asarray(self.static(index, what)).reshape(-1))
 
@@ -388,8 +410,7 @@ class Importer:
             except KeyError:
                 raise OnnxImportError(f"{label}: input {name!r} is not defined before it is used") from None
         domain = proto.domain if proto.domain != "ai.onnx" else ""
-        node = Node(self, proto, opsets, attrs, inputs)
-        node.scope = scope  # subgraphs inlined by If/Loop/Scan see the names visible here
+        node = Node(self, proto, opsets, attrs, inputs, scope)
         fn = TRANSLATORS.get((domain, proto.op_type))
         if (domain, proto.op_type) in self.functions:
             outs = self.inline_function(self.functions[(domain, proto.op_type)], node, attr_protos, scope)

@@ -82,8 +82,9 @@ class OpgraphRep(BackendRep):
             else:
                 for n, v in zip(port.names, value or (), strict=True):
                     graph_feeds[n] = v
-        needed = {n for n in graph_feeds if n in _input_names(imp)}
-        results = dict(zip(_output_names(imp), imp.graph.run({n: graph_feeds[n] for n in needed}), strict=True))
+        inputs = set(_input_names(imp))
+        results = dict(zip(_output_names(imp), imp.graph.run({n: v for n, v in graph_feeds.items() if n in inputs}),
+                           strict=True))
         outs: list[Any] = []
         for port in imp.outputs:
             if port.kind == "tensor":

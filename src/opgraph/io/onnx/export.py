@@ -226,6 +226,13 @@ def _axes(attrs: dict[str, Any], rank: int) -> list[int]:
     return list(range(rank)) if axis is None else [int(a) % max(rank, 1) for a in axis]
 
 
+def _flat_axis(ex: Exporter, x: str, axis: Any) -> tuple[str, int]:
+    """``(x, axis)``, with ``x`` flattened and axis 0 when ``axis`` is None (NumPy's "over all elements")."""
+    if axis is None:
+        return ex.one("Reshape", x, ex.ints([-1])), 0
+    return x, int(np.atleast_1d(axis)[0])
+
+
 def _reduce(op_type: str) -> Rule:
     def rule(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
         axes = _axes(attrs, len(it[0].shape or ()))
@@ -260,19 +267,17 @@ def _var(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Name
 @exports("argmax", "argmin")
 def _argmax(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     op_type = "ArgMax" if ex.current_kind == "argmax" else "ArgMin"
-    x, axis, keep = ins[0], attrs.get("axis"), int(attrs.get("keepdims", False))
-    if axis is None:
-        y = ex.one(op_type, ex.one("Reshape", x, ex.ints([-1])), axis=0, keepdims=0)
+    keep = int(attrs.get("keepdims", False))
+    x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))
+    if attrs.get("axis") is None:
+        y = ex.one(op_type, x, axis=0, keepdims=0)
         return [ex.one("Reshape", y, ex.ints([1] * len(it[0].shape or ()))) if keep else y]
-    return [ex.one(op_type, x, axis=int(np.atleast_1d(axis)[0]), keepdims=keep)]
+    return [ex.one(op_type, x, axis=axis, keepdims=keep)]
 
 
 @exports("cumsum")
 def _cumsum(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    axis = attrs.get("axis")
-    x = ins[0]
-    if axis is None:
-        x, axis = ex.one("Reshape", x, ex.ints([-1])), 0
+    x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))
     return [ex.one("CumSum", x, ex.const(np.int64(axis)))]
 
 
@@ -332,10 +337,8 @@ def _broadcast_to(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types
 
 @exports("concat")
 def _concat(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    axis = attrs.get("axis")
-    if axis is None:
-        return [ex.one("Concat", *[ex.one("Reshape", x, ex.ints([-1])) for x in ins], axis=0)]
-    return [ex.one("Concat", *ins, axis=int(axis))]
+    flat = [_flat_axis(ex, x, attrs.get("axis")) for x in ins]
+    return [ex.one("Concat", *(x for x, _ in flat), axis=flat[0][1])]
 
 
 @exports("stack")
@@ -385,11 +388,8 @@ def _getitem(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> 
 
 @exports("take")
 def _take(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    axis = attrs.get("axis")
-    x = ins[0]
-    if axis is None:
-        x, axis = ex.one("Reshape", x, ex.ints([-1])), 0
-    return [ex.one("Gather", x, ins[1], axis=int(axis))]
+    x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))
+    return [ex.one("Gather", x, ins[1], axis=axis)]
 
 
 @exports("flip")

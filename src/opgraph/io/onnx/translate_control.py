@@ -378,10 +378,7 @@ def _concat_from_sequence(node: Node, seq: Any) -> Any:
         raise node.error("cannot concatenate an empty sequence (its result's shape is unknown)")
     new_axis = bool(node.attr("new_axis", 0))
     axis = int(node.attr("axis"))
-    r = node.rank(s.items[0]) + (1 if new_axis else 0)
-    if not -r <= axis < r:
-        raise node.error(f"axis {axis} is out of range for rank {r}")
-    axis %= r
+    axis = node.axis(axis, node.rank(s.items[0]) + (1 if new_axis else 0))
     if new_axis:
         return node.op("stack", *s.items, axis=axis)
     return s.items[0] if len(s.items) == 1 else node.op("concat", *s.items, axis=axis)
@@ -391,10 +388,7 @@ def _concat_from_sequence(node: Node, seq: Any) -> Any:
 def _split_to_sequence(node: Node, x: Any, split: Any = None) -> Any:
     shape = node.shape(x)
     r = len(shape)
-    axis = int(node.attr("axis", 0))
-    if not -r <= axis < r:
-        raise node.error(f"axis {axis} is out of range for rank {r}")
-    axis %= r
+    axis = node.axis(int(node.attr("axis", 0)), r)
     dim = shape[axis]
     if split is None:
         sizes = [1] * dim

@@ -170,7 +170,7 @@ def _axes(node: Node, axes_input: Any, rank: int) -> tuple[int, ...] | None:
         axes = tuple(node.attr("axes", ()))
     if not axes:
         return None if not node.attr("noop_with_empty_axes", 0) else ()
-    return tuple(a % rank if rank else a for a in axes)
+    return node.axes(axes, rank)
 
 
 def _reduce(kind: str, pre: str | None = None, post: str | None = None) -> Any:
@@ -229,7 +229,7 @@ translates("ReduceLogSumExp")(_reduce("logsumexp"))
 
 def _arg(kind: str) -> Any:
     def translate(node: Node, x: Any) -> Any:
-        axis = node.attr("axis", 0) % max(node.rank(x), 1)
+        axis = node.axis(node.attr("axis", 0), node.rank(x))
         keep = bool(node.attr("keepdims", 1))
         if node.attr("select_last_index", 0):
             x = node.op("flip", x, axis=axis)
@@ -281,7 +281,7 @@ def _cumulative(kind: str, identity: float) -> Any:
     def translate(node: Node, x: Any, axis: Any) -> Any:
         r = node.rank(x)
         dt = node.dtype(x)
-        ax = _int_axis(node, int(np.asarray(node.static(axis, "axis")).reshape(-1)[0]), r)
+        ax = node.axis(int(np.asarray(node.static(axis, "axis")).reshape(-1)[0]), r)
         reverse, exclusive = node.attr("reverse", 0), node.attr("exclusive", 0)
         if reverse:
             x = node.op("flip", x, axis=ax)
@@ -302,12 +302,6 @@ translates("CumSum")(_cumulative("cumsum", 0.0))
 translates("CumProd")(_cumulative("cumprod", 1.0))
 
 
-def _int_axis(node: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise node.error(f"axis {axis} is out of range for rank {rank}")
-    return axis % max(rank, 1)
-
-
 @translates("Hardmax")
 def _hardmax(node: Node, x: Any) -> Any:
     shape = node.shape(x)
@@ -315,11 +309,11 @@ def _hardmax(node: Node, x: Any) -> Any:
     dt = node.dtype(x)
     on_off = node.const(np.array([0, 1], dtype=dt))
     if node.opset >= 13:
-        ax = _int_axis(node, node.attr("axis", -1), r)
+        ax = node.axis(node.attr("axis", -1), r)
         idx = node.op("argmax", x, axis=ax, keepdims=False)
         return node.op("one_hot", idx, on_off, depth=shape[ax], axis=ax)
     # before opset 13 the input is flattened to 2-D at ``axis``
-    ax = _int_axis(node, node.attr("axis", 1), r)
+    ax = node.axis(node.attr("axis", 1), r)
     rows, cols = int(np.prod(shape[:ax], dtype=np.int64)), int(np.prod(shape[ax:], dtype=np.int64))
     idx = node.op("argmax", node.op("reshape", x, shape=(rows, cols)), axis=1, keepdims=False)
     return node.op("reshape", node.op("one_hot", idx, on_off, depth=cols, axis=1), shape=shape)
@@ -337,7 +331,7 @@ def _qparam(node: Node, v: Any, shape: tuple[int, ...], axis: int, block: int) -
     vs = node.shape(v)
     if int(np.prod(vs, dtype=np.int64)) == 1:
         return node.op("reshape", v, shape=())
-    axis = _int_axis(node, axis, len(shape))
+    axis = node.axis(axis, len(shape))
     if not block:
         if len(vs) != 1 or vs[0] != shape[axis]:
             raise node.error(f"a per-axis scale or zero point must have shape ({shape[axis]},), got {vs}")

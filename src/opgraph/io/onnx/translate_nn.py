@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.io.onnx._core import Node, np_dtype, translates
+from opgraph.io.onnx._core import Node, OnnxImportError, np_dtype, translates
 
 
 # ================================================================ activations
@@ -26,9 +26,9 @@ def _softmax(kind: str) -> Any:
         shape = node.shape(x)
         r = len(shape)
         if node.opset >= 13:
-            return node.op(kind, x, axis=node.attr("axis", -1) % max(r, 1))
+            return node.op(kind, x, axis=node.axis(node.attr("axis", -1), r))
         # before opset 13 the input is flattened to 2-D at ``axis``
-        axis = node.attr("axis", 1) % max(r, 1)
+        axis = node.axis(node.attr("axis", 1), r)
         flat = node.op("reshape", x, shape=(int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
         return node.op("reshape", node.op(kind, flat, axis=1), shape=shape)
     return translate
@@ -385,7 +385,7 @@ def _lrn(node: Node, x: Any) -> Any:
 @translates("LpNormalization")
 def _lp_normalization(node: Node, x: Any) -> Any:
     r = node.rank(x)
-    axis = node.attr("axis", -1) % max(r, 1)
+    axis = node.axis(node.attr("axis", -1), r)
     p = node.attr("p", 2)
     if p == 1:
         norm = node.op("sum", node.op("abs", x), axis=axis, keepdims=True)
@@ -402,7 +402,7 @@ def _lp_normalization(node: Node, x: Any) -> Any:
 @translates("MeanVarianceNormalization")
 def _mvn(node: Node, x: Any) -> Any:
     r = node.rank(x)
-    axes = tuple(int(a) % r for a in node.attr("axes", (0, 2, 3)))
+    axes = node.axes(node.attr("axes", (0, 2, 3)), r)
     mean = node.op("mean", x, axis=axes, keepdims=True)
     # E[x^2] - E[x]^2, as ONNX's function body, so results match it to the last bit where it matters
     var = node.op("subtract", node.op("mean", node.op("multiply", x, x), axis=axes, keepdims=True),
@@ -477,7 +477,7 @@ def _antialias_matrix(n_in: int, n_out: int, scale: float, attrs: dict[str, Any]
     elif ctm == "half_pixel":
         xo = (y + 0.5) / scale - 0.5
     else:
-        raise ValueError(f"antialiasing does not support coordinate_transformation_mode {ctm!r}")
+        raise OnnxImportError(f"Resize: antialiasing does not support coordinate_transformation_mode {ctm!r}")
     s = min(scale, 1.0)
     a = attrs["cubic_coeff_a"]
     w = np.zeros((n_out, n_in))
@@ -544,7 +544,7 @@ def _resize(node: Node, x: Any, roi: Any = None, scales: Any = None, sizes: Any 
         return _upsample_like(node, x, _optional_static(node, roi, "scales"))
     scale_arr = _optional_static(node, scales, "scales")
     size_arr = _optional_static(node, sizes, "sizes")
-    axes = tuple(int(a) % r for a in node.attr("axes", ()) or range(r))
+    axes = node.axes(node.attr("axes", ()) or range(r), r)
     if len(set(axes)) != len(axes):
         raise node.error(f"axes {axes} repeat an axis")
     # scales win when both are given (ONNX allows only one; some exporters leave an empty one)
@@ -634,7 +634,9 @@ def _roi_align(node: Node, x: Any, rois: Any, batch_indices: Any) -> Any:
     ph, pw = int(node.attr("output_height", 1)), int(node.attr("output_width", 1))
     ratio = int(node.attr("sampling_ratio", 0))
     spatial_scale = float(node.attr("spatial_scale", 1.0))
-    half = node.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    # RoiAlign-10 had no such attribute and behaved as output_half_pixel; opset 16 made half_pixel the default
+    default_mode = "half_pixel" if node.opset >= 16 else "output_half_pixel"
+    half = node.attr("coordinate_transformation_mode", default_mode) == "half_pixel"
     mode = node.attr("mode", "avg")
     dt = node.dtype(x)
     outs = []

@@ -88,14 +88,10 @@ def _static_int(node: Node, index: int, what: str, low: int = 1) -> int:
     return n
 
 
-def _present(node: Node, index: int) -> bool:
-    return index < len(node.inputs) and node.inputs[index] is not None
-
-
 # ---------------------------------------------------------------- DFT
 def _dft_axis(node: Node, rank: int) -> int:
     # Opset 20 moved the axis from an attribute (default 1) to an input (default -2); read what the node has.
-    if _present(node, 2):
+    if node.has_input(2):
         axis = int(np.asarray(node.static(2, "axis")).reshape(-1)[0])
     elif "axis" in node.attrs:
         axis = int(node.attr("axis"))
@@ -112,7 +108,7 @@ def _dft(node: Node, x: Any, dft_length: Any = None, axis: Any = None) -> Any:
     _check_layout(node, shape)
     ax = _dft_axis(node, len(shape))
     inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
-    n = _static_int(node, 1, "dft_length") if _present(node, 1) else None
+    n = _static_int(node, 1, "dft_length") if node.has_input(1) else None
     dtype = node.dtype(x)
     if onesided and inverse:
         y = node.op("irfft", _as_complex(node, x), axis=ax, n=n)
@@ -138,7 +134,7 @@ def _stft(node: Node, signal: Any, frame_step: Any, window: Any = None, frame_le
     _check_layout(node, shape, "signal")
     length = shape[1]
     step = _static_int(node, 1, "frame_step")
-    if _present(node, 3):
+    if node.has_input(3):
         frame = _static_int(node, 3, "frame_length")
     elif window is not None:
         frame = node.shape(window)[0]

@@ -21,18 +21,6 @@ import numpy as np
 from opgraph.io.onnx._core import Node, translates
 
 
-def _has_input(node: Node, index: int) -> bool:
-    # Ops that moved an attribute to an input are read by what the node has rather than by its opset:
-    # some of ONNX's own function bodies import no default-domain opset.
-    return index < len(node.inputs) and node.inputs[index] is not None
-
-
-def _axis(node: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise node.error(f"axis {axis} is out of range for rank {rank}")
-    return axis % max(rank, 1)
-
-
 @translates("Constant")
 def _constant(node: Node) -> Any:
     for key, dtype in (("value", None), ("sparse_value", None), ("value_float", np.float32),
@@ -62,7 +50,7 @@ def _size(node: Node, x: Any) -> Any:
 
 @translates("Reshape")
 def _reshape(node: Node, x: Any, shape: Any = None) -> Any:
-    target = list(node.static_ints(1, "shape") if _has_input(node, 1) else node.attr("shape"))
+    target = list(node.static_ints(1, "shape") if node.has_input(1) else node.attr("shape"))
     src = node.shape(x)
     if not node.attr("allowzero", 0):
         target = [src[i] if d == 0 else d for i, d in enumerate(target)]
@@ -82,18 +70,18 @@ def _flatten(node: Node, x: Any) -> Any:
 def _transpose(node: Node, x: Any) -> Any:
     r = node.rank(x)
     perm = node.attr("perm", tuple(range(r))[::-1])
-    return node.op("permute_dims", x, axes=tuple(int(p) % r for p in perm))
+    return node.op("permute_dims", x, axes=node.axes(perm, r))
 
 
 def _axes_arg(node: Node, index: int) -> tuple[int, ...]:
-    return node.static_ints(index, "axes") if _has_input(node, index) else tuple(node.attr("axes", ()))
+    return node.static_ints(index, "axes") if node.has_input(index) else tuple(node.attr("axes", ()))
 
 
 @translates("Squeeze")
 def _squeeze(node: Node, x: Any, axes: Any = None) -> Any:
     shape = node.shape(x)
     ax = _axes_arg(node, 1)
-    ax = tuple(i for i, d in enumerate(shape) if d == 1) if not ax else tuple(a % len(shape) for a in ax)
+    ax = tuple(i for i, d in enumerate(shape) if d == 1) if not ax else node.axes(ax, len(shape))
     return node.op("reshape", x, shape=tuple(d for i, d in enumerate(shape) if i not in ax))
 
 
@@ -102,7 +90,7 @@ def _unsqueeze(node: Node, x: Any, axes: Any = None) -> Any:
     shape = list(node.shape(x))
     ax = _axes_arg(node, 1)
     out_rank = len(shape) + len(ax)
-    for a in sorted(a % out_rank for a in ax):
+    for a in sorted(node.axes(ax, out_rank)):
         shape.insert(a, 1)
     return node.op("reshape", x, shape=tuple(shape))
 
@@ -110,7 +98,7 @@ def _unsqueeze(node: Node, x: Any, axes: Any = None) -> Any:
 @translates("Concat")
 def _concat(node: Node, *xs: Any) -> Any:
     xs = tuple(x for x in xs if x is not None)
-    axis = _axis(node, node.attr("axis"), node.rank(xs[0]))
+    axis = node.axis(node.attr("axis"), node.rank(xs[0]))
     xs = tuple(x for x in xs if node.shape(x)[axis] != 0) or xs[:1]
     return xs[0] if len(xs) == 1 else node.op("concat", *xs, axis=axis)
 
@@ -118,8 +106,8 @@ def _concat(node: Node, *xs: Any) -> Any:
 @translates("Split")
 def _split(node: Node, x: Any, split: Any = None) -> Any:
     shape = node.shape(x)
-    axis = _axis(node, node.attr("axis", 0), len(shape))
-    sizes = node.static_ints(1, "split") if _has_input(node, 1) else tuple(node.attr("split", ()))
+    axis = node.axis(node.attr("axis", 0), len(shape))
+    sizes = node.static_ints(1, "split") if node.has_input(1) else tuple(node.attr("split", ()))
     n_out = len(node.proto.output)
     if not sizes:
         parts = node.attr("num_outputs", n_out)
@@ -142,7 +130,7 @@ def _split_sizes(node: Node, x: Any, axis: int, sizes: tuple[int, ...]) -> tuple
 def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
     shape = node.shape(x)
     r = len(shape)
-    if _has_input(node, 1):
+    if node.has_input(1):
         st, en = node.static_ints(1, "starts"), node.static_ints(2, "ends")
         ax, sp = node.static_ints(3, "axes"), node.static_ints(4, "steps")
     else:
@@ -151,7 +139,7 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
     sp = sp or (1,) * len(st)
     index: list[Any] = [slice(None)] * r
     for s, e, a, step in zip(st, en, ax, sp, strict=True):
-        a = _axis(node, a, r)
+        a = node.axis(a, r)
         n = shape[a]
         # clamp the way ONNX does (it clamps before NumPy would, so huge sentinels work)
         s = s + n if s < 0 else s
@@ -167,7 +155,7 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
 @translates("Gather")
 def _gather(node: Node, x: Any, idx: Any) -> Any:
     # take counts negative indices from the end, as ONNX does
-    return node.op("take", x, idx, axis=_axis(node, node.attr("axis", 0), node.rank(x)))
+    return node.op("take", x, idx, axis=node.axis(node.attr("axis", 0), node.rank(x)))
 
 
 @translates("Expand")
@@ -210,10 +198,10 @@ def _eye_like(node: Node, x: Any) -> Any:
 @translates("Pad")
 def _pad(node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> Any:
     r = node.rank(x)
-    if _has_input(node, 1):
+    if node.has_input(1):
         p = node.static_ints(1, "pads")
         fill = float(np.asarray(node.static(2, "constant_value")).reshape(-1)[0]) if value is not None else 0.0
-        ax = tuple(a % r for a in node.static_ints(3, "axes")) or tuple(range(r))
+        ax = node.axes(node.static_ints(3, "axes"), r) or tuple(range(r))
     else:
         p, fill, ax = tuple(node.attr("pads")), float(node.attr("value", 0.0)), tuple(range(r))
     k = len(ax)
@@ -232,13 +220,13 @@ def _pad(node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = No
 # ---------------------------------------------------------------- gathering and scattering
 @translates("GatherElements")
 def _gather_elements(node: Node, x: Any, idx: Any) -> Any:
-    return node.op("gather_elements", x, idx, axis=_axis(node, node.attr("axis", 0), node.rank(x)))
+    return node.op("gather_elements", x, idx, axis=node.axis(node.attr("axis", 0), node.rank(x)))
 
 
 @translates("ScatterElements", "Scatter")
 def _scatter_elements(node: Node, x: Any, idx: Any, updates: Any) -> Any:
     # Scatter is ScatterElements' deprecated name (opset 9-10); reduction came in opset 16
-    return node.op("scatter_elements", x, idx, updates, axis=_axis(node, node.attr("axis", 0), node.rank(x)),
+    return node.op("scatter_elements", x, idx, updates, axis=node.axis(node.attr("axis", 0), node.rank(x)),
                    reduction=node.attr("reduction", "none"))
 
 
@@ -254,8 +242,8 @@ def _gather_nd(node: Node, x: Any, idx: Any) -> Any:
 
 @translates("TopK")
 def _topk(node: Node, x: Any, k: Any = None) -> Any:
-    kk = node.static_ints(1, "k")[0] if _has_input(node, 1) else int(node.attr("k"))
-    return node.op("topk", x, k=kk, axis=_axis(node, node.attr("axis", -1), node.rank(x)),
+    kk = node.static_ints(1, "k")[0] if node.has_input(1) else int(node.attr("k"))
+    return node.op("topk", x, k=kk, axis=node.axis(node.attr("axis", -1), node.rank(x)),
                    largest=bool(node.attr("largest", 1)), sorted=bool(node.attr("sorted", 1)))
 
 
@@ -312,7 +300,7 @@ def _compress(node: Node, x: Any, condition: Any) -> Any:
     if axis is None:
         x = node.op("reshape", x, shape=(-1,))
         axis = 0
-    axis = _axis(node, axis, node.rank(x))
+    axis = node.axis(axis, node.rank(x))
     if cond.size > node.shape(x)[axis]:
         raise node.error(f"condition has {cond.size} entries, axis {axis} only {node.shape(x)[axis]}")
     return node.op("take", x, node.const(np.flatnonzero(cond).astype(np.int64)), axis=axis)
@@ -330,7 +318,7 @@ def _unique(node: Node, x: Any) -> Any:
     arr = np.asarray(node.static(0, "X"))
     axis = node.attr("axis", None)
     if axis is not None:
-        axis = _axis(node, axis, arr.ndim)
+        axis = node.axis(axis, arr.ndim)
     values, first, inverse, counts = np.unique(arr, return_index=True, return_inverse=True,
                                                return_counts=True, axis=axis)
     inverse = inverse.reshape(-1)
@@ -381,7 +369,7 @@ def _col2im(node: Node, x: Any, image_shape: Any, block_shape: Any) -> Any:
 def _tensor_scatter(node: Node, cache: Any, update: Any, write_indices: Any = None) -> Any:
     shape, ushape = node.shape(cache), node.shape(update)
     rank = len(shape)
-    axis = _axis(node, node.attr("axis", -2), rank)
+    axis = node.axis(node.attr("axis", -2), rank)
     mode = node.attr("mode", "linear")
     if mode not in ("linear", "circular"):
         raise node.error(f"mode must be 'linear' or 'circular', not {mode!r}")
