@@ -36,17 +36,18 @@ demo: $(VENV)/.installed-demo $(VENV)/.installed-graphviz
 
 test: $(VENV)/.installed-test $(VENV)/.installed-torch $(VENV)/.installed-graphviz
 	$(BIN)/ruff check src tests bench examples tools
+	$(BIN)/lint-imports
 	$(BIN)/python tools/gen_ops_doc.py --check
 	$(THREADS) $(BIN)/python -m pytest -n 2 -p no:cacheprovider
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests bench examples tools
 
-bench: $(VENV)/.installed-bench
+bench: $(VENV)/.installed-bench $(VENV)/.installed-torch
 	$(THREADS) $(BIN)/python bench/run.py
 
 docs: $(VENV)/.installed-test
 	$(BIN)/python tools/gen_ops_doc.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis .ruff_cache .import_linter_cache

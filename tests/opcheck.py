@@ -11,6 +11,7 @@ checks three more things every kernel must honour:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,3 +103,32 @@ def check_op(kind: str, arrays: Sequence[np.ndarray], reference: Callable[..., A
             assert res is buf, f"{kind} output {i}: kernel did not return the out buffer"
             assert_same(buf, e, rtol, atol, f"{kind} output {i} (written into out=)")
     return got
+
+
+def graph_test_copy(fn: Callable[..., Any], keep: Callable[[int], bool]) -> Callable[..., Any] | None:
+    """A copy of family test ``fn`` that keeps the parametrised cases ``i`` with ``keep(i)`` (at least one),
+    for suites that re-run the family tests elsewhere; None for tests that build no graph or are hypothesis's."""
+    import pytest
+
+    names = set(fn.__code__.co_names)
+    if not names & {"check_op", "run_op"} or hasattr(fn, "hypothesis"):
+        return None
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    marks = getattr(fn, "pytestmark", [])
+    wrapper.pytestmark = [m for m in marks if m.name != "parametrize"]  # type: ignore[attr-defined]
+    for m in [m for m in marks if m.name == "parametrize"]:
+        argnames, argvalues = m.args[0], list(m.args[1])
+        kwargs = dict(m.kwargs)
+        ids = kwargs.pop("ids", None)
+        chosen = [i for i in range(len(argvalues)) if keep(i)] or [0]
+        if isinstance(ids, (list, tuple)):
+            kwargs["ids"] = [ids[i] for i in chosen]
+        elif ids is not None:
+            kwargs["ids"] = ids
+        wrapper.pytestmark.append(  # type: ignore[attr-defined]
+            pytest.mark.parametrize(argnames, [argvalues[i] for i in chosen], **kwargs).mark)
+    return wrapper

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import opgraph
+from opgraph.backends import numpy as compiled_mod
 from opgraph.memory import plan_memory
 from opgraph.memory.remat import rematerialize
-from opgraph.runtime import compiled as compiled_mod
 from opgraph.runtime.compiled import compile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

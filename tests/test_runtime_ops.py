@@ -11,9 +11,8 @@ are skipped.
 
 from __future__ import annotations
 
-import functools
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,38 +68,12 @@ def _compiled_run_op(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _sampled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
-    names = set(fn.__code__.co_names)
-    if not names & {"check_op", "run_op"} or hasattr(fn, "hypothesis"):
-        return None
-    marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-    if not marks:
-        return fn
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    wrapper.pytestmark = [m for m in getattr(fn, "pytestmark", []) if m.name != "parametrize"]  # type: ignore[attr-defined]
-    for m in marks:
-        argnames, argvalues = m.args[0], list(m.args[1])
-        kwargs = dict(m.kwargs)
-        ids = kwargs.pop("ids", None)
-        keep = list(range(0, len(argvalues), SAMPLE)) or [0]
-        if isinstance(ids, (list, tuple)):
-            kwargs["ids"] = [ids[i] for i in keep]
-        elif ids is not None:
-            kwargs["ids"] = ids
-        wrapper.pytestmark.append(pytest.mark.parametrize(argnames, [argvalues[i] for i in keep], **kwargs).mark)  # type: ignore[attr-defined]
-    return wrapper
-
-
 for _fam in FAMILIES:
     _mod = importlib.import_module(f"test_ops_{_fam}")
     for _name in dir(_mod):
         _obj = getattr(_mod, _name)
         if _name.startswith("test_") and callable(_obj) and getattr(_obj, "__module__", "") == _mod.__name__:
-            _fn = _sampled(_obj)
+            _fn = opcheck.graph_test_copy(_obj, lambda i: i % SAMPLE == 0)
             if _fn is not None:
                 globals()[f"{_name}__{_fam}"] = _fn
 

@@ -1,7 +1,7 @@
-"""Write docs/ops.md, the table of op kinds and their stable ids, from the registry.
+"""Write docs/ops.md (op kinds and their stable ids) and docs/backends.md (op x backend table) from the registry.
 
-    python tools/gen_ops_doc.py          # rewrite docs/ops.md
-    python tools/gen_ops_doc.py --check  # fail if docs/ops.md is out of date
+    python tools/gen_ops_doc.py          # rewrite both
+    python tools/gen_ops_doc.py --check  # fail if either is out of date
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from opgraph.core.registry import _REQUIRED, all_ops
+from opgraph.core.registry import _REQUIRED, all_ops, get_op
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
+BACKENDS_DOC = DOC.parent / "backends.md"
+BACKENDS_HEADER = (DOC.parent / "backends.intro.md")
 
 HEADER = """# Op kinds
 
@@ -53,16 +55,55 @@ def render() -> str:
     return HEADER + "\n".join(rows) + "\n"
 
 
+def render_backends() -> str:
+    """The op x backend table: what each backend runs natively, what it gets by lowering, what falls back."""
+    from opgraph import backends
+    from opgraph.passes.lower import LOWER
+
+    names = [n for n in backends.names() if n != "numpy"]
+    loaded = {n: backends.get(n) for n in names}
+    lowered = {get_op(k).name for k in LOWER.by_kind}
+    head = ["| id | kind | numpy | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    counts = dict.fromkeys(names, 0)
+    rows = []
+    for d in all_ops():
+        if d.id >= 40000 or d.name == "const":
+            continue
+        cells = []
+        for n in names:
+            be = loaded[n]
+            if d.name in be.rules:
+                counts[n] += 1
+                note = " (some dtypes/attrs: numpy)" if d.name in be.limits else ""
+                cells.append("yes" + note)
+            elif d.name in lowered:
+                cells.append("lowered")
+            else:
+                cells.append("numpy")
+        rows.append(f"| {d.id} | `{d.name}` | yes | " + " | ".join(cells) + " |")
+    summary = ["", "Kinds with a rule: " + ", ".join(f"{n} {counts[n]}" for n in names) +
+               f" (of {len(rows)}); dtypes each runs: " +
+               "; ".join(f"{n}: {', '.join(sorted(loaded[n].dtypes, key=_dtype_order)) or 'all'}" for n in names) + "."]
+    return BACKENDS_HEADER.read_text() + "\n".join(head + rows + summary) + "\n"
+
+
+def _dtype_order(name: str) -> int:
+    order = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+             "float64", "complex64", "complex128"]
+    return order.index(name) if name in order else len(order)
+
+
 def main() -> int:
-    text = render()
+    docs = {DOC: render(), BACKENDS_DOC: render_backends()}
     if "--check" in sys.argv:
-        if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC} is out of date: run `python tools/gen_ops_doc.py`", file=sys.stderr)
-            return 1
-        return 0
+        stale = [p for p, text in docs.items() if not p.exists() or p.read_text() != text]
+        for p in stale:
+            print(f"{p} is out of date: run `python tools/gen_ops_doc.py`", file=sys.stderr)
+        return 1 if stale else 0
     DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(text)
-    print(f"wrote {DOC} ({text.count(chr(10)) - HEADER.count(chr(10)) - 2} ops)")
+    for p, text in docs.items():
+        p.write_text(text)
+        print(f"wrote {p}")
     return 0
 
 

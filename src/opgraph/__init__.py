@@ -17,6 +17,12 @@ tracing decorator), check its types and shapes, and run it::
            [0.76159416, 0.76159416]])
 """
 
+# Some modules fill registries and hooks of the layers below them when they are imported (DESIGN.md, "Layers"):
+# opgraph.ops the op registry, opgraph.runtime.executor Graph.run, opgraph.autodiff GraphBuilder.build_grad_ops,
+# opgraph.viz Graph._repr_svg_, opgraph.numpy the Array API namespace of lazy arrays. Python runs this module
+# before any opgraph.* module, so importing them all here makes those work whatever the user imports.
+from opgraph import numpy, ops  # noqa: F401
+from opgraph._version import __version__ as __version__
 from opgraph.autodiff import grad, value_and_grad, vjp
 from opgraph.core import (
     VOID,
@@ -43,10 +49,9 @@ from opgraph.errors import (
 )
 from opgraph.frontend.trace import function, trace
 from opgraph.passes import optimize
+from opgraph.runtime import executor as _executor  # noqa: F401
 from opgraph.runtime.compiled import compile
 from opgraph.viz import draw
-
-__version__ = "0.1.0"
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FormatError", "Graph", "GraphBuilder", "GraphError", "Op",

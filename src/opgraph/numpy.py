@@ -8,9 +8,15 @@ See :mod:`opgraph.frontend.api` for the functions and
     array(12.)
 """
 
+import sys
+
+from opgraph.frontend import lazy as _lazy
 from opgraph.frontend.api import *  # noqa: F403
 from opgraph.frontend.api import __all__ as _api_all
 from opgraph.frontend.lazy import TracingError, placeholder, to_graph
 
 __array_api_version__ = "2023.12"
 __all__ = [*_api_all, "TracingError", "placeholder", "to_graph"]
+
+# LazyArray.__array_namespace__ returns this module; the frontend sits below this façade and cannot import it.
+_lazy.ARRAY_NAMESPACE.set(sys.modules[__name__])

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 
@@ -451,3 +452,6 @@ def graph_repr_svg(graph: Graph, *, max_ops: int = 300) -> str | None:
     except Exception:
         return None
 
+
+# Graph._repr_svg_ (notebook display) lives in core, which may not import this layer; it draws through this hook.
+hooks.SVG.set(graph_repr_svg)

@@ -73,10 +73,10 @@ def lazy_vjp(outputs: Sequence[Any], wrt: Sequence[Any], cotangents: Sequence[An
     >>> g.eval()
     array([ 2., 40.])
     """
-    from opgraph.autodiff.helpers import is_float, zeros_like
     from opgraph.autodiff.reverse import _seeds
     from opgraph.errors import GraphError
     from opgraph.frontend.lazy import as_lazy
+    from opgraph.ops.grad_helpers import is_float, zeros_like
 
     b = _LazyEmitter()
     outputs = [as_lazy(o) for o in outputs]

@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import is_float, unbroadcast
+from opgraph.core import hooks
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Value
 from opgraph.core.registry import CONST, OpDef, get_op
 from opgraph.errors import GraphError
+from opgraph.ops.grad_helpers import is_float, unbroadcast
 
 
 class NoGradientError(GraphError):
@@ -150,7 +151,7 @@ def _seeds(b: Any, outputs: Sequence[Any], cotangents: Sequence[Any] | None) -> 
 
 
 def _zeros_for(b: Any, w: Any) -> Any:
-    from opgraph.autodiff.helpers import zeros_like
+    from opgraph.ops.grad_helpers import zeros_like
 
     return zeros_like(b, w)
 
@@ -200,3 +201,8 @@ def build_grad_ops(b: GraphBuilder, loss: Value, wrt: Sequence[Value] | Value) -
     single = isinstance(wrt, Value)
     grads = build_vjp_ops(b, [loss], [wrt] if single else list(wrt))  # type: ignore[list-item]
     return grads[0] if single else grads
+
+
+# GraphBuilder.build_grad_ops lives in core, which may not import this layer; it reaches this function
+# through the hook instead.
+hooks.GRAD.set(build_grad_ops)

@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     >>> build_parser().parse_args(["dump", "g.json"]).command
     'dump'
     """
-    from opgraph import __version__
+    from opgraph._version import __version__
 
     parser = _Parser(prog=PROG, description="Inspect, check, convert, run and print opgraph graph files "
                                             "(.json: the JSON form; no extension or .cg: a .cg file set; "

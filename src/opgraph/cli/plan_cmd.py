@@ -1,5 +1,8 @@
 """``opgraph plan FILE``: the memory plan of a graph file and the planner statistics.
 
+``opgraph plan --backend B FILE`` shows instead where each op runs on backend B
+(after lowering and partitioning) and why.
+
 Prints our plan (arena, output and state buffers), Owl's Algorithm 1 on the
 same schedule, the lower bound (largest total of live bytes at any step) and
 the no-reuse total; ``--json`` prints the statistics as one JSON object.
@@ -27,6 +30,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from opgraph.memory import plan_memory
 
     graph = load_graph(args.file)
+    if args.backend is not None:
+        # the runtime module, not the opgraph façade: cli sits below the façade in the layers (pyproject.toml)
+        from opgraph.runtime.compiled import compile
+
+        compiled = compile(graph, backend=args.backend, device=args.device)
+        print(compiled.explain())
+        return 0
     plan = plan_memory(graph, schedule=args.schedule)
     s = plan.stats()
     if args.json:
@@ -59,4 +69,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", choices=("best", "dfs", "greedy"), default="best",
                    help="evaluation order: Owl's post-order DFS, the memory-aware greedy, or the better (default)")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.add_argument("--backend", default=None,
+                   help="instead of the memory plan, show where each op runs on this backend and why "
+                        "(jax, torch, onnxruntime, numpy)")
+    p.add_argument("--device", default=None, help="with --backend: the device (cpu, cuda)")
     p.set_defaults(func=_cmd_plan)

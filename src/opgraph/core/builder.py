@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core import hooks
 from opgraph.core.dtypes import as_dtype
 from opgraph.core.graph import Graph, Op, Symbols, Value
 from opgraph.core.registry import CONST, Attrs, OpDef, build_error, exact_key, get_op, resolve
@@ -360,9 +361,8 @@ class GraphBuilder:
         >>> b.run({x: np.array([1.0, 2.0])}, [g])[0]
         array([2., 4.])
         """
-        from opgraph.autodiff import build_grad_ops
-
-        return build_grad_ops(self, loss, list(values))
+        # Differentiating is opgraph.autodiff's job (a layer above core): it fills this hook when imported.
+        return hooks.GRAD.get()(self, loss, list(values))
 
     def output(self, *values: Value) -> None:
         """Declare outputs (``get`` gateways), in order."""

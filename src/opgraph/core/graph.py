@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core import hooks
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError, OpTypeError, VerifyError
@@ -620,9 +621,10 @@ class Graph:
         return self.dump()
 
     def _repr_svg_(self) -> str | None:
-        from opgraph.viz import graph_repr_svg
-
-        return graph_repr_svg(self)
+        # Drawing is opgraph.viz's job (a layer above core), reached through the hook it fills; without it
+        # Jupyter falls back to the text repr, as it does when Graphviz is missing.
+        render = hooks.SVG.get_or_none()
+        return None if render is None else render(self)
 
     def dump(self, limit: int | None = 2000) -> str:
         """A readable listing, one op per line in topological order (``limit`` ops at most)."""
@@ -681,9 +683,8 @@ class Graph:
         >>> b.freeze().run({"x": np.array([3.0, 4.0])})
         [array([ 9., 16.])]
         """
-        from opgraph.runtime.executor import execute
-
-        return execute(self, feeds or {}, targets, backend=backend)
+        # Running is opgraph.runtime's job (a layer above core): it fills this hook when imported.
+        return hooks.RUN.get()(self, feeds or {}, targets, backend=backend)
 
 
 _NARROW = 64

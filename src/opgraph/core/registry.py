@@ -1,7 +1,10 @@
 """The op registry: every op kind, its attributes, type rule, versions and kernels.
 
 An op kind is an :class:`OpDef`. Families under ``opgraph.ops`` define the
-built-in kinds; users register their own with :func:`register_op`::
+built-in kinds and register them when that package is imported (``import
+opgraph`` does so); this module only keeps and looks up what was registered,
+since ops sit above core in the layers. Users register their own kinds with
+:func:`register_op`::
 
     >>> import numpy as np
     >>> import opgraph
@@ -332,10 +335,10 @@ def get_op(kind: str | int | OpDef) -> OpDef:
     """
     if isinstance(kind, OpDef):
         return kind
-    _ensure_loaded()
     found = _BY_NAME.get(kind) if isinstance(kind, str) else _BY_ID.get(int(kind))
     if found is None:
-        raise KeyError(f"unknown op kind {kind!r}")
+        hint = "" if "opgraph.ops" in sys.modules else " (the built-in ops are registered by importing opgraph)"
+        raise KeyError(f"unknown op kind {kind!r}{hint}")
     return found
 
 
@@ -345,20 +348,7 @@ def all_ops() -> list[OpDef]:
     >>> any(d.name == "add" for d in all_ops())
     True
     """
-    _ensure_loaded()
     return sorted(_BY_ID.values(), key=lambda d: d.id)
-
-
-_loaded = False
-
-
-def _ensure_loaded() -> None:
-    # The op families live in opgraph.ops, which imports this module; they
-    # are loaded on first look-up so that core stays importable on its own.
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import opgraph.ops  # noqa: F401
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from opgraph import ops as _ops  # noqa: F401  (registers the built-in ops, which this module wraps at import)
 from opgraph.core.registry import all_ops
 from opgraph.frontend.lazy import LazyArray, apply, as_lazy, constant, placeholder
 

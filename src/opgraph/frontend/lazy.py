@@ -20,18 +20,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
+from opgraph.core.hooks import Hook
 from opgraph.core.registry import OpDef, Resolved, resolve, user_location
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
 
 _SEQ = itertools.count()
 _TRACING = 0  # how many traces are under way (only changes the wording of errors)
+
+ARRAY_NAMESPACE: Hook[ModuleType] = Hook("LazyArray.__array_namespace__", "opgraph.numpy")
+"""The module ``__array_namespace__`` returns: :mod:`opgraph.numpy` sets it when imported (it is the
+public façade above the frontend layer, so this module cannot import it)."""
 
 
 class TracingError(GraphError):
@@ -110,9 +116,8 @@ class LazyArray:
         return self
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
-        import opgraph.numpy
-
-        return opgraph.numpy
+        """Array API: the namespace of lazy arrays, :mod:`opgraph.numpy`."""
+        return ARRAY_NAMESPACE.get()
 
     def __repr__(self) -> str:
         return f"LazyArray({self.type})"

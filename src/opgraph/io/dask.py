@@ -41,12 +41,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from opgraph.core.builder import GraphBuilder
+from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph, Value
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
 from opgraph.io.dag import Constant, _hashable, _keep_name, to_tuple_dag
-from opgraph.runtime.executor import coerce_feed
 
 
 class Kernel:

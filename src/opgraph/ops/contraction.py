@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import rank as _rank
-from opgraph.autodiff.helpers import swap_last, unbroadcast
 from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, register_op
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
+from opgraph.ops.grad_helpers import rank as _rank
+from opgraph.ops.grad_helpers import swap_last, unbroadcast
 
 FAMILY = "contraction"
 Dim = int | None
@@ -88,7 +88,7 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) 
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # Real dtypes; batch broadcasting is undone by summing.
 def _matmul_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
     x, y = ins

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import is_float, mask, no_grad, scalar, unbroadcast
 from opgraph.core.registry import Attr, OpDef, attr_dtype, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
+from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
 FAMILY = "elementwise"
 
@@ -113,7 +113,7 @@ BINARY: list[tuple[str, int, Any, bool]] = [
 
 # ---------------------------------------------------------------- gradient rules
 # A rule is rule(b, inputs, outputs, cotangents, attrs) -> one cotangent (or None) per input;
-# see opgraph.autodiff.helpers. Conventions at non-differentiable points follow JAX:
+# see opgraph.ops.grad_helpers. Conventions at non-differentiable points follow JAX:
 # abs'(0) = 1, maximum/minimum split ties 0.5/0.5, sign/floor/ceil/trunc/round have zero gradient.
 def _unary(fn: Callable[[Any, Any, Any, Any], Any]) -> Callable[..., list[Any]]:
     def rule(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import is_float, mask, static_shape, zeros_like
 from opgraph.core.dtypes import dtype_code
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
+from opgraph.ops.grad_helpers import is_float, mask, static_shape, zeros_like
 
 FAMILY = "indexing"
 
@@ -164,7 +164,7 @@ def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: i
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # Gathers send the cotangent back with an adding scatter (repeated indices accumulate); scatters
 # gather it; integer inputs (indices, lengths) get none.
 def _g_gather_elements(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:

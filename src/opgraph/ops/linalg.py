@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import eye, rank, static_shape, swap_last, unbroadcast
 from opgraph.core.registry import Attr, InferFn, OpDef, attr_bool, attr_float, attr_str, optional, register_op
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
+from opgraph.ops.grad_helpers import eye, rank, static_shape, swap_last, unbroadcast
 
 FAMILY = "linalg"
 
@@ -139,7 +139,7 @@ def _op(name: str, id: int, infer: InferFn, kernel: Callable[..., Any], doc: str
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # Real dtypes. Rules hold where the function is differentiable: distinct eigenvalues (eigh) and
 # singular values (svd), full rank (qr needs M >= N, pinv), positive definite (cholesky).
 # Gradients of eigh/eigvalsh/cholesky are symmetrised, as for a symmetrised input (JAX).

@@ -58,7 +58,6 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from opgraph.autodiff.helpers import dilate, mask, no_grad, scalar, static_shape
 from opgraph.core.registry import (
     Attr,
     OpDef,
@@ -73,6 +72,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor, version_of_first, write_out
+from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 
 FAMILY = "nn"
 
@@ -202,7 +202,7 @@ def _relu_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # relu'(0) = 0 (JAX, PyTorch); max_pool2d splits the gradient evenly between tied maxima of a window.
 def _relu_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
     x = ins[0]
@@ -1424,6 +1424,26 @@ def _reflect(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.where(below | above, folded, v)
 
 
+def grid_sample_taps(mode: str, t: Any) -> tuple[list[int], list[Any]]:
+    """GridSample's taps along one axis: offsets from ``floor(pos)`` and their weights (``t = pos - floor(pos)``).
+
+    Pure arithmetic on ``t``, so it serves NumPy arrays and other engines' tensors alike (the torch backend
+    uses it). Cubic is Keys' kernel with a = -0.75, as ONNX's GridSample.
+
+    >>> grid_sample_taps("linear", np.array(0.25))
+    ([0, 1], [np.float64(0.75), array(0.25)])
+    """
+    if mode == "nearest":
+        return [0], [None]
+    if mode == "linear":
+        return [0, 1], [1 - t, t]
+    a = -0.75
+    d = [1 + t, t, 1 - t, 2 - t]
+    near = [((a + 2) * v - (a + 3)) * v * v + 1 for v in d[1:3]]
+    far = [((a * v - 5 * a) * v + 8 * a) * v - 4 * a for v in (d[0], d[3])]
+    return [-1, 0, 1, 2], [far[0], near[0], near[1], far[1]]
+
+
 def _grid_sample_kernel(x: np.ndarray, grid: np.ndarray, out: Any = None, *, mode: str, padding_mode: str,
                         align_corners: bool) -> np.ndarray:
     work = np.result_type(_work_dtype(x.dtype), _work_dtype(grid.dtype))
@@ -1447,16 +1467,7 @@ def _grid_sample_kernel(x: np.ndarray, grid: np.ndarray, out: Any = None, *, mod
             pos = _reflect(pos, lo, hi)
         base = np.floor(pos)
         t = pos - base
-        if mode == "nearest":
-            offsets, weights = [0], [None]
-        elif mode == "linear":
-            offsets, weights = [0, 1], [1 - t, t]
-        else:
-            a = -0.75
-            d = [1 + t, t, 1 - t, 2 - t]
-            near = [((a + 2) * v - (a + 3)) * v * v + 1 for v in d[1:3]]
-            far = [((a * v - 5 * a) * v + 8 * a) * v - 4 * a for v in (d[0], d[3])]
-            offsets, weights = [-1, 0, 1, 2], [far[0], near[0], near[1], far[1]]
+        offsets, weights = grid_sample_taps(mode, t)
         taps = []
         for off, wgt in zip(offsets, weights, strict=True):
             idx = base + off

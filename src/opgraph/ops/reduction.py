@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 from opgraph.core.registry import Attr, OpDef, attr_axes, attr_bool, attr_float, attr_int, optional, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axes, normalize_axis, tensor, write_out
+from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 
 FAMILY = "reduction"
 
@@ -140,7 +140,7 @@ MOMENTS: list[tuple[str, int, Callable[..., Any]]] = [("var", 507, np.var), ("st
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # max/min split the gradient evenly between tied maxima (JAX); prod divides by x (undefined at zeros).
 def _back(b: Any, g: Any, x: Any, attrs: dict[str, Any]) -> Any:
     return broadcast_like(b, expand_reduced(b, g, x.type, attrs["axis"], attrs["keepdims"]), x)

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import dilate, rank, static_shape, unbroadcast, zeros_like
 from opgraph.core.registry import (
     Attr,
     OpDef,
@@ -56,6 +55,7 @@ from opgraph.ops._common import (
     with_out,
     write_out,
 )
+from opgraph.ops.grad_helpers import dilate, rank, static_shape, unbroadcast, zeros_like
 
 FAMILY = "shape"
 
@@ -104,7 +104,7 @@ def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: i
 
 
 # ---------------------------------------------------------------- gradient rules
-# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.autodiff.helpers).
+# rule(b, inputs, outputs, cotangents, attrs) -> cotangents of the inputs (see opgraph.ops.grad_helpers).
 # Gradients of ops that move elements move the cotangent back; static shapes are needed where the
 # cotangent has to be padded or reshaped to the input's shape.
 def _g_reshape(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:

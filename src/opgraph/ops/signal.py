@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.helpers import is_float, rank
 from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, optional, register_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor
+from opgraph.ops.grad_helpers import is_float, rank
 
 FAMILY = "signal"
 

@@ -249,7 +249,7 @@ NONDETERMINISTIC: set[str] = set()
 
 
 def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, fold_limit: int = FOLD_LIMIT,
-            flags: Iterable[str] = (), strict: bool = False) -> PassResult:
+            flags: Iterable[str] = (), strict: bool = False, refine: bool = False) -> PassResult:
     """Apply ``rules`` (and constant folding with ``fold``) in one topological walk, then drop dead ops.
 
     Only candidate ops are visited: a vectorised prefilter finds the ops whose
@@ -258,6 +258,8 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
     when an op is rewritten its consumers become candidates too, so chains of
     rewrites complete in one walk. ``strict`` raises when a rule's
     replacement has the wrong types (for testing rules) instead of skipping it.
+    ``refine`` also accepts a replacement whose type is more precise than the
+    op's (the same dtype, a shape where the op's had unknown dimensions or rank).
     """
     by_kind = rules.by_kind if rules is not None else {}
     flags = frozenset(flags)
@@ -308,7 +310,7 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
                 if cands is None:
                     cands = cand_cache[ckey] = [r for r in rules_here
                                                 if r.flag in flags_ok and (not r.needs or r.needs <= pk)]
-                done = bool(cands) and _try_rules(e, op, ins, outs, cands, flags, counts, strict)
+                done = bool(cands) and _try_rules(e, op, ins, outs, cands, flags, counts, strict, refine)
         if done:
             # Consumers may now match: those of a kind with rules, or (folding) those fed a new constant.
             for v in outs:
@@ -374,8 +376,25 @@ def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limi
     return True
 
 
+def refines(new: Any, old: Any) -> bool:
+    """True when type ``new`` is ``old`` or a more precise form of it (same dtype; known where ``old`` was not).
+
+    >>> from opgraph.core.types import TensorType
+    >>> refines(TensorType("f8", ()), TensorType("f8", None)), refines(TensorType("f8", (2,)), TensorType("f4", (2,)))
+    (True, False)
+    """
+    if new == old:
+        return True
+    if not (isinstance(new, TensorType) and isinstance(old, TensorType)) or new.dtype != old.dtype:
+        return False
+    if old.shape is None:
+        return True
+    return new.shape is not None and len(new.shape) == len(old.shape) and all(
+        o is None or o == n for n, o in zip(new.shape, old.shape, strict=True))
+
+
 def _try_rules(e: Emitter, op: int, ins: list[int], outs: list[int], rules: list[Rule],
-               flags: frozenset[str], counts: dict[str, int], strict: bool) -> bool:
+               flags: frozenset[str], counts: dict[str, int], strict: bool, refine: bool = False) -> bool:
     kind = e.kind[op]
     root_attrs = e.attrs_of_op(op)
     vtype, types = e.vtype, e.types
@@ -406,7 +425,7 @@ def _try_rules(e: Emitter, op: int, ins: list[int], outs: list[int], rules: list
         news = result if isinstance(result, tuple) else (result,)
         if [vtype[v] for v in news] != root_tids:
             got = tuple(types[vtype[v]] for v in news)
-            if got != m.root_types:
+            if got != m.root_types and not (refine and all(map(refines, got, m.root_types))):
                 e.rollback(mark)
                 if strict:
                     raise AssertionError(f"rule {rule.name}: replacement has types {got}, the op has {m.root_types}")

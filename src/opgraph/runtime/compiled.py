@@ -1,346 +1,378 @@
-"""The compiled runtime: a planned graph as a flat program writing into one preallocated arena.
+"""``opgraph.compile``: a graph made into a callable on a backend, partitioned where it must be.
 
-:func:`compile` plans the memory of a graph (:mod:`opgraph.memory`), allocates
-the arena once (one ``np.empty`` of bytes, every planned value a typed view
-of it) and turns the schedule into a list of ``(kernel, input slots, output
-slot, attrs)``; a call only runs that list, each kernel writing into its
-planned buffer through ``out=``.
+``compile(graph)`` uses the numpy backend's arena runtime
+(:class:`~opgraph.backends.numpy.CompiledGraph`). ``compile(graph,
+backend="jax" | "torch" | "onnxruntime")`` builds a :class:`Program`:
+
+1. **lower**: ops outside the backend's capability set are rewritten into
+   ops inside it where a lowering rule knows how (:mod:`opgraph.passes.lower`:
+   fused ops into their parts, contractions into transpose + reshape +
+   matmul, ...);
+2. **partition**: what is still unsupported runs on numpy; the ops are
+   grouped into maximal regions per backend (a topological order that stays
+   on one backend as long as it can, so no region depends on itself through
+   another), and the values crossing between backends are counted;
+3. **compile**: each region becomes one callable of its backend (one
+   ``jax.jit`` function, one straight-line torch function, one ONNX Runtime
+   session, one arena program); regions with inputs of unknown shape are
+   compiled per shape signature on first use and cached.
+
+A call converts the feeds, runs the regions in order and returns NumPy
+arrays. Update-edge state stays in the backend's arrays (on its device)
+between calls. :meth:`Program.explain` says which op runs where and why.
 
     >>> import numpy as np, opgraph
-    >>> from opgraph.runtime.compiled import compile
     >>> b = opgraph.GraphBuilder()
-    >>> x = b.input(("float64", (3,)), name="x")
-    >>> b.output(b.op("exp", b.op("multiply", x, 2.0)))
-    >>> f = compile(b.freeze())
-    >>> f({"x": np.zeros(3)})
-    [array([1., 1., 1.])]
-    >>> f(x=np.ones(3))[0].round(3)
-    array([7.389, 7.389, 7.389])
-
-Outputs are written into buffers allocated fresh for each call (values that
-die before the output is computed may be packed into the same buffer), so a
-returned array never aliases the arena or an earlier result. Update edges
-(``graph.updates``) carry state between calls by swapping two state buffers,
-without copying. Calls are serialised by a lock: one compiled object may be
-shared by threads, and they take turns; use one compiled object per thread
-to run in parallel (each has its own arena).
-
-Values of dynamic shape are allocated when they are computed (the kernel runs
-without ``out=``); results that are views of planned memory are copied.
+    >>> x = b.input(("float32", (2, 2)), name="x")
+    >>> b.output(b.op("relu", b.op("matmul", x, x)))
+    >>> compile(b.freeze())(x=-np.eye(2, dtype=np.float32))[0]
+    array([[1., 0.],
+           [0., 1.]], dtype=float32)
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from opgraph import backends
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, region_graph
+from opgraph.backends.numpy import CompiledGraph, EvalContext, aligned_empty
+from opgraph.core.feeds import coerce_feed, value_id
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST, get_op
-from opgraph.errors import ExecutionError, GraphError
-from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, align, plan_memory
-from opgraph.runtime.executor import _value_id, coerce_feed
+from opgraph.core.registry import CONST
+from opgraph.core.types import TensorType
+from opgraph.errors import ExecutionError
+from opgraph.passes.dce import dce
+from opgraph.passes.lower import lower
 
-Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
-"""(kernel, input value ids, output value ids, attrs, op, mode); mode 1: one planned output,
-2: several planned outputs, 3: one planned output computed on slices of the batch,
-4: views of the first input (outputs of view ops, kept as the kernel returns them),
-0: some output not planned (the kernel allocates)."""
+__all__ = ["CompiledGraph", "EvalContext", "Program", "Region", "aligned_empty", "compile"]
 
 
-WORKSPACE_LIMIT = 4 * 2**20
-"""Bytes of kernel workspace (conv2d's im2col columns) above which a batched op runs on slices of the batch."""
-BATCH_SLICED = frozenset({"conv2d", "max_pool2d", "avg_pool2d"})
-"""Ops computed sample by sample along axis 0 of their first input (other inputs whole)."""
+@dataclass
+class Region:
+    """A maximal run of ops on one backend: its ops (in order), the values it reads and the values it gives."""
+
+    backend: str
+    ops: list[int]
+    inputs: list[int]
+    outputs: list[int]
+    consts: list[int] = field(default_factory=list)
+    static: bool = True
+    executables: dict[tuple[Any, ...], Executable] = field(default_factory=dict)
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """A ``uint8`` array of ``nbytes`` whose data starts at a multiple of 64 bytes.
+def with_outputs(graph: Graph, outputs: Sequence[int]) -> Graph:
+    """The same graph with other outputs (the ``get`` gateways); everything else shared.
 
-    >>> a = aligned_empty(100)
-    >>> a.nbytes, a.ctypes.data % 64
-    (100, 0)
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ())); y = b.op("exp", x); b.output(y)
+    >>> with_outputs(b.freeze(), [x.id]).outputs.tolist()
+    [0]
     """
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes]
+    fields = {k: getattr(graph, k) for k in ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr",
+                                             "out_ids", "value_type", "value_producer", "value_index", "types",
+                                             "attrs", "constants", "inputs", "updates", "symbols", "file_meta")}
+    return Graph(**fields, outputs=np.asarray(outputs, dtype=np.int64))
 
 
-def _view(buf: np.ndarray, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    return buf[offset:offset + nbytes].view(dtype).reshape(shape)
+def _regions(graph: Graph, place: list[str | None]) -> list[Region]:
+    """Group ops into maximal regions per backend along one topological order (Kahn's algorithm that drains
+    the ready ops of the current backend before switching), so regions never depend on each other in a cycle."""
+    import heapq
+
+    src, dst = graph.op_dependencies()
+    n = graph.num_ops
+    pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if len(src) else np.zeros((0, 2), dtype=np.int64)
+    indeg = np.bincount(pairs[:, 1], minlength=n).tolist()
+    order_idx = np.argsort(pairs[:, 0], kind="stable")
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=succ_ptr[1:])
+    succ = pairs[order_idx, 1].tolist()
+    sp = succ_ptr.tolist()
+    ready: dict[str | None, list[int]] = {}
+    for op in range(n):
+        if indeg[op] == 0:
+            heapq.heappush(ready.setdefault(place[op], []), op)
+    order: list[tuple[str | None, int]] = []
+    current: str | None = None
+    while True:
+        if not ready.get(current):
+            current = next((k for k, q in ready.items() if q), "")
+            if current == "":
+                break
+        op = heapq.heappop(ready[current])
+        order.append((current, op))
+        for s in succ[sp[op]:sp[op + 1]]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready.setdefault(place[s], []), s)
+    regions: list[Region] = []
+    for where, op in order:
+        if where is None:  # constants join the region that reads them
+            continue
+        if not regions or regions[-1].backend != where:
+            regions.append(Region(where, [], [], []))
+        regions[-1].ops.append(op)
+    producer_region = {}
+    for i, r in enumerate(regions):
+        for op in r.ops:
+            for v in graph.op_outputs(op).tolist():
+                producer_region[v] = i
+    used_outside: set[int] = set(graph.outputs.tolist()) | set(graph.updates[:, 0].tolist())
+    for i, r in enumerate(regions):
+        seen: set[int] = set()
+        consts: list[int] = []
+        for op in r.ops:
+            for v in graph.op_inputs(op).tolist():
+                p = int(graph.value_producer[v])
+                if p >= 0 and graph.op_kind[p] == CONST.id:
+                    if p not in consts:
+                        consts.append(p)
+                elif producer_region.get(v) != i and v not in seen:
+                    seen.add(v)
+                    r.inputs.append(v)
+                    if v in producer_region:
+                        used_outside.add(v)
+        r.consts = consts
+    for r in regions:
+        r.outputs = [v for op in r.ops for v in graph.op_outputs(op).tolist() if v in used_outside]
+        r.static = all(isinstance(graph.type_of(v), TensorType) and graph.type_of(v).is_static  # type: ignore[union-attr]
+                       for v in r.inputs)
+    return regions
 
 
-class CompiledGraph:
-    """A graph compiled for repeated evaluation; see the module doc.
+class _Variant:
+    """The lowered, partitioned graph for one set of targets."""
 
-    ``targets`` default to the graph's outputs (and the update sources, which
-    are always computed); a call returns the outputs in order.
-    """
-
-    def __init__(self, graph: Graph, *, backend: str = "numpy", schedule: str | np.ndarray = "best",
-                 plan: MemoryPlan | None = None) -> None:
-        if backend != "numpy":
-            raise NotImplementedError(f"the compiled runtime runs the numpy backend, not {backend!r}")
-        self.graph = graph
-        self.backend = backend
-        self.plan = plan if plan is not None else plan_memory(graph, schedule=schedule)
-        self.outputs = [int(v) for v in graph.outputs.tolist()]
-        self.updates = [(int(s), int(d)) for s, d in graph.updates.tolist()]
-        self._lock = threading.Lock()
-        self.kernel_calls = 0
-        p = self.plan
-        self._chunks: dict[int, list[slice]] = {}
-        self.program = self._build_program()
-        self.arena = aligned_empty(p.arena_bytes)
-        self._slots: list[Any] = [None] * graph.num_values
-        self._bin_values: dict[int, list[tuple[int, int, int, np.dtype, tuple[int, ...]]]] = {}
-        for v, (b, off) in p.placement.items():
-            t = graph.type_of(v)
-            entry = (v, off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
-            if b == 0:
-                self._slots[v] = _view(self.arena, *entry[1:])
-            else:
-                self._bin_values.setdefault(b, []).append(entry)
-        for op in np.flatnonzero(graph.op_kind == CONST.id).tolist():
-            self._slots[int(graph.op_outputs(op)[0])] = graph.constant_of(op)
-        self._output_bins = [b for b, bn in enumerate(p.bins) if bn.kind == "output"]
-        self._own_output = {p.bins[b].owner for b in self._output_bins}
-        self._own_output |= {v for v in self.outputs if p.kind[v] == DYNAMIC}
-        # update edges: a state bin has two buffers; the source is written into one while
-        # the destination reads the other, and the two swap after each call
-        self._state: dict[int, np.ndarray] = {}
-        self._swap: dict[int, int] = {}  # source value -> state bin
-        self._state_bufs: dict[int, list[np.ndarray]] = {}
-        self._parity = 0
-        for b, bn in enumerate(p.bins):
-            if bn.kind == "state":
-                self._state_bufs[b] = [aligned_empty(bn.size), aligned_empty(bn.size)]
-                self._swap[bn.owner] = b
-        self._state_views = {
-            par: {v: _view(bufs[par], *e[1:]) for b, bufs in self._state_bufs.items() for (v, *_r), e in
-                  ((x, x) for x in self._bin_values.get(b, []))}
-            for par in (0, 1)
-        }
-        self._needed_inputs = self._find_needed_inputs()
-        self._dynamic = [v for v, k in enumerate(p.kind) if k == DYNAMIC]
-
-    # ------------------------------------------------------------------ building
-    def _build_program(self) -> list[Step]:
-        g, p = self.graph, self.plan
-        prog: list[Step] = []
-        kernels: dict[tuple[int, int], Callable[..., Any]] = {}
-        attr_cache: dict[int, dict[str, Any]] = {}
-        for op in p.schedule.tolist():
-            kind = int(g.op_kind[op])
-            if kind == CONST.id:
+    def __init__(self, program: Program, graph: Graph) -> None:
+        be = program.backend
+        self.source = graph
+        lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
+        self.lowered = g = lowered.graph
+        self.lowered_counts = lowered.counts
+        self.place: list[str | None] = []
+        self.reasons: dict[int, str] = {}
+        for op in range(g.num_ops):
+            if g.op_kind[op] == CONST.id:
+                self.place.append(None)
                 continue
-            key = (kind, int(g.op_version[op]))
-            fn = kernels.get(key)
-            if fn is None:
-                try:
-                    fn = kernels[key] = get_op(kind).kernel_for(self.backend, key[1])
-                except (KeyError, NotImplementedError) as exc:
-                    raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
-            aid = int(g.op_attr[op])
-            attrs = attr_cache.setdefault(aid, dict(g.attrs[aid]))
-            ins = tuple(int(v) for v in g.op_inputs(op))
-            outs = tuple(int(v) for v in g.op_outputs(op))
-            planned = all(p.kind[v] == PLANNED for v in outs)
-            mode = 0 if not planned or not outs else (1 if len(outs) == 1 else 2)
-            if outs and all(p.kind[v] == ALIAS for v in outs):
-                mode = 4
-            if mode == 1:
-                chunks = self._batch_chunks(op, ins, outs[0], attrs)
-                if chunks:
-                    self._chunks[op] = chunks
-                    mode = 3
-            prog.append((fn, ins, outs, attrs, op, mode))
-        return prog
+            why = be.why_not(OpInfo.of(g, op))
+            if why is None:
+                self.place.append(be.name)
+                continue
+            if not program.partition:
+                raise BackendError(f"op {op} ({g.kind_of(op)}) cannot run on {be.name}: {why}; "
+                                   f"compile with partition=True to run it on numpy, or use backend='numpy'")
+            self.place.append("numpy")
+            self.reasons[op] = why
+        self.regions = _regions(g, self.place)
+        self.transfers = sum(1 for r in self.regions for v in r.inputs
+                             if g.value_producer[v] >= 0 or r.backend != "numpy")
+        for r in self.regions:
+            if r.static:
+                self._executable(program, r, None)
 
-    def _batch_chunks(self, op: int, ins: tuple[int, ...], out: int, attrs: dict[str, Any]) -> list[slice] | None:
-        """Batch slices for an op whose kernel's temporary scales with the batch (conv2d's im2col columns).
+    def _executable(self, program: Program, r: Region, shapes: tuple[Any, ...] | None) -> Executable:
+        exe = r.executables.get(shapes)  # type: ignore[arg-type]
+        if exe is not None:
+            return exe
+        g = self.lowered
+        types = None
+        if shapes is not None:
+            types = {v: g.type_of(v).with_shape(s) for v, s in zip(r.inputs, shapes, strict=True)}  # type: ignore[union-attr]
+        sub = region_graph(g, [*r.consts, *r.ops], r.inputs, r.outputs, types)
+        be = backends.get(r.backend)
+        donate = [i for i, v in enumerate(r.inputs) if v in program.donatable(g)] if be.name == program.backend.name \
+            else []
+        opts = program.options if be.name == program.backend.name else {}
+        dev = program.device if be.name == program.backend.name else None
+        exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts)  # type: ignore[index]
+        return exe
 
-        Run on slices of the batch, the kernel's workspace stays under :data:`WORKSPACE_LIMIT`;
-        the results are the same (each sample is computed independently).
-        """
-        g = self.graph
-        kind = g.kind_of(op)
-        if kind not in BATCH_SLICED:
-            return None
-        xt, ot = g.type_of(ins[0]), g.type_of(out)
-        if xt.shape is None or len(xt.shape) != 4 or ot.shape is None or len(ot.shape) != 4:  # type: ignore[union-attr]
-            return None
-        n = int(xt.shape[0])  # type: ignore[union-attr,index,arg-type]
-        if n < 2:
-            return None
-        if kind == "conv2d":
-            wt = g.type_of(ins[1])
-            _o, cg, kh, kw = wt.shape  # type: ignore[union-attr,misc]
-            groups = int(attrs.get("groups", 1))
-            per_sample = cg * groups * kh * kw * int(np.prod(ot.shape[2:])) * 4 + self.plan.nbytes[out] // n  # type: ignore[union-attr,index,operator]
-        else:
-            per_sample = 2 * ((self.plan.nbytes[ins[0]] or 0) + (self.plan.nbytes[out] or 0)) // n
-        pieces = min(n, -(-per_sample * n // WORKSPACE_LIMIT))
-        if pieces < 2:
-            return None
-        size = -(-n // pieces)
-        return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
-    def _find_needed_inputs(self) -> list[int]:
-        g = self.graph
-        used = {v for step in self.program for v in step[1]}
-        used |= set(self.plan.targets)
-        return [int(v) for v in g.inputs.tolist() if int(v) in used]
+class Program:
+    """A graph compiled on a backend other than numpy's arena runtime (see the module doc).
 
-    # ------------------------------------------------------------------ running
-    def __call__(self, feeds: Mapping[Any, Any] | None = None, **named: Any) -> list[np.ndarray]:
-        """Run the program on ``feeds`` (ids, names or Values to arrays; names also as keywords).
+    Called like :class:`~opgraph.backends.numpy.CompiledGraph`: feeds by id,
+    name or Value (names also as keywords), results as NumPy arrays in the
+    order of the graph's outputs (or of ``targets``).
+    """
 
-        An update destination that is not fed takes the state left by the
-        previous call (it must be fed on the first call).
-        """
+    def __init__(self, graph: Graph, backend: str | Backend, *, device: str | None = None, partition: bool = True,
+                 **options: Any) -> None:
+        self.graph = graph
+        self.backend = backend if isinstance(backend, Backend) else backends.get(backend)
+        reason = self.backend.unavailable_reason()
+        if reason:
+            raise BackendError(reason)
+        self.device = self.backend.check_device(device)
+        self.partition = partition
+        self.options = options
+        self._lock = threading.Lock()
+        self._variants: dict[tuple[int, ...], _Variant] = {}
+        self._state: dict[int, tuple[str, Any]] = {}  # update destination (input position) -> (backend, array)
+        self.outputs = graph.outputs.tolist()
+        self._input_pos = {v: i for i, v in enumerate(graph.inputs.tolist())}
+        self.kernel_calls = 0
+        self.transfers = 0
+        self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time
+
+    # ---------------------------------------------------------------- building
+    def variant(self, targets: tuple[int, ...]) -> _Variant:
+        """The compiled form for ``targets`` (built once, then cached)."""
+        v = self._variants.get(targets)
+        if v is None:
+            outs = list(targets) + [int(s) for s in self.graph.updates[:, 0].tolist()]
+            v = self._variants[targets] = _Variant(self, with_outputs(self.graph, outs))
+        return v
+
+    def donatable(self, g: Graph) -> set[int]:
+        """Inputs of ``g`` holding update-edge state (the runtime never reads them again after a call)."""
+        return {int(d) for d in g.updates[:, 1].tolist()}
+
+    # ---------------------------------------------------------------- running
+    def __call__(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
+                 **named: Any) -> list[np.ndarray]:
+        """Run on ``feeds``; ``targets`` (ids, names or Values) default to the graph's outputs."""
         with self._lock:
-            return self._run({**(feeds or {}), **named})
+            return self._run({**(feeds or {}), **named}, targets)
 
     run = __call__
 
-    def _run(self, feeds: Mapping[Any, Any]) -> list[np.ndarray]:
+    def _run(self, feeds: Mapping[Any, Any], targets: Sequence[Any] | None) -> list[np.ndarray]:
         g = self.graph
-        slots = self._slots
-        fed: set[int] = set()
+        tg = tuple(self.outputs) if targets is None else tuple(value_id(g, t) for t in targets)
+        var = self.variant(tg)
+        lg = var.lowered
+        env: dict[int, tuple[str, Any]] = {}
+        linputs = lg.inputs.tolist()
         for k, data in feeds.items():
-            v = _value_id(g, k)
+            v = value_id(g, k)
             if g.value_producer[v] != -1:
                 raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
-            slots[v] = coerce_feed(g, v, data)
-            fed.add(v)
-        for v in self._needed_inputs:
-            if v not in fed:
-                if v in self._state:
-                    slots[v] = self._state[v]
-                else:
-                    raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
-        fresh: dict[int, np.ndarray] = {}
-        for b in self._output_bins:
-            buf = fresh[b] = aligned_empty(self.plan.bins[b].size)
-            for v, off, nb, dt, shape in self._bin_values.get(b, ()):
-                slots[v] = _view(buf, off, nb, dt, shape)
-        for v, view in self._state_views[self._parity].items():
-            slots[v] = view
-        self._execute(slots)
-        self.kernel_calls += len(self.program)
+            env[linputs[self._input_pos[v]]] = ("numpy", coerce_feed(g, v, data))
+        for pos, st in self._state.items():
+            env.setdefault(linputs[pos], st)
+        be_cache: dict[str, Backend] = {}
+        for r in var.regions:
+            be = be_cache.get(r.backend) or be_cache.setdefault(r.backend, backends.get(r.backend))
+            args = []
+            for v in r.inputs:
+                got = env.get(v)
+                if got is None:
+                    raise ExecutionError(f"missing feed for input {g.value_label(g.inputs[linputs.index(v)])}: "
+                                         f"{lg.type_of(v)}")
+                where, arr = got
+                if where != r.backend:
+                    if where != "numpy":
+                        arr = be_cache.setdefault(where, backends.get(where)).to_numpy(arr)
+                    arr = be.from_numpy(np.asarray(arr), self.device if r.backend == self.backend.name else None)
+                    self.transfers += 1
+                args.append(arr)
+            shapes = None if r.static else tuple(tuple(np.shape(a)) for a in args)
+            exe = var._executable(self, r, shapes)
+            try:
+                outs = exe(args)
+            except Exception as exc:  # engines raise their own types; name the region and backend
+                if isinstance(exc, ExecutionError):
+                    raise
+                kinds = sorted({lg.kind_of(op) for op in r.ops})
+                raise ExecutionError(f"{r.backend} region of {len(r.ops)} op(s) ({', '.join(kinds[:6])}) failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            self.kernel_calls += len(r.ops)
+            for v, o in zip(r.outputs, outs, strict=True):
+                env[v] = (r.backend, o)
+        lout = lg.outputs.tolist()
+        kept = set(lout[len(tg):])
         results = []
-        for v in self.outputs:
-            arr = slots[v]
-            if v not in self._own_output:  # inputs, constants, arena or state values: a copy
-                arr = np.array(arr, copy=True)
-            results.append(arr)
-        swapped: set[int] = set()
-        for src, dst in self.updates:
-            if src in self._swap and src not in swapped:
-                self._state[dst] = slots[src]  # the buffer itself: the next call writes the other one
-                swapped.add(src)
-            else:
-                self._state[dst] = np.array(slots[src], copy=True)
-        if self._swap:
-            self._parity ^= 1
-        for b in self._output_bins:  # do not keep the caller's buffers alive
-            for v, *_rest in self._bin_values.get(b, ()):
-                slots[v] = None
-        for v in fed.union(self._needed_inputs):  # do not keep the caller's arrays alive either
-            slots[v] = None
-        for v in self._dynamic:
-            slots[v] = None
+        for v in lout[:len(tg)]:
+            got = env.get(v)
+            if got is None:
+                raise ExecutionError(f"missing feed for input {lg.value_label(v)}")
+            where, arr = got
+            a = be_cache.setdefault(where, backends.get(where)).to_numpy(arr)
+            # a result never aliases a caller's feed, a constant, or state the next call may overwrite
+            shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
+            results.append(np.array(a, copy=True) if shared else a)
+        for (_src, dst), v in zip(lg.updates.tolist(), lout[len(tg):], strict=True):
+            self._state[linputs.index(dst)] = env[v]
         return results
 
-    def _execute(self, slots: list[Any], steps: Iterable[Step] | None = None) -> int:
-        n = 0
-        for fn, ins, outs, attrs, op, mode in (self.program if steps is None else steps):
-            n += 1
-            args = [slots[i] for i in ins]
-            try:
-                if mode == 1:
-                    o = slots[outs[0]]
-                    r = fn(*args, out=o, **attrs)
-                    if r is not o:
-                        np.copyto(o, r, casting="unsafe")
-                    continue
-                if mode == 4:  # views of the input: kept as they are
-                    r = fn(*args, **attrs)
-                    if len(outs) == 1:
-                        slots[outs[0]] = r
-                    else:
-                        for v, x in zip(outs, r, strict=True):
-                            slots[v] = x
-                    continue
-                if mode == 3:
-                    o = slots[outs[0]]
-                    x, rest = args[0], args[1:]
-                    for sl in self._chunks[op]:
-                        part = o[sl]
-                        r = fn(x[sl], *rest, out=part, **attrs)
-                        if r is not part:
-                            np.copyto(part, r, casting="unsafe")
-                    continue
-                if mode == 2:
-                    os_ = tuple(slots[v] for v in outs)
-                    r = fn(*args, out=os_, **attrs)
-                    for o, x in zip(os_, r, strict=True):
-                        if x is not o:
-                            np.copyto(o, x, casting="unsafe")
-                    continue
-                r = fn(*args, **attrs)
-            except GraphError:
-                raise
-            except Exception as exc:
-                raise ExecutionError(f"op {op} ({self.graph.kind_of(op)}) failed: "
-                                     f"{type(exc).__name__}: {exc}") from exc
-            r = (r,) if len(outs) == 1 else tuple(r)
-            for v, x in zip(outs, r, strict=True):
-                x = np.asarray(x)
-                if self.plan.kind[v] == PLANNED:
-                    np.copyto(slots[v], x, casting="unsafe")
-                else:
-                    if not x.flags.owndata and _shares_planned(x, slots, ins):
-                        x = x.copy()
-                    slots[v] = x
-        return n
-
-    # ------------------------------------------------------------------ state
+    # ---------------------------------------------------------------- state and reports
     def state(self, key: Any) -> np.ndarray:
-        """A copy of the state an update destination holds for the next call.
-
-        >>> import numpy as np, opgraph
-        >>> b = opgraph.GraphBuilder()
-        >>> s = b.input(("float64", ()), name="s")
-        >>> b.update(b.add(s, 1.0), s)
-        >>> f = compile(b.freeze())
-        >>> _ = f(s=np.float64(0)); _ = f(); float(f.state("s"))
-        2.0
-        """
-        v = _value_id(self.graph, key)
-        if v not in self._state:
+        """A copy of the state an update destination holds for the next call (as NumPy)."""
+        v = value_id(self.graph, key)
+        got = self._state.get(self._input_pos.get(v, -1))
+        if got is None:
             raise KeyError(f"{self.graph.value_label(v)} holds no state (not an update destination, or no call yet)")
-        return np.array(self._state[v], copy=True)
+        where, arr = got
+        return np.array(backends.get(where).to_numpy(arr), copy=True)
 
     def context(self) -> EvalContext:
-        """A new incremental evaluation context on this compiled graph (its own arena)."""
-        return EvalContext(self)
+        """Incremental evaluation runs on the numpy backend's arena; other backends refuse it in one line."""
+        raise BackendError(f"incremental evaluation (context()) runs on the numpy backend, not {self.backend.name}: "
+                           f"use opgraph.compile(graph).context()")
+
+    def placement(self) -> list[tuple[int, str, str, str]]:
+        """``(op, kind, backend, why)`` for every op of the lowered graph (constants excluded)."""
+        var = self.variant(tuple(self.outputs))
+        g = var.lowered
+        out = []
+        for op, where in enumerate(var.place):
+            if where is None:
+                continue
+            why = var.reasons.get(op, "in its capability set")
+            out.append((op, g.kind_of(op), where, why))
+        return out
+
+    def explain(self) -> str:
+        """Which op runs where and why, the regions, the lowering applied and the transfers per call."""
+        var = self.variant(tuple(self.outputs))
+        lines = [f"backend {self.backend.name} (device {self.device}); "
+                 f"{len(var.regions)} region(s), {var.transfers} transfer(s) between backends per call"]
+        if var.lowered_counts:
+            done = ", ".join(f"{k} x{n}" for k, n in sorted(var.lowered_counts.items()))
+            lines.append(f"lowered: {done}")
+        for i, r in enumerate(var.regions):
+            kinds: dict[str, int] = {}
+            for op in r.ops:
+                k = var.lowered.kind_of(op)
+                kinds[k] = kinds.get(k, 0) + 1
+            body = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.items())
+            lines.append(f"region {i} on {r.backend}: {len(r.ops)} op(s), {len(r.inputs)} in, "
+                         f"{len(r.outputs)} out: {body}")
+        for op, kind, where, why in self.placement():
+            if where != self.backend.name:
+                lines.append(f"  op {op} ({kind}) runs on {where}: {why}")
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
-        s = self.plan.stats()
-        return (f"<CompiledGraph: {len(self.program)} kernels, arena {s['arena_bytes']:,} B, "
-                f"planned {s['planned_bytes']:,} B (Owl {s['owl_bytes']:,} B, bound {s['lower_bound_bytes']:,} B)>")
+        var = self.variant(tuple(self.outputs))
+        return (f"<Program on {self.backend.name}: {sum(len(r.ops) for r in var.regions)} ops in "
+                f"{len(var.regions)} region(s)>")
 
 
-def _shares_planned(x: np.ndarray, slots: list[Any], ins: Sequence[int]) -> bool:
-    return any(isinstance(slots[i], np.ndarray) and np.shares_memory(x, slots[i]) for i in ins)
+def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
+            schedule: str | np.ndarray = "best", example_inputs: Mapping[Any, Any] | None = None,
+            budget: float = 20.0, **options: Any) -> Any:
+    """Compile ``graph`` for repeated evaluation on ``backend`` (see the module doc).
 
-
-def compile(graph: Graph, backend: str = "numpy", *, schedule: str | np.ndarray = "best") -> CompiledGraph:
-    """Plan ``graph``'s memory and compile it into a :class:`CompiledGraph` (see the module doc).
+    * ``backend``: ``"numpy"`` (default: the arena runtime), ``"jax"``,
+      ``"torch"``, ``"onnxruntime"``, or ``"auto"``, which times the installed
+      backends on ``example_inputs`` (or on the first call's feeds) within
+      ``budget`` seconds and keeps the fastest; its ``explain()`` gives the
+      choice and the timings (:mod:`opgraph.runtime.auto`).
+    * ``device``: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``) where the backend has it.
+    * ``partition``: run what the backend lacks on numpy (default); with
+      False a missing op is an error naming it.
+    * ``options`` go to the backend's compiler (``mode=`` for torch.compile's
+      mode, ``compile=True`` for torch.compile, ``threads=`` for onnxruntime).
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -352,136 +384,45 @@ def compile(graph: Graph, backend: str = "numpy", *, schedule: str | np.ndarray 
     """
     if hasattr(graph, "freeze"):
         graph = graph.freeze()
-    return CompiledGraph(graph, backend=backend, schedule=schedule)
+    if backend == "auto":
+        from opgraph.runtime.auto import AutoCompiled, choose
+
+        auto = AutoCompiled(graph, budget=budget, device=device, **options)
+        if example_inputs is not None:
+            auto.choice = choose(graph, example_inputs, budget=budget, device=device, **options)
+        return auto  # type: ignore[return-value]
+    if backend == "numpy" and not options and device in (None, "cpu"):
+        backends.get("numpy")
+        return CompiledGraph(graph, schedule=schedule)
+    return Program(graph, backend, device=device, partition=partition, **options)
 
 
-class EvalContext:
-    """Incremental evaluation (Owl, seed 003): values persist between requests.
-
-    :meth:`set` invalidates only the descendants of the input set; :meth:`get`
-    recomputes only the invalid values its target needs. Values that share
-    bytes in the plan invalidate each other: computing a value marks every
-    value overlapping its bytes invalid (Owl tracks the node active in each
-    block). ``kernel_calls`` counts the kernels run.
+def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None, backend: str) -> list[np.ndarray]:
+    """``graph.run(feeds, targets, backend=...)`` on a backend other than numpy: the compiled :class:`Program` is
+    cached on the (immutable) graph, one per backend, and compiles one variant per target set.
 
     >>> import numpy as np, opgraph
-    >>> b = opgraph.GraphBuilder()
-    >>> x = b.input(("float64", (2,)), name="x")
-    >>> y = b.input(("float64", (2,)), name="y")
-    >>> ex = b.op("exp", x)
-    >>> b.output(b.op("add", ex, b.op("sin", y)), ex)   # ex is an output: add cannot overwrite it
-    >>> ctx = compile(b.freeze()).context()
-    >>> ctx.set("x", np.zeros(2)); ctx.set("y", np.zeros(2))
-    >>> ctx.get(b.freeze().outputs[0]), ctx.kernel_calls
-    (array([1., 1.]), 3)
-    >>> ctx.set("y", np.ones(2)); _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # sin, add
-    5
-    >>> _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # still valid: free
-    5
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); y = b.op("exp", x); b.output(y)
+    >>> run_on(b.freeze(), {"x": np.zeros(2)}, None, "numpy")
+    [array([1., 1.])]
     """
+    key = ("program", backend)
+    prog = graph._cache.get(key)
+    if prog is None:
+        prog = graph._cache[key] = Program(graph, backend)
+    return prog(feeds, targets=targets)  # type: ignore[no-any-return]
 
-    def __init__(self, compiled: CompiledGraph) -> None:
-        self.compiled = compiled
-        g, p = compiled.graph, compiled.plan
-        self.graph = g
-        self._lock = threading.RLock()
-        self.kernel_calls = 0
-        self.slots: list[Any] = [None] * g.num_values
-        self.valid = [False] * g.num_values
-        self._bufs = [aligned_empty(b.size) for b in p.bins]
-        for v, (b, off) in p.placement.items():
-            t = g.type_of(v)
-            self.slots[v] = _view(self._bufs[b], off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
-        for op in np.flatnonzero(g.op_kind == CONST.id).tolist():
-            v = int(g.op_outputs(op)[0])
-            self.slots[v] = g.constant_of(op)
-            self.valid[v] = True
-        self._step_of_value: dict[int, int] = {}
-        for i, step in enumerate(compiled.program):
-            for v in step[2]:
-                self._step_of_value[v] = i
-        self._clobbers = self._overlaps()
 
-    def _overlaps(self) -> dict[int, list[int]]:
-        """For each planned value, the values (views included) whose bytes overlap its own."""
-        p = self.compiled.plan
-        root = p.extra.get("alias_root", {})
-        items = [(b, off, off + align(p.nbytes[v] or 0), v) for v, (b, off) in p.placement.items()]
-        for y, r in root.items():
-            if r in p.placement:
-                b, off = p.placement[r]
-                items.append((b, off, off + align(p.nbytes[r] or 0), y))
-        items.sort()
-        out: dict[int, list[int]] = {v: [] for *_x, v in items}
-        for i, (b, _o, oe, v) in enumerate(items):
-            for b2, o2, _oe2, v2 in items[i + 1:]:
-                if b2 != b or o2 >= oe:
-                    break
-                if root.get(v, v) != root.get(v2, v2):  # a value and its views do not clobber each other
-                    out[v].append(v2)
-                    out[v2].append(v)
-        return out
+def timed_call(fn: Any, feeds: Mapping[Any, Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``fn(feeds)`` after one warm-up call.
 
-    def set(self, key: Any, data: Any) -> None:
-        """Give an input a new value; only its descendants become invalid (no copy is made)."""
-        with self._lock:
-            g = self.graph
-            v = _value_id(g, key)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
-            self.slots[v] = coerce_feed(g, v, data)
-            desc = np.flatnonzero(g.descendants([v])).tolist()
-            for d in desc:
-                self.valid[d] = False
-            self.valid[v] = True
-
-    def get(self, key: Any) -> np.ndarray:
-        """The value of ``key`` (a copy), recomputing only what is invalid; free if still valid."""
-        with self._lock:
-            g = self.graph
-            t = _value_id(g, key)
-            if not self.valid[t]:
-                if g.value_producer[t] == -1:
-                    raise ExecutionError(f"input {g.value_label(t)} was not set")
-                if t not in self._step_of_value:
-                    raise ExecutionError(f"{g.value_label(t)} is not computed by this compiled graph")
-                self._refresh(t)
-            return np.array(self.slots[t], copy=True)
-
-    def _refresh(self, target: int) -> None:
-        prog = self.compiled.program
-        chosen = {self._step_of_value[target]}
-        while True:  # grow the set of steps until every input is valid when its consumer runs
-            valid = list(self.valid)
-            missing: set[int] = set()
-            for i in sorted(chosen):
-                _fn, ins, outs, *_ = prog[i]
-                for v in ins:
-                    if not valid[v]:
-                        s = self._step_of_value.get(v)
-                        if s is None:
-                            raise ExecutionError(f"input {self.graph.value_label(v)} was not set")
-                        missing.add(s)
-                self._mark(valid, outs)
-            if not missing:
-                break
-            chosen |= missing
-        steps = [prog[i] for i in sorted(chosen)]
-        for step in steps:
-            self.compiled._execute(self.slots, [step])
-            self.kernel_calls += 1
-            self._mark(self.valid, step[2])
-
-    def _mark(self, valid: list[bool], outs: tuple[int, ...]) -> None:
-        for o in outs:
-            for c in self._clobbers.get(o, ()):
-                valid[c] = False
-        for o in outs:
-            valid[o] = True
-
-    def update(self) -> None:
-        """Apply the update edges: each destination input takes its source's current value."""
-        with self._lock:
-            news = [(dst, self.get(src)) for src, dst in self.compiled.updates]
-            for dst, arr in news:
-                self.set(dst, arr)
+    >>> timed_call(lambda f: None, {}, 3) >= 0
+    True
+    """
+    fn(feeds)
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn(feeds)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))

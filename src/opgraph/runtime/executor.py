@@ -21,32 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.graph import Graph, Value
+from opgraph.core import hooks
+from opgraph.core.feeds import coerce_feed, value_id
+from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
-
-
-def _value_id(graph: Graph, key: Any) -> int:
-    if isinstance(key, Value):
-        return key.id
-    if isinstance(key, str):
-        return graph.find_value(key)
-    return int(key)
-
-
-def coerce_feed(graph: Graph, v: int, data: Any) -> np.ndarray:
-    """Check a fed array against input ``v``'s type; cast only where NumPy would do so safely."""
-    t = graph.type_of(v)
-    assert isinstance(t, TensorType)
-    arr = np.asarray(data)
-    if arr.dtype != t.dtype:
-        if isinstance(data, np.ndarray) and not np.can_cast(arr.dtype, t.dtype, "same_kind"):
-            raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got an array of dtype {arr.dtype}")
-        arr = arr.astype(t.dtype)
-    if not t.accepts(arr):
-        raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got shape {arr.shape}")
-    return arr
 
 
 def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None = None,
@@ -59,15 +39,19 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
     against the op's declared type, so a wrong kernel cannot pass silently.
     ``on_kernel(op)`` is called before each kernel call (used to count them).
     """
+    if backend != "numpy":
+        from opgraph.runtime.compiled import run_on
+
+        return run_on(graph, feeds, targets, backend)
     if targets is None:
         targets = list(graph.outputs)
-    target_ids = [_value_id(graph, t) for t in targets]
+    target_ids = [value_id(graph, t) for t in targets]
     for t in target_ids:
         if not 0 <= t < graph.num_values:
             raise ExecutionError(f"target value {t} does not exist")
     env: dict[int, Any] = {}
     for k, data in feeds.items():
-        v = _value_id(graph, k)
+        v = value_id(graph, k)
         if graph.value_producer[v] != -1:
             raise ExecutionError(f"{graph.value_label(v)} is computed by the graph and cannot be fed")
         env[v] = coerce_feed(graph, v, data)
@@ -139,3 +123,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
             if refs[v] == 0 and v not in pinned:
                 env.pop(v, None)
     return [env[t] for t in target_ids]
+
+
+# Graph.run lives in core, which may not import this layer; it runs graphs through this hook instead.
+hooks.RUN.set(execute)

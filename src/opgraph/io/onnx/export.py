@@ -123,6 +123,13 @@ for _kind, _op in {
     RULES[_kind] = _simple(_op)
 
 
+@exports("floor", "ceil", "round")
+def _rounding(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    op_type = {"floor": "Floor", "ceil": "Ceil", "round": "Round"}[ex.current_kind]
+    # integers and bools are already whole (ONNX's rounding ops take floats only)
+    return [ex.one(op_type if it[0].dtype.kind == "f" else "Identity", ins[0])]
+
+
 def _scalar(ex: Exporter, value: float, t: TensorType) -> str:
     return ex.const(np.asarray(value, dtype=t.dtype))
 
@@ -160,6 +167,8 @@ def _erfc(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Nam
 
 @exports("trunc")
 def _trunc(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if it[0].dtype.kind != "f":
+        return [ex.one("Identity", ins[0])]
     return [ex.one("Mul", ex.one("Sign", ins[0]), ex.one("Floor", ex.one("Abs", ins[0])))]
 
 
@@ -233,17 +242,33 @@ def _flat_axis(ex: Exporter, x: str, axis: Any) -> tuple[str, int]:
     return x, int(np.atleast_1d(axis)[0])
 
 
+def _nan_wins(ex: Exporter, x: str, t: TensorType, y: str, reduce: Callable[[str], str]) -> str:
+    """``y``, a max or min of ``x``, made NaN wherever ``reduce`` (the same reduction) sees a NaN of ``x``.
+
+    opgraph's max and min reductions and max pools propagate NaN (as NumPy's do); ONNX Runtime's skip it.
+    """
+    if t.dtype.kind != "f":
+        return y
+    saw_nan = reduce(ex.one("Cast", ex.one("IsNaN", x), to=_elem(t.dtype)))
+    return ex.one("Where", ex.one("Greater", saw_nan, _scalar(ex, 0, t)), _scalar(ex, np.nan, t), y)
+
+
 def _reduce(op_type: str) -> Rule:
     def rule(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
         axes = _axes(attrs, len(it[0].shape or ()))
         keep = int(attrs.get("keepdims", False))
         x = ins[0]
-        if op_type in ("ReduceMax", "ReduceMin") and it[0].dtype == np.bool_:
-            y = ex.one(op_type, ex.one("Cast", x, to=TensorProto.INT32), ex.ints(axes), keepdims=keep)
-            return [ex.one("Cast", y, to=TensorProto.BOOL)]
         if not axes:
             return [ex.one("Identity", x)]
-        return [ex.one(op_type, x, ex.ints(axes), keepdims=keep)]
+        if op_type in ("ReduceMax", "ReduceMin") and it[0].dtype == np.bool_:
+            y = ex.one(op_type, ex.one("Cast", x, to=TensorProto.INT32), ex.ints(axes), keepdims=keep)
+            if op_type == "ReduceMax":  # over no elements ReduceMax gives INT32_MIN: "> 0" keeps any() False
+                return [ex.one("Greater", y, ex.const(np.int32(0)))]
+            return [ex.one("Cast", y, to=TensorProto.BOOL)]
+        y = ex.one(op_type, x, ex.ints(axes), keepdims=keep)
+        if op_type in ("ReduceMax", "ReduceMin"):
+            y = _nan_wins(ex, x, it[0], y, lambda m: ex.one("ReduceMax", m, ex.ints(axes), keepdims=keep))
+        return [y]
     return rule
 
 
@@ -257,9 +282,11 @@ def _var(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Name
     shape = it[0].shape or ()
     axes = _axes(attrs, len(shape))
     n = int(np.prod([shape[a] for a in axes])) if axes else 1
-    mean = ex.one("ReduceMean", ins[0], ex.ints(axes), keepdims=1)
+    noop = None if axes else 1  # axis=(): no axes reduced (ONNX's empty axes would reduce them all)
+    mean = ex.one("ReduceMean", ins[0], ex.ints(axes), keepdims=1, noop_with_empty_axes=noop)
     dev = ex.one("Sub", ins[0], mean)
-    ss = ex.one("ReduceSum", ex.one("Mul", dev, dev), ex.ints(axes), keepdims=int(attrs.get("keepdims", False)))
+    ss = ex.one("ReduceSum", ex.one("Mul", dev, dev), ex.ints(axes), keepdims=int(attrs.get("keepdims", False)),
+                noop_with_empty_axes=noop)
     var = ex.one("Div", ss, _scalar(ex, max(n - float(attrs.get("correction", 0.0)), 0.0), ot[0]))
     return [ex.one("Sqrt", var) if ex.current_kind == "std" else var]
 
@@ -269,10 +296,14 @@ def _argmax(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
     op_type = "ArgMax" if ex.current_kind == "argmax" else "ArgMin"
     keep = int(attrs.get("keepdims", False))
     x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))
-    if attrs.get("axis") is None:
-        y = ex.one(op_type, x, axis=0, keepdims=0)
-        return [ex.one("Reshape", y, ex.ints([1] * len(it[0].shape or ()))) if keep else y]
-    return [ex.one(op_type, x, axis=axis, keepdims=keep)]
+    flat = attrs.get("axis") is None
+    k = 0 if flat else keep
+    y = ex.one(op_type, x, axis=axis, keepdims=k)
+    if it[0].dtype.kind == "f":  # opgraph's (NumPy's) argmax and argmin find the first NaN; ONNX Runtime's skip NaN
+        nan = ex.one("Cast", ex.one("IsNaN", x), to=TensorProto.INT32)
+        saw_nan = ex.one("Greater", ex.one("ReduceMax", nan, ex.ints([axis]), keepdims=k), ex.const(np.int32(0)))
+        y = ex.one("Where", saw_nan, ex.one("ArgMax", nan, axis=axis, keepdims=k), y)
+    return [ex.one("Reshape", y, ex.ints([1] * len(it[0].shape or ()))) if flat and keep else y]
 
 
 @exports("cumsum")
@@ -289,7 +320,8 @@ def _einsum(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
 
 @exports("outer")
 def _outer(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("Einsum", *ins, equation="i,j->ij")]
+    flat = [x if len(t.shape or ()) == 1 else ex.one("Reshape", x, ex.ints([-1])) for x, t in zip(ins, it, strict=True)]
+    return [ex.one("Einsum", *flat, equation="i,j->ij")]
 
 
 @exports("tensordot")
@@ -298,6 +330,7 @@ def _tensordot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -
     axes = attrs["axes"]
     if isinstance(axes, int):
         axes = (tuple(range(ra - axes, ra)), tuple(range(axes)))
+    axes = tuple(tuple(int(a) for a in np.atleast_1d(side)) for side in axes)  # (1, 0) pairs axis 1 with axis 0
     letters = iter("abcdefghijklmnopqrstuvwxyz")
     sa = [next(letters) for _ in range(ra)]
     sb = [next(letters) for _ in range(rb)]
@@ -310,12 +343,16 @@ def _tensordot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -
 
 @exports("reshape", "expand_dims", "squeeze")
 def _reshape(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("Reshape", ins[0], ex.ints(ot[0].shape))]
+    return [ex.one("Reshape", ins[0], ex.ints(ot[0].shape), allowzero=1)]
 
 
 @exports("permute_dims")
 def _transpose(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("Transpose", ins[0], perm=list(attrs["axes"]))]
+    r = len(it[0].shape or ())
+    axes = attrs.get("axes")
+    if r == 0:
+        return [ex.one("Identity", ins[0])]
+    return [ex.one("Transpose", ins[0], perm=list(range(r))[::-1] if axes is None else [int(a) % r for a in axes])]
 
 
 @exports("moveaxis")
@@ -383,13 +420,18 @@ def _getitem(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> 
     x = ins[0]
     if axes:
         x = ex.one("Slice", x, ex.ints(starts), ex.ints(ends), ex.ints(axes), ex.ints(steps))
-    return [ex.one("Reshape", x, ex.ints(ot[0].shape))]
+    return [ex.one("Reshape", x, ex.ints(ot[0].shape), allowzero=1)]
 
 
 @exports("take")
 def _take(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))
-    return [ex.one("Gather", x, ins[1], axis=axis)]
+    return [ex.one("Gather", x, _index(ex, ins[1], it[1]), axis=axis)]
+
+
+def _index(ex: Exporter, x: str, t: TensorType, ok: tuple[str, ...] = ("int32", "int64")) -> str:
+    """Index tensor ``x`` cast to int64 unless its dtype is one ONNX takes (``ok``)."""
+    return x if t.dtype.name in ok else ex.one("Cast", x, to=TensorProto.INT64)
 
 
 @exports("flip")
@@ -397,6 +439,8 @@ def _flip(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Nam
     r = len(it[0].shape or ())
     axes = list(range(r)) if attrs.get("axis") is None else [int(a) % r for a in attrs["axis"]]
     n = len(axes)
+    if not n:
+        return [ex.one("Identity", ins[0])]
     return [ex.one("Slice", ins[0], ex.ints([-1] * n), ex.ints([-(2 ** 62)] * n), ex.ints(axes), ex.ints([-1] * n))]
 
 
@@ -472,6 +516,11 @@ def _conv2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
                    pads=[top, left, bottom, right], group=int(attrs["groups"]))]
 
 
+def _max_pool(ex: Exporter, x: str, t: TensorType, **attrs: Any) -> str:
+    """MaxPool propagating NaN (see _nan_wins)."""
+    return _nan_wins(ex, x, t, ex.one("MaxPool", x, **attrs), lambda m: ex.one("MaxPool", m, **attrs))
+
+
 @exports("max_pool2d", "avg_pool2d")
 def _pool2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     from opgraph.ops.nn import pad4
@@ -479,10 +528,10 @@ def _pool2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
     top, bottom, left, right = pad4(attrs["padding"])
     kernel = list(attrs["kernel_size"])
     is_max = ex.current_kind == "max_pool2d"
-    extra = {} if is_max else {"count_include_pad": int(attrs["count_include_pad"])}
-    op_type = "MaxPool" if is_max else "AveragePool"
-    return [ex.one(op_type, ins[0], kernel_shape=kernel, strides=list(attrs["stride"] or kernel),
-                   pads=[top, left, bottom, right], **extra)]
+    spatial = {"kernel_shape": kernel, "strides": list(attrs["stride"] or kernel), "pads": [top, left, bottom, right]}
+    if is_max:
+        return [_max_pool(ex, ins[0], it[0], **spatial)]
+    return [ex.one("AveragePool", ins[0], count_include_pad=int(attrs["count_include_pad"]), **spatial)]
 
 
 @exports("max_pool", "avg_pool", "lp_pool")
@@ -496,7 +545,9 @@ def _pool(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Nam
         if float(attrs["p"]) != int(attrs["p"]):
             raise OnnxExportError(f"ONNX LpPool takes an integer p, not {attrs['p']}")
         extra["p"] = int(attrs["p"])
-    op_type = {"max_pool": "MaxPool", "avg_pool": "AveragePool", "lp_pool": "LpPool"}[kind]
+    if kind == "max_pool":
+        return [_max_pool(ex, ins[0], it[0], **extra)]
+    op_type = {"avg_pool": "AveragePool", "lp_pool": "LpPool"}[kind]
     return [ex.one(op_type, ins[0], **extra)]
 
 
@@ -513,6 +564,7 @@ def _fmod(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Nam
 
 @exports("gather_elements", "scatter_elements")
 def _elements(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    ins = [ins[0], _index(ex, ins[1], it[1]), *ins[2:]]
     if ex.current_kind == "gather_elements":
         return [ex.one("GatherElements", *ins, axis=int(attrs["axis"]))]
     return [ex.one("ScatterElements", *ins, axis=int(attrs["axis"]), reduction=attrs["reduction"])]
@@ -529,7 +581,7 @@ def _nd(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names
 @exports("topk")
 def _topk(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     return ex.node("TopK", [ins[0], ex.ints([attrs["k"]])], n_out=2, axis=int(attrs["axis"]),
-                   largest=int(attrs["largest"]), sorted=int(attrs["sorted"]))
+                   largest=int(attrs["largest"]), sorted=1)
 
 
 @exports("trilu")
@@ -539,7 +591,46 @@ def _trilu(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Na
 
 @exports("one_hot")
 def _one_hot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("OneHot", ins[0], ex.const(np.int64(attrs["depth"])), ins[1], axis=int(attrs["axis"]))]
+    idx = _index(ex, ins[0], it[0], ("int64",))
+    return [ex.one("OneHot", idx, ex.const(np.int64(attrs["depth"])), ins[1], axis=int(attrs["axis"]))]
+
+
+#: kinds whose every input is computed in the result's dtype: NumPy promotes mixed operands (int8 + float32,
+#: int32 inputs of exp), while an ONNX op takes one type, so mixed inputs are cast first
+PROMOTE_TO_RESULT = frozenset({
+    "negative", "abs", "sign", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sigmoid", "erf", "erfc",
+    "bitwise_invert", "positive", "copy", "relu", "square", "expm1", "log1p", "log2", "log10", "exp2",
+    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide", "remainder", "fmod",
+    "hypot", "logaddexp", "bitwise_and", "bitwise_or", "bitwise_xor", "clip", "fma",
+    "sum", "prod", "mean", "logsumexp", "var", "std", "cumsum", "softmax", "log_softmax",
+    "matmul", "einsum", "outer", "tensordot", "concat", "stack", "conv", "conv2d", "conv_transpose", "det",
+})
+#: kinds computing on truth values (NumPy's logical ops and any/all take any dtype: nonzero is true)
+TRUTH_VALUED = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "any", "all"})
+#: comparisons: operands compared in their common dtype
+COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+
+
+def _operands(ex: Exporter, kind: str, ins: Names, it: Types, ot: Types) -> tuple[Names, Types]:
+    """The inputs of an op cast to the dtype(s) its ONNX nodes compute in (see PROMOTE_TO_RESULT)."""
+    if kind in TRUTH_VALUED:
+        want = [np.dtype(np.bool_)] * len(it)
+    elif kind in COMPARISONS:
+        want = [np.result_type(*(t.dtype for t in it))] * len(it)
+    elif kind == "where":
+        want = [np.dtype(np.bool_), ot[0].dtype, ot[0].dtype]
+    elif kind in PROMOTE_TO_RESULT and ot[0].dtype != np.bool_:
+        want = [ot[0].dtype] * len(it)
+    else:
+        return ins, it
+    names, types = [], []
+    for x, t, w in zip(ins, it, want, strict=True):
+        if t.dtype != w:
+            x, t = ex.one("Cast", x, to=_elem(w)), TensorType(w, t.shape)
+        names.append(x)
+        types.append(t)
+    return names, types
 
 
 def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.ModelProto:
@@ -585,9 +676,10 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.
             raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation")
         ins = graph.op_inputs(op).tolist()
         ex.current_kind = kind
+        out_types = [graph.type_of(v) for v in outs]
+        in_names, in_types = _operands(ex, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins], out_types)
         try:
-            produced = rule(ex, [names[v] for v in ins], graph.attrs_of(op),
-                            [graph.type_of(v) for v in ins], [graph.type_of(v) for v in outs])
+            produced = rule(ex, in_names, graph.attrs_of(op), in_types, out_types)
         except OnnxExportError as exc:
             raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
         for v, n in zip(outs, produced, strict=True):

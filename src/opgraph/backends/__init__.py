@@ -1,0 +1,87 @@
+"""The engines graphs run on: numpy (default), jax, torch, onnxruntime.
+
+Each backend is one module of this package holding a :class:`Backend`
+(capability set, rule table, compiler; see :mod:`opgraph.backends.base`).
+Modules are imported on first use, so ``import opgraph`` imports none of the
+optional engines.
+
+    >>> from opgraph import backends
+    >>> backends.names()
+    ('numpy', 'jax', 'torch', 'onnxruntime')
+    >>> backends.get("numpy").supports("matmul")
+    True
+    >>> backends.get("tensorflow")
+    Traceback (most recent call last):
+    ...
+    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, auto
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, unsupported_ops
+
+_MODULES = {
+    "numpy": "opgraph.backends.numpy",
+    "jax": "opgraph.backends.jax",
+    "torch": "opgraph.backends.torch",
+    "onnxruntime": "opgraph.backends.onnxruntime",
+}
+_PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime"}
+_LOADED: dict[str, Backend] = {}
+
+__all__ = ["Backend", "BackendError", "Executable", "OpInfo", "available", "get", "names", "register",
+           "unsupported_ops"]
+
+
+def names() -> tuple[str, ...]:
+    """Every known backend name, installed or not (``"auto"`` is a choice of :func:`opgraph.compile`, not one)."""
+    return tuple(_MODULES)
+
+
+def register(backend: Backend, module: str | None = None) -> Backend:
+    """Add a backend (a user's own, or replace a built-in) under ``backend.name``.
+
+    >>> from opgraph.backends.base import Backend
+    >>> register(Backend("doc_echo")).name in names()
+    True
+    >>> _ = _MODULES.pop("doc_echo"), _LOADED.pop("doc_echo")
+    """
+    _MODULES[backend.name] = module or type(backend).__module__
+    _LOADED[backend.name] = backend
+    return backend
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``; raises :class:`BackendError` (one line) if unknown or not installed.
+
+    >>> get("numpy").name
+    'numpy'
+    """
+    found = _LOADED.get(name)
+    if found is not None:
+        return found
+    if name not in _MODULES:
+        raise BackendError(f"unknown backend {name!r}; known: {', '.join(_MODULES)}, auto")
+    pkg = _PACKAGES.get(name, "")
+    if pkg and importlib.util.find_spec(pkg) is None:
+        raise BackendError(f"backend {name!r} needs {pkg}, which is not installed: pip install \"opgraph[{name}]\"")
+    module = importlib.import_module(_MODULES[name])
+    _LOADED[name] = module.BACKEND
+    return module.BACKEND
+
+
+def available() -> tuple[str, ...]:
+    """The backends whose engine is installed here.
+
+    >>> "numpy" in available()
+    True
+    """
+    out = []
+    for n in _MODULES:
+        pkg = _PACKAGES.get(n, "")
+        if n in _LOADED or not pkg or importlib.util.find_spec(pkg) is not None:
+            out.append(n)
+    return tuple(out)

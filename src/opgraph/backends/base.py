@@ -1,0 +1,294 @@
+"""What every backend is: a capability set, a rule table, and a compiler from a graph to one callable.
+
+A backend (ONNX Runtime's execution providers and PyTensor's linkers are the
+models) declares
+
+* its **capability set**: the op kinds it has a rule for, the dtypes it
+  runs, and per-kind limits (:meth:`Backend.why_not` says why an op is not
+  supported, :meth:`Backend.supports` asks yes or no);
+* its **rule table**: op kind -> a *rule factory* called once per op at
+  compile time with the op's static facts (:class:`OpInfo`) and returning the
+  callable that computes the op on the backend's arrays; adding an op to a
+  backend is one entry;
+* its **compiler** (:meth:`Backend.compile_graph`): a whole graph whose
+  every op it supports -> an :class:`Executable` taking the graph's inputs in
+  order and returning its outputs in order, as the backend's own arrays.
+
+The JAX and PyTorch backends share :func:`straight_line`: the graph becomes
+the source of one Python function of rule calls (as torch.fx's code
+generation does), which ``jax.jit`` or ``torch.compile`` then compile whole.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.backends.base import OpInfo, straight_line
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x")
+    >>> b.output(b.op("exp", b.op("multiply", x, 2.0)))
+    >>> fn, consts, src = straight_line(b.freeze(), lambda op: getattr(np, op.kind))
+    >>> print(src)
+    def program(c, a0):
+        v2 = f1(a0, c[0])
+        v3 = f2(v2)
+        return (v3,)
+    >>> fn(consts, np.zeros(2))
+    (array([1., 1.]),)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.builder import GraphBuilder
+from opgraph.core.graph import Graph
+from opgraph.core.opinfo import OpInfo
+from opgraph.core.registry import CONST
+from opgraph.core.types import TensorType, ValueType
+from opgraph.errors import GraphError
+
+RuleFactory = Callable[["OpInfo"], Callable[..., Any]]
+"""op facts -> the callable computing that op on the backend's arrays."""
+Limit = Callable[["OpInfo"], "str | None"]
+"""op facts -> why the backend cannot run this op (None: it can)."""
+
+
+class BackendError(GraphError):
+    """A backend cannot be used: unknown, not installed, or missing an op with partitioning off."""
+
+
+class Executable:
+    """A graph compiled by one backend: ``exe(args) -> outputs``, both in the backend's arrays.
+
+    ``args`` follow ``graph.inputs`` and the results ``graph.outputs``.
+    """
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+@dataclass
+class Backend:
+    """One engine opgraph can run graphs on (see the module doc).
+
+    ``dtypes`` are the dtype names it runs (every input and output of a
+    claimed op must have one); ``limits`` narrow a kind further.
+    ``module`` is the Python package it needs and ``extra`` the pip extra
+    that installs it.
+    """
+
+    name: str
+    rules: dict[str, RuleFactory] = field(default_factory=dict)
+    dtypes: frozenset[str] = frozenset()
+    limits: dict[str, Limit] = field(default_factory=dict)
+    module: str = ""
+    extra: str = ""
+    devices: tuple[str, ...] = ("cpu",)
+    doc: str = ""
+
+    # ---------------------------------------------------------------- capability
+    def kinds(self) -> frozenset[str]:
+        """The op kinds this backend has a rule for.
+
+        >>> "add" in get_numpy().kinds()
+        True
+        """
+        return frozenset(self.rules)
+
+    def why_not(self, info: OpInfo) -> str | None:
+        """Why this backend cannot run the op described by ``info`` (None when it can).
+
+        >>> from opgraph.core.types import TensorType
+        >>> get_numpy().why_not(OpInfo("add", {}, (TensorType("f8", ()),) * 2, (TensorType("f8", ()),)))
+        """
+        if info.kind not in self.rules:
+            return f"{self.name} has no rule for {info.kind!r}"
+        for t in (*info.in_types, *info.out_types):
+            if not isinstance(t, TensorType):
+                return f"{self.name} runs tensors only, not {t}"
+            if self.dtypes and t.dtype.name not in self.dtypes:
+                return f"{self.name} does not run {t.dtype.name}"
+        limit = self.limits.get(info.kind)
+        return limit(info) if limit is not None else None
+
+    def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
+                 attrs: Mapping[str, Any] | None = None) -> bool:
+        """True when this backend runs ``kind``; with types (and attrs), for those types.
+
+        Without types only the rule table is asked.
+
+        >>> get_numpy().supports("matmul"), get_numpy().supports("no_such_kind")
+        (True, False)
+        """
+        if in_types is None:
+            return kind in self.rules
+        its = tuple(TensorType(*t) if isinstance(t, tuple) else t for t in in_types)
+        ots = tuple(TensorType(*t) if isinstance(t, tuple) else t for t in (out_types or its[:1]))
+        return self.why_not(OpInfo(kind, dict(attrs or {}), its, ots)) is None
+
+    # ---------------------------------------------------------------- availability
+    def available(self) -> bool:
+        """True when the package this backend needs can be imported."""
+        return self.unavailable_reason() is None
+
+    def unavailable_reason(self) -> str | None:
+        """Why the backend cannot be used here (None when it can)."""
+        if not self.module:
+            return None
+        import importlib.util
+
+        if importlib.util.find_spec(self.module) is None:
+            return (f"backend {self.name!r} needs the {self.module!r} package: "
+                    f"pip install \"opgraph[{self.extra or self.module}]\"")
+        return None
+
+    def check_device(self, device: str | None) -> str:
+        """The device to run on (``None``: the backend's default); raises when it is not present."""
+        if device is None:
+            return self.devices[0]
+        kind = device.split(":")[0]
+        if kind not in self.devices:
+            raise BackendError(f"backend {self.name!r} runs on {', '.join(self.devices)}, not {device!r}")
+        return device
+
+    # ---------------------------------------------------------------- compiling
+    def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
+                      **options: Any) -> Executable:
+        """Compile ``graph`` (every op supported) into one :class:`Executable`.
+
+        ``donate`` lists input positions whose buffers the executable may
+        reuse for its outputs (update-edge state the runtime will not read again).
+        """
+        raise NotImplementedError
+
+    def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
+        """A NumPy array as this backend's array."""
+        return array
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """This backend's array as a NumPy array (possibly sharing memory)."""
+        return np.asarray(array)
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}: {len(self.rules)} op kinds>"
+
+
+def get_numpy() -> Backend:
+    """The numpy backend (a shortcut for doctests and defaults)."""
+    from opgraph.backends import get
+
+    return get("numpy")
+
+
+def unsupported_ops(graph: Graph, backend: Backend) -> dict[int, str]:
+    """Op -> why ``backend`` cannot run it, for every op it cannot run (constants always run).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)))
+    >>> b.output(b.op("exp", x))
+    >>> unsupported_ops(b.freeze(), get_numpy())
+    {}
+    """
+    out: dict[int, str] = {}
+    for op in range(graph.num_ops):
+        if graph.op_kind[op] == CONST.id:
+            continue
+        why = backend.why_not(OpInfo.of(graph, op))
+        if why is not None:
+            out[op] = why
+    return out
+
+
+def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]], *,
+                  fix: Callable[[Any, ValueType], Any] | None = None, fix_ops: Any = None,
+                  name: str = "program") -> tuple[Callable[..., Any], list[np.ndarray], str]:
+    """Generate one Python function computing ``graph``: ``fn(consts, *inputs) -> outputs``.
+
+    Each op becomes one line calling the callable its rule made; constants
+    are read from ``consts`` (returned as NumPy arrays, for the backend to
+    convert once). With ``fix``, the result of every op in ``fix_ops``
+    (default: every op) is passed through ``fix(result, declared_type)``,
+    which backends use to match the declared dtype where their promotion
+    rules differ from NumPy's. Returns ``(fn, consts, source)``.
+    """
+    env: dict[str, Any] = {}
+    names: dict[int, str] = {}
+    consts: list[np.ndarray] = []
+    params = []
+    for i, v in enumerate(graph.inputs.tolist()):
+        names[v] = f"a{i}"
+        params.append(f"a{i}")
+    lines = [f"def {name}(c{''.join(', ' + p for p in params)}):"]
+    if fix is not None:
+        env["fix"] = fix
+    for op in graph.topological_order().tolist():
+        outs = graph.op_outputs(op).tolist()
+        if graph.op_kind[op] == CONST.id:
+            names[outs[0]] = f"c[{len(consts)}]"
+            consts.append(graph.constant_of(op))
+            continue
+        info = OpInfo.of(graph, op)
+        fname = f"f{op}"
+        env[fname] = rule_for(info)
+        args = ", ".join(names[int(v)] for v in graph.op_inputs(op))
+        call = f"{fname}({args})"
+        for v in outs:
+            names[v] = f"v{v}"
+        fixing = fix is not None and (fix_ops is None or op in fix_ops)
+        if len(outs) == 1:
+            if fixing:
+                env[f"t{outs[0]}"] = graph.type_of(outs[0])
+                call = f"fix({call}, t{outs[0]})"
+            lines.append(f"    v{outs[0]} = {call}")
+        elif outs:
+            lines.append(f"    r{op} = {call}")
+            for k, v in enumerate(outs):
+                if fixing:
+                    env[f"t{v}"] = graph.type_of(v)
+                    lines.append(f"    v{v} = fix(r{op}[{k}], t{v})")
+                else:
+                    lines.append(f"    v{v} = r{op}[{k}]")
+    rets = "".join(names[int(v)] + ", " for v in graph.outputs.tolist())
+    lines.append(f"    return ({rets.rstrip(' ')})" if rets else "    return ()")
+    source = "\n".join(lines)
+    code = compile(source, f"<opgraph {name}>", "exec")
+    exec(code, env)  # the source is generated above from op ids alone: no user text reaches it
+    return env[name], consts, source
+
+
+def region_graph(graph: Graph, ops: Sequence[int], inputs: Sequence[int], outputs: Sequence[int],
+                 input_types: Mapping[int, ValueType] | None = None) -> Graph:
+    """A standalone graph of ``ops`` (in order) of ``graph``: ``inputs`` become its inputs, ``outputs`` its outputs.
+
+    Types are inferred again, so ``input_types`` may give concrete shapes for
+    inputs of dynamic shape (one compiled variant per shape signature).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x")
+    >>> y = b.op("exp", x); z = b.op("sin", y)
+    >>> b.output(z)
+    >>> print(region_graph(b.freeze(), [1], [y.id], [z.id]))
+    graph(%0: f64[2]) {
+      %1: f64[2] = sin(%0)
+      return %1
+    }
+    """
+    b = GraphBuilder(hash_cons=False)
+    new: dict[int, Any] = {}
+    for v in inputs:
+        t = (input_types or {}).get(v, graph.type_of(v))
+        new[v] = b.input(t)
+    for op in ops:
+        outs = graph.op_outputs(op).tolist()
+        if graph.op_kind[op] == CONST.id:
+            new[outs[0]] = b.constant(graph.constant_of(op))
+            continue
+        res = b.op(graph.kind_of(op), *[new[int(v)] for v in graph.op_inputs(op)], **graph.attrs_of(op))
+        res = res if isinstance(res, tuple) else (res,)
+        for v, r in zip(outs, res, strict=True):
+            new[v] = r
+    b.output(*[new[v] for v in outputs])
+    return b.freeze()

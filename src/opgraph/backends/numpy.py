@@ -1,0 +1,530 @@
+"""The numpy backend: a planned graph as a flat program writing into one preallocated arena.
+
+The backend's rule table is every op's NumPy kernel (``OpDef.kernels["numpy"]``),
+so it runs every op kind. :meth:`NumpyBackend.compile_graph` plans the memory
+of a graph (:mod:`opgraph.memory`), allocates the arena once (one ``np.empty``
+of bytes, every planned value a typed view of it) and turns the schedule into
+a list of ``(kernel, input slots, output slot, attrs)``; a call only runs that
+list, each kernel writing into its planned buffer through ``out=``.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.backends.numpy import CompiledGraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (3,)), name="x")
+    >>> b.output(b.op("exp", b.op("multiply", x, 2.0)))
+    >>> f = CompiledGraph(b.freeze())
+    >>> f({"x": np.zeros(3)})
+    [array([1., 1., 1.])]
+    >>> f(x=np.ones(3))[0].round(3)
+    array([7.389, 7.389, 7.389])
+
+Outputs are written into buffers allocated fresh for each call (values that
+die before the output is computed may be packed into the same buffer), so a
+returned array never aliases the arena or an earlier result. Update edges
+(``graph.updates``) carry state between calls by swapping two state buffers,
+without copying. Calls are serialised by a lock: one compiled object may be
+shared by threads, and they take turns; use one compiled object per thread
+to run in parallel (each has its own arena).
+
+Values of dynamic shape are allocated when they are computed (the kernel runs
+without ``out=``); results that are views of planned memory are copied.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from opgraph.backends.base import Backend, Executable, OpInfo
+from opgraph.core.feeds import coerce_feed
+from opgraph.core.feeds import value_id as _value_id
+from opgraph.core.graph import Graph
+from opgraph.core.registry import CONST, all_ops, get_op
+from opgraph.errors import ExecutionError, GraphError
+from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, align, plan_memory
+
+Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
+"""(kernel, input value ids, output value ids, attrs, op, mode); mode 1: one planned output,
+2: several planned outputs, 3: one planned output computed on slices of the batch,
+4: views of the first input (outputs of view ops, kept as the kernel returns them),
+0: some output not planned (the kernel allocates)."""
+
+
+WORKSPACE_LIMIT = 4 * 2**20
+"""Bytes of kernel workspace (conv2d's im2col columns) above which a batched op runs on slices of the batch."""
+BATCH_SLICED = frozenset({"conv2d", "max_pool2d", "avg_pool2d"})
+"""Ops computed sample by sample along axis 0 of their first input (other inputs whole)."""
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A ``uint8`` array of ``nbytes`` whose data starts at a multiple of 64 bytes.
+
+    >>> a = aligned_empty(100)
+    >>> a.nbytes, a.ctypes.data % 64
+    (100, 0)
+    """
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes]
+
+
+def _view(buf: np.ndarray, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    return buf[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+class CompiledGraph:
+    """A graph compiled for repeated evaluation; see the module doc.
+
+    ``targets`` default to the graph's outputs (and the update sources, which
+    are always computed); a call returns the outputs in order.
+    """
+
+    def __init__(self, graph: Graph, *, schedule: str | np.ndarray = "best",
+                 plan: MemoryPlan | None = None) -> None:
+        self.graph = graph
+        self.backend = "numpy"
+        self.plan = plan if plan is not None else plan_memory(graph, schedule=schedule)
+        self.outputs = [int(v) for v in graph.outputs.tolist()]
+        self.updates = [(int(s), int(d)) for s, d in graph.updates.tolist()]
+        self._lock = threading.Lock()
+        self.kernel_calls = 0
+        p = self.plan
+        self._chunks: dict[int, list[slice]] = {}
+        self.program = self._build_program()
+        self.arena = aligned_empty(p.arena_bytes)
+        self._slots: list[Any] = [None] * graph.num_values
+        self._bin_values: dict[int, list[tuple[int, int, int, np.dtype, tuple[int, ...]]]] = {}
+        for v, (b, off) in p.placement.items():
+            t = graph.type_of(v)
+            entry = (v, off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+            if b == 0:
+                self._slots[v] = _view(self.arena, *entry[1:])
+            else:
+                self._bin_values.setdefault(b, []).append(entry)
+        for op in np.flatnonzero(graph.op_kind == CONST.id).tolist():
+            self._slots[int(graph.op_outputs(op)[0])] = graph.constant_of(op)
+        self._output_bins = [b for b, bn in enumerate(p.bins) if bn.kind == "output"]
+        self._own_output = {p.bins[b].owner for b in self._output_bins}
+        self._own_output |= {v for v in self.outputs if p.kind[v] == DYNAMIC}
+        # update edges: a state bin has two buffers; the source is written into one while
+        # the destination reads the other, and the two swap after each call
+        self._state: dict[int, np.ndarray] = {}
+        self._swap: dict[int, int] = {}  # source value -> state bin
+        self._state_bufs: dict[int, list[np.ndarray]] = {}
+        self._parity = 0
+        for b, bn in enumerate(p.bins):
+            if bn.kind == "state":
+                self._state_bufs[b] = [aligned_empty(bn.size), aligned_empty(bn.size)]
+                self._swap[bn.owner] = b
+        self._state_views = {
+            par: {v: _view(bufs[par], *e[1:]) for b, bufs in self._state_bufs.items() for (v, *_r), e in
+                  ((x, x) for x in self._bin_values.get(b, []))}
+            for par in (0, 1)
+        }
+        self._needed_inputs = self._find_needed_inputs()
+        self._dynamic = [v for v, k in enumerate(p.kind) if k == DYNAMIC]
+
+    # ------------------------------------------------------------------ building
+    def _build_program(self) -> list[Step]:
+        g, p = self.graph, self.plan
+        prog: list[Step] = []
+        kernels: dict[tuple[int, int], Callable[..., Any]] = {}
+        attr_cache: dict[int, dict[str, Any]] = {}
+        for op in p.schedule.tolist():
+            kind = int(g.op_kind[op])
+            if kind == CONST.id:
+                continue
+            key = (kind, int(g.op_version[op]))
+            fn = kernels.get(key)
+            if fn is None:
+                try:
+                    fn = kernels[key] = get_op(kind).kernel_for(self.backend, key[1])
+                except (KeyError, NotImplementedError) as exc:
+                    raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
+            aid = int(g.op_attr[op])
+            attrs = attr_cache.setdefault(aid, dict(g.attrs[aid]))
+            ins = tuple(int(v) for v in g.op_inputs(op))
+            outs = tuple(int(v) for v in g.op_outputs(op))
+            planned = all(p.kind[v] == PLANNED for v in outs)
+            mode = 0 if not planned or not outs else (1 if len(outs) == 1 else 2)
+            if outs and all(p.kind[v] == ALIAS for v in outs):
+                mode = 4
+            if mode == 1:
+                chunks = self._batch_chunks(op, ins, outs[0], attrs)
+                if chunks:
+                    self._chunks[op] = chunks
+                    mode = 3
+            prog.append((fn, ins, outs, attrs, op, mode))
+        return prog
+
+    def _batch_chunks(self, op: int, ins: tuple[int, ...], out: int, attrs: dict[str, Any]) -> list[slice] | None:
+        """Batch slices for an op whose kernel's temporary scales with the batch (conv2d's im2col columns).
+
+        Run on slices of the batch, the kernel's workspace stays under :data:`WORKSPACE_LIMIT`;
+        the results are the same (each sample is computed independently).
+        """
+        g = self.graph
+        kind = g.kind_of(op)
+        if kind not in BATCH_SLICED:
+            return None
+        xt, ot = g.type_of(ins[0]), g.type_of(out)
+        if xt.shape is None or len(xt.shape) != 4 or ot.shape is None or len(ot.shape) != 4:  # type: ignore[union-attr]
+            return None
+        n = int(xt.shape[0])  # type: ignore[union-attr,index,arg-type]
+        if n < 2:
+            return None
+        if kind == "conv2d":
+            wt = g.type_of(ins[1])
+            _o, cg, kh, kw = wt.shape  # type: ignore[union-attr,misc]
+            groups = int(attrs.get("groups", 1))
+            per_sample = cg * groups * kh * kw * int(np.prod(ot.shape[2:])) * 4 + self.plan.nbytes[out] // n  # type: ignore[union-attr,index,operator]
+        else:
+            per_sample = 2 * ((self.plan.nbytes[ins[0]] or 0) + (self.plan.nbytes[out] or 0)) // n
+        pieces = min(n, -(-per_sample * n // WORKSPACE_LIMIT))
+        if pieces < 2:
+            return None
+        size = -(-n // pieces)
+        return [slice(a, min(a + size, n)) for a in range(0, n, size)]
+
+    def _find_needed_inputs(self) -> list[int]:
+        g = self.graph
+        used = {v for step in self.program for v in step[1]}
+        used |= set(self.plan.targets)
+        return [int(v) for v in g.inputs.tolist() if int(v) in used]
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, feeds: Mapping[Any, Any] | None = None, **named: Any) -> list[np.ndarray]:
+        """Run the program on ``feeds`` (ids, names or Values to arrays; names also as keywords).
+
+        An update destination that is not fed takes the state left by the
+        previous call (it must be fed on the first call).
+        """
+        with self._lock:
+            return self._run({**(feeds or {}), **named})
+
+    run = __call__
+
+    def _run(self, feeds: Mapping[Any, Any]) -> list[np.ndarray]:
+        g = self.graph
+        slots = self._slots
+        fed: set[int] = set()
+        for k, data in feeds.items():
+            v = _value_id(g, k)
+            if g.value_producer[v] != -1:
+                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
+            slots[v] = coerce_feed(g, v, data)
+            fed.add(v)
+        for v in self._needed_inputs:
+            if v not in fed:
+                if v in self._state:
+                    slots[v] = self._state[v]
+                else:
+                    raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
+        fresh: dict[int, np.ndarray] = {}
+        for b in self._output_bins:
+            buf = fresh[b] = aligned_empty(self.plan.bins[b].size)
+            for v, off, nb, dt, shape in self._bin_values.get(b, ()):
+                slots[v] = _view(buf, off, nb, dt, shape)
+        for v, view in self._state_views[self._parity].items():
+            slots[v] = view
+        self._execute(slots)
+        self.kernel_calls += len(self.program)
+        results = []
+        for v in self.outputs:
+            arr = slots[v]
+            if v not in self._own_output:  # inputs, constants, arena or state values: a copy
+                arr = np.array(arr, copy=True)
+            results.append(arr)
+        swapped: set[int] = set()
+        for src, dst in self.updates:
+            if src in self._swap and src not in swapped:
+                self._state[dst] = slots[src]  # the buffer itself: the next call writes the other one
+                swapped.add(src)
+            else:
+                self._state[dst] = np.array(slots[src], copy=True)
+        if self._swap:
+            self._parity ^= 1
+        for b in self._output_bins:  # do not keep the caller's buffers alive
+            for v, *_rest in self._bin_values.get(b, ()):
+                slots[v] = None
+        for v in fed.union(self._needed_inputs):  # do not keep the caller's arrays alive either
+            slots[v] = None
+        for v in self._dynamic:
+            slots[v] = None
+        return results
+
+    def _execute(self, slots: list[Any], steps: Iterable[Step] | None = None) -> int:
+        n = 0
+        for fn, ins, outs, attrs, op, mode in (self.program if steps is None else steps):
+            n += 1
+            args = [slots[i] for i in ins]
+            try:
+                if mode == 1:
+                    o = slots[outs[0]]
+                    r = fn(*args, out=o, **attrs)
+                    if r is not o:
+                        np.copyto(o, r, casting="unsafe")
+                    continue
+                if mode == 4:  # views of the input: kept as they are
+                    r = fn(*args, **attrs)
+                    if len(outs) == 1:
+                        slots[outs[0]] = r
+                    else:
+                        for v, x in zip(outs, r, strict=True):
+                            slots[v] = x
+                    continue
+                if mode == 3:
+                    o = slots[outs[0]]
+                    x, rest = args[0], args[1:]
+                    for sl in self._chunks[op]:
+                        part = o[sl]
+                        r = fn(x[sl], *rest, out=part, **attrs)
+                        if r is not part:
+                            np.copyto(part, r, casting="unsafe")
+                    continue
+                if mode == 2:
+                    os_ = tuple(slots[v] for v in outs)
+                    r = fn(*args, out=os_, **attrs)
+                    for o, x in zip(os_, r, strict=True):
+                        if x is not o:
+                            np.copyto(o, x, casting="unsafe")
+                    continue
+                r = fn(*args, **attrs)
+            except GraphError:
+                raise
+            except Exception as exc:
+                raise ExecutionError(f"op {op} ({self.graph.kind_of(op)}) failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            r = (r,) if len(outs) == 1 else tuple(r)
+            for v, x in zip(outs, r, strict=True):
+                x = np.asarray(x)
+                if self.plan.kind[v] == PLANNED:
+                    np.copyto(slots[v], x, casting="unsafe")
+                else:
+                    if not x.flags.owndata and _shares_planned(x, slots, ins):
+                        x = x.copy()
+                    slots[v] = x
+        return n
+
+    # ------------------------------------------------------------------ state
+    def state(self, key: Any) -> np.ndarray:
+        """A copy of the state an update destination holds for the next call.
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder()
+        >>> s = b.input(("float64", ()), name="s")
+        >>> b.update(b.add(s, 1.0), s)
+        >>> f = CompiledGraph(b.freeze())
+        >>> _ = f(s=np.float64(0)); _ = f(); float(f.state("s"))
+        2.0
+        """
+        v = _value_id(self.graph, key)
+        if v not in self._state:
+            raise KeyError(f"{self.graph.value_label(v)} holds no state (not an update destination, or no call yet)")
+        return np.array(self._state[v], copy=True)
+
+    def explain(self) -> str:
+        """Where each op runs (all on numpy here) and the memory plan in one line.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,))); b.output(b.op("exp", x))
+        >>> print(CompiledGraph(b.freeze()).explain())
+        backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call
+        region 0 on numpy: 1 op(s) (exp), arena 0 B
+        """
+        kinds: dict[str, int] = {}
+        for step in self.program:
+            k = self.graph.kind_of(step[4])
+            kinds[k] = kinds.get(k, 0) + 1
+        body = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.items())
+        return (f"backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call\n"
+                f"region 0 on numpy: {len(self.program)} op(s) ({body}), arena {self.plan.arena_bytes:,} B")
+
+    def context(self) -> EvalContext:
+        """A new incremental evaluation context on this compiled graph (its own arena)."""
+        return EvalContext(self)
+
+    def __repr__(self) -> str:
+        s = self.plan.stats()
+        return (f"<CompiledGraph: {len(self.program)} kernels, arena {s['arena_bytes']:,} B, "
+                f"planned {s['planned_bytes']:,} B (Owl {s['owl_bytes']:,} B, bound {s['lower_bound_bytes']:,} B)>")
+
+
+def _shares_planned(x: np.ndarray, slots: list[Any], ins: Sequence[int]) -> bool:
+    return any(isinstance(slots[i], np.ndarray) and np.shares_memory(x, slots[i]) for i in ins)
+
+
+class EvalContext:
+    """Incremental evaluation (Owl, seed 003): values persist between requests.
+
+    :meth:`set` invalidates only the descendants of the input set; :meth:`get`
+    recomputes only the invalid values its target needs. Values that share
+    bytes in the plan invalidate each other: computing a value marks every
+    value overlapping its bytes invalid (Owl tracks the node active in each
+    block). ``kernel_calls`` counts the kernels run.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x")
+    >>> y = b.input(("float64", (2,)), name="y")
+    >>> ex = b.op("exp", x)
+    >>> b.output(b.op("add", ex, b.op("sin", y)), ex)   # ex is an output: add cannot overwrite it
+    >>> ctx = CompiledGraph(b.freeze()).context()
+    >>> ctx.set("x", np.zeros(2)); ctx.set("y", np.zeros(2))
+    >>> ctx.get(b.freeze().outputs[0]), ctx.kernel_calls
+    (array([1., 1.]), 3)
+    >>> ctx.set("y", np.ones(2)); _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # sin, add
+    5
+    >>> _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # still valid: free
+    5
+    """
+
+    def __init__(self, compiled: CompiledGraph) -> None:
+        self.compiled = compiled
+        g, p = compiled.graph, compiled.plan
+        self.graph = g
+        self._lock = threading.RLock()
+        self.kernel_calls = 0
+        self.slots: list[Any] = [None] * g.num_values
+        self.valid = [False] * g.num_values
+        self._bufs = [aligned_empty(b.size) for b in p.bins]
+        for v, (b, off) in p.placement.items():
+            t = g.type_of(v)
+            self.slots[v] = _view(self._bufs[b], off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+        for op in np.flatnonzero(g.op_kind == CONST.id).tolist():
+            v = int(g.op_outputs(op)[0])
+            self.slots[v] = g.constant_of(op)
+            self.valid[v] = True
+        self._step_of_value: dict[int, int] = {}
+        for i, step in enumerate(compiled.program):
+            for v in step[2]:
+                self._step_of_value[v] = i
+        self._clobbers = self._overlaps()
+
+    def _overlaps(self) -> dict[int, list[int]]:
+        """For each planned value, the values (views included) whose bytes overlap its own."""
+        p = self.compiled.plan
+        root = p.extra.get("alias_root", {})
+        items = [(b, off, off + align(p.nbytes[v] or 0), v) for v, (b, off) in p.placement.items()]
+        for y, r in root.items():
+            if r in p.placement:
+                b, off = p.placement[r]
+                items.append((b, off, off + align(p.nbytes[r] or 0), y))
+        items.sort()
+        out: dict[int, list[int]] = {v: [] for *_x, v in items}
+        for i, (b, _o, oe, v) in enumerate(items):
+            for b2, o2, _oe2, v2 in items[i + 1:]:
+                if b2 != b or o2 >= oe:
+                    break
+                if root.get(v, v) != root.get(v2, v2):  # a value and its views do not clobber each other
+                    out[v].append(v2)
+                    out[v2].append(v)
+        return out
+
+    def set(self, key: Any, data: Any) -> None:
+        """Give an input a new value; only its descendants become invalid (no copy is made)."""
+        with self._lock:
+            g = self.graph
+            v = _value_id(g, key)
+            if g.value_producer[v] != -1:
+                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
+            self.slots[v] = coerce_feed(g, v, data)
+            desc = np.flatnonzero(g.descendants([v])).tolist()
+            for d in desc:
+                self.valid[d] = False
+            self.valid[v] = True
+
+    def get(self, key: Any) -> np.ndarray:
+        """The value of ``key`` (a copy), recomputing only what is invalid; free if still valid."""
+        with self._lock:
+            g = self.graph
+            t = _value_id(g, key)
+            if not self.valid[t]:
+                if g.value_producer[t] == -1:
+                    raise ExecutionError(f"input {g.value_label(t)} was not set")
+                if t not in self._step_of_value:
+                    raise ExecutionError(f"{g.value_label(t)} is not computed by this compiled graph")
+                self._refresh(t)
+            return np.array(self.slots[t], copy=True)
+
+    def _refresh(self, target: int) -> None:
+        prog = self.compiled.program
+        chosen = {self._step_of_value[target]}
+        while True:  # grow the set of steps until every input is valid when its consumer runs
+            valid = list(self.valid)
+            missing: set[int] = set()
+            for i in sorted(chosen):
+                _fn, ins, outs, *_ = prog[i]
+                for v in ins:
+                    if not valid[v]:
+                        s = self._step_of_value.get(v)
+                        if s is None:
+                            raise ExecutionError(f"input {self.graph.value_label(v)} was not set")
+                        missing.add(s)
+                self._mark(valid, outs)
+            if not missing:
+                break
+            chosen |= missing
+        steps = [prog[i] for i in sorted(chosen)]
+        for step in steps:
+            self.compiled._execute(self.slots, [step])
+            self.kernel_calls += 1
+            self._mark(self.valid, step[2])
+
+    def _mark(self, valid: list[bool], outs: tuple[int, ...]) -> None:
+        for o in outs:
+            for c in self._clobbers.get(o, ()):
+                valid[c] = False
+        for o in outs:
+            valid[o] = True
+
+    def update(self) -> None:
+        """Apply the update edges: each destination input takes its source's current value."""
+        with self._lock:
+            news = [(dst, self.get(src)) for src, dst in self.compiled.updates]
+            for dst, arr in news:
+                self.set(dst, arr)
+
+
+class _ArenaExecutable(Executable):
+    """A :class:`CompiledGraph` called positionally, as the runtime calls every backend's executables."""
+
+    def __init__(self, compiled: CompiledGraph) -> None:
+        self.compiled = compiled
+        self._inputs = compiled.graph.inputs.tolist()
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        return self.compiled(dict(zip(self._inputs, args, strict=True)))
+
+
+class NumpyBackend(Backend):
+    """The default backend: every op's NumPy kernel, run by the arena runtime (:class:`CompiledGraph`)."""
+
+    def kinds(self) -> frozenset[str]:
+        return frozenset(d.name for d in all_ops() if "numpy" in d.kernels
+                         or any(isinstance(k, tuple) and k[0] == "numpy" for k in d.kernels))
+
+    def why_not(self, info: OpInfo) -> str | None:
+        if info.kind not in self.kinds():
+            return f"op {info.kind!r} has no numpy kernel"
+        return None
+
+    def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
+                 attrs: Mapping[str, Any] | None = None) -> bool:
+        return kind in self.kinds()
+
+    def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
+                      schedule: str | np.ndarray = "best", plan: MemoryPlan | None = None,
+                      **options: Any) -> Executable:
+        """The arena runtime on ``graph`` (``schedule``/``plan`` as for :class:`CompiledGraph`)."""
+        self.check_device(device)
+        if options:
+            raise TypeError(f"the numpy backend takes no option(s) {sorted(options)}")
+        return _ArenaExecutable(CompiledGraph(graph, schedule=schedule, plan=plan))
+
+
+BACKEND = NumpyBackend(
+    "numpy", doc="NumPy kernels in one planned memory arena (the default; always available)")

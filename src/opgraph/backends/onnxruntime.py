@@ -1,0 +1,370 @@
+"""The onnxruntime backend: a graph written as one ONNX model and run by an ONNX Runtime session.
+
+The rule table is the ONNX exporter's (:data:`opgraph.io.onnx.export.RULES`):
+adding an op to ONNX export adds it to this backend. ONNX Runtime's CPU
+kernels do not cover every dtype of every op (many have float32 and float64
+kernels only, some float32 alone; where a kind has no float16 kernel, ONNX
+Runtime computes float16 in float32), so the capability set is narrower than the
+exporter's: :data:`COMPUTE` says which dtypes each kind computes in, and
+:data:`LIMITS` adds the attribute and shape cases ONNX Runtime refuses or
+computes differently from NumPy, each with its reason.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.backends import get
+    >>> ort = get("onnxruntime")
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (3,)), name="x")
+    >>> b.output(b.op("exp", b.op("multiply", x, 2.0)))
+    >>> exe = ort.compile_graph(b.freeze(), threads=1)
+    >>> exe([np.zeros(3, dtype=np.float32)])
+    [array([1., 1., 1.], dtype=float32)]
+    >>> ort.supports("acos", [("float64", (3,))])  # ONNX Runtime's Acos has a float32 kernel only
+    False
+
+Values follow NumPy, NaN included (the exporter makes max and min reductions,
+argmax, argmin and max pools propagate NaN; topk is not claimed for floats, as
+ONNX Runtime's TopK does not order NaN as the largest), with one exception:
+integer division or remainder by zero raises in ONNX Runtime (NumPy gives 0).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo
+from opgraph.core.graph import Graph
+from opgraph.ops.nn import pad4
+
+# The rule table and the compiler are io.onnx.export's. The exporter (and with it onnx, about 0.3 s to import)
+# and onnxruntime are imported inside functions, on the first capability query or compile, so that the backends
+# registry importing this module stays cheap. (Layering: backends were first placed below io, which made the
+# import inside functions a requirement; pyproject's import-linter layers now put io below backends.)
+
+
+class _ExportRules(Mapping[str, Any]):
+    """A live view of the ONNX exporter's rule table (imported on first use)."""
+
+    def _rules(self) -> Mapping[str, Any]:
+        from opgraph.io.onnx.export import RULES  # lazy (see the note at the top)
+
+        return RULES
+
+    def __getitem__(self, kind: str) -> Any:
+        return self._rules()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules())
+
+    def __len__(self) -> int:
+        return len(self._rules())
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._rules()
+
+
+# ---------------------------------------------------------------- capability
+F32 = frozenset({"float16", "float32"})
+"""What a kind with a float32 kernel only runs (ONNX Runtime computes float16 in float32)."""
+FLOATS = F32 | {"float64"}
+SIGNED = frozenset({"int8", "int16", "int32", "int64"})
+INTS = SIGNED | {"uint8", "uint16", "uint32", "uint64"}
+NUMERIC = FLOATS | INTS
+ALL = NUMERIC | {"bool"}
+I32_64 = frozenset({"int32", "int64"})
+BYTES = frozenset({"int8", "uint8"})
+
+DTYPES = ALL
+"""The dtypes the backend runs: all but complex ones (every input and output of a claimed op has one)."""
+
+_COMPUTE_IN: dict[frozenset[str], tuple[str, ...]] = {
+    # in the result's dtype (the exporter casts mixed inputs to it), or see compute_dtype
+    ALL: ("positive", "copy", "floor", "ceil", "round", "trunc", "logical_not", "logical_and", "logical_or",
+          "logical_xor", "any", "all", "cast", "equal", "not_equal",
+          "reshape", "expand_dims", "squeeze", "permute_dims", "moveaxis", "broadcast_to", "concat", "stack",
+          "split", "getitem", "take", "flip", "tile", "gather_elements", "gather_nd", "scatter_elements",
+          "scatter_nd"),
+    NUMERIC: ("abs", "sign", "square", "add", "subtract", "multiply", "fma", "floor_divide", "remainder", "fmod",
+              "less", "less_equal", "greater", "greater_equal"),
+    FLOATS | SIGNED: ("negative",),  # Neg: no unsigned kernels
+    INTS: ("bitwise_invert", "bitwise_and", "bitwise_or", "bitwise_xor"),  # no bool kernels
+    FLOATS: ("isnan", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "expm1", "log1p", "log2",
+             "log10", "exp2", "hypot", "logaddexp", "divide", "var", "std", "softmax", "log_softmax"),
+    F32: ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "det",
+          "conv", "conv2d", "conv_transpose", "avg_pool", "avg_pool2d", "lp_pool", "lrn"),
+    FLOATS | {"int8", "int32"}: ("relu",),
+    FLOATS | {"int32", "int64"}: ("power", "sum", "prod", "mean", "logsumexp", "cumsum", "einsum", "outer",
+                                  "tensordot"),
+    FLOATS | BYTES | I32_64 | {"uint32", "uint64"}: ("maximum", "minimum", "clip"),
+    FLOATS | I32_64 | {"uint32", "uint64"}: ("matmul",),
+    FLOATS | BYTES | I32_64 | {"uint32"}: ("where",),
+    FLOATS | BYTES | I32_64 | {"bool"}: ("max", "min"),  # bools via int32
+    FLOATS | BYTES | I32_64: ("argmax", "argmin"),
+    ALL - {"int16", "uint16"}: ("pad",),
+    FLOATS | BYTES: ("max_pool", "max_pool2d"),
+    SIGNED | {"uint8"}: ("topk",),  # not floats: ONNX Runtime's TopK does not order NaN as the largest
+    frozenset({"float32", "int64"}): ("one_hot",),  # OneHot's CPU kernels with int64 indices and depth
+    frozenset({"bool", "float32", "float64", "int32", "int64"}): ("trilu",),
+    FLOATS - {"float16"}: ("isinf", "isfinite"),  # IsInf: float32 and float64 kernels
+}
+COMPUTE: dict[str, frozenset[str]] = {k: dts for dts, kinds in _COMPUTE_IN.items() for k in kinds}
+"""Op kind -> the dtypes ONNX Runtime's CPU kernels compute it in (see :func:`compute_dtype`)."""
+
+#: kinds computing in their first input's dtype, and comparisons, computing in their inputs' common dtype
+_BY_INPUT = frozenset({"argmax", "argmin", "isnan", "isinf", "isfinite", "topk"})
+_BY_COMMON = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
+
+
+def compute_dtype(info: OpInfo) -> str:
+    """The dtype an op's ONNX nodes compute in: the result's (indexing ops: their data's, one_hot: its values'),
+    the first input's for a few kinds, and the inputs' common dtype for comparisons.
+
+    >>> from opgraph.core.types import TensorType as T
+    >>> compute_dtype(OpInfo("less", {}, (T("int8", (2,)), T("float32", (2,))), (T("bool", (2,)),)))
+    'float32'
+    """
+    if info.kind in _BY_INPUT:
+        return info.in_dtypes[0].name
+    if info.kind in _BY_COMMON:
+        return np.result_type(*info.in_dtypes).name
+    return info.out_dtype.name
+
+
+def _rank(t: Any) -> int:
+    return len(t.shape) if t.shape is not None else -1
+
+
+def _einsum_limit(info: OpInfo) -> str | None:
+    subs = str(info.attrs["subscripts"]).replace(" ", "")
+    ins = subs.split("->")[0].split(",")
+    if any(c.isupper() for c in subs):
+        return "ONNX Runtime's Einsum rejects upper-case subscripts"
+    if any(not s for s in ins):
+        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
+    if "..." in subs:
+        parts = {t.shape[:_rank(t) - len(s.replace("...", ""))] for s, t in zip(ins, info.in_types, strict=True)
+                 if "..." in s and t.shape is not None}
+        if len(parts) > 1:
+            return "ONNX Runtime's Einsum does not broadcast the dimensions '...' stands for"
+    return None
+
+
+def _pools(info: OpInfo) -> str | None:
+    """Pools: batched input, padding smaller than the kernel, no dilation for average pools (opset 18)."""
+    kind, a = info.kind, info.attrs
+    x = info.in_types[0]
+    if kind.endswith("2d"):
+        if _rank(x) != 4:
+            return "ONNX Runtime's pools and convolutions need a batch axis (a 4-d input)"
+        if kind == "conv2d":
+            return None
+        top, bottom, left, right = pad4(a["padding"])
+        pads = [(top, bottom), (left, right)]
+    else:
+        pads = list(a.get("padding") or ())
+    kernel = a.get("kernel_size") or ()
+    for (lo, hi), k in zip(pads, kernel, strict=False):
+        if max(lo, hi) >= k:
+            return "ONNX Runtime's pools need padding smaller than the kernel"
+    if kind == "avg_pool" and any(d != 1 for d in (a.get("dilation") or ())):
+        return "ONNX's AveragePool has no dilations before opset 19 (the exporter writes opset 18)"
+    return None
+
+
+def _pad_limit(info: OpInfo) -> str | None:
+    mode = info.attrs.get("mode", "constant")
+    shape = info.in_types[0].shape
+    if mode == "symmetric":
+        return "ONNX's Pad has no 'symmetric' mode"
+    if not shape:
+        return "ONNX Runtime's Pad does not pad a 0-d value"
+    if mode == "reflect":
+        width = np.broadcast_to(np.asarray(info.attrs["pad_width"], dtype=np.int64).reshape(-1, 2), (len(shape), 2))
+        for n, (lo, hi) in zip(shape, width.tolist(), strict=True):
+            if (lo or hi) and (n is None or max(lo, hi) > n - 1):
+                return "ONNX Runtime's Pad reflects once: each pad must be shorter than its axis"
+    return None
+
+
+def _split_limit(info: OpInfo) -> str | None:
+    shape = info.in_types[0].shape
+    axis = int(info.attrs.get("axis", 0)) % max(len(shape or (0,)), 1)
+    sizes = [t.shape[axis] for t in info.out_types]  # type: ignore[union-attr]
+    if shape is None or None in sizes or sum(sizes) != shape[axis]:
+        return "ONNX's Split needs pieces that partition the axis (sections out of order overlap)"
+    return None
+
+
+def _take_limit(info: OpInfo) -> str | None:
+    shape = info.in_types[0].shape
+    if not shape:
+        return "ONNX's Gather needs data of rank >= 1"
+    axis = info.attrs.get("axis")
+    if 0 in shape and (axis is None or shape[int(axis) % len(shape)] == 0):
+        return "ONNX Runtime's Gather checks indices against an empty axis"
+    return None
+
+
+def _one_hot_limit(info: OpInfo) -> str | None:
+    if _rank(info.in_types[0]) < 1:
+        return "ONNX's OneHot needs indices of rank >= 1"
+    if int(info.attrs["depth"]) < 1:
+        return "ONNX Runtime's OneHot needs depth >= 1"
+    return None
+
+
+def _scatter_limit(info: OpInfo) -> str | None:
+    if info.in_dtypes[0] == np.bool_ and info.attrs.get("reduction", "none") not in ("none", None):
+        return "ONNX Runtime's scatters reduce no bools"
+    return None
+
+
+def _lrn_limit(info: OpInfo) -> str | None:
+    if int(info.attrs["size"]) % 2 == 0:
+        return "ONNX Runtime's LRN needs an odd size"
+    if _rank(info.in_types[0]) != 4:
+        return "ONNX Runtime's LRN needs a 4-d input"
+    return None
+
+
+def _tensordot_limit(info: OpInfo) -> str | None:
+    if any(_rank(t) == 0 for t in info.in_types):
+        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
+    return None
+
+
+SHAPE_LIMITS: dict[str, Callable[[OpInfo], str | None]] = {
+    "einsum": _einsum_limit, "tensordot": _tensordot_limit, "pad": _pad_limit, "split": _split_limit,
+    "take": _take_limit, "one_hot": _one_hot_limit, "scatter_elements": _scatter_limit,
+    "scatter_nd": _scatter_limit, "lrn": _lrn_limit,
+    **dict.fromkeys(("conv2d", "max_pool2d", "avg_pool2d", "max_pool", "avg_pool", "lp_pool"), _pools),
+}
+"""Op kind -> the attribute and shape cases ONNX Runtime refuses or computes differently (None: fine)."""
+
+
+def _limit(kind: str) -> Callable[[OpInfo], str | None]:
+    allowed = COMPUTE.get(kind)
+    shape_limit = SHAPE_LIMITS.get(kind)
+
+    def why_not(info: OpInfo) -> str | None:
+        if allowed is not None:
+            dt = compute_dtype(info)
+            if dt not in allowed:
+                return f"ONNX Runtime's CPU kernels for {kind} do not compute in {dt}"
+        return shape_limit(info) if shape_limit is not None else None
+
+    why_not.__name__ = f"limit_{kind}"
+    return why_not
+
+
+LIMITS: dict[str, Callable[[OpInfo], str | None]] = {k: _limit(k) for k in {*COMPUTE, *SHAPE_LIMITS}}
+"""Op kind -> why ONNX Runtime (CPU) cannot run that op with these dtypes and attributes (None: it can)."""
+
+
+# ---------------------------------------------------------------- running
+class _Session(Executable):
+    """One ONNX Runtime session called positionally; outputs are NumPy arrays.
+
+    Calls use ``session.run`` with NumPy feeds, which is safe to call from several threads at once. IOBinding was
+    measured and is not faster here (2 inputs of float32[16], 4 ops, 2 outputs, one thread: ``run`` about 6.5 us
+    a call; a fresh IOBinding with ``bind_cpu_input``/``bind_output``/``copy_outputs_to_cpu`` about 11 us; one
+    binding reused across calls 6-9 us, but it is not thread-safe; ``get_outputs()`` as OrtValues then ``.numpy()``
+    about 19 us; at float32[100000] ``run`` about 85 us against 135-150 us, as the binding copies its outputs).
+    """
+
+    def __init__(self, session: Any, graph: Graph) -> None:
+        self.session = session
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+        types = [graph.type_of(v) for v in graph.inputs.tolist()]
+        #: each input's static shape (None where a dimension is dynamic)
+        self.shapes = [t.shape if t.shape is not None and None not in t.shape else None for t in types]
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        feeds = {}
+        for n, a, shape in zip(self.input_names, args, self.shapes, strict=True):
+            a = np.asarray(a, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+            if shape is not None and a.shape != shape and a.size == math.prod(shape):
+                a = a.reshape(shape)  # a 0-d value that np.ascontiguousarray made 1-d
+            feeds[n] = a
+        return self.session.run(self.output_names, feeds)
+
+
+class _NoOutputs(Executable):
+    """A graph without outputs (ONNX Runtime refuses such a model): nothing to compute."""
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        return []
+
+
+class OnnxRuntimeBackend(Backend):
+    """ONNX Runtime: the graph exported to ONNX (opset 18) and run as one inference session."""
+
+    def unavailable_reason(self) -> str | None:
+        """Why the backend cannot be used here: it needs onnx (the exporter) as well as onnxruntime."""
+        import importlib.util
+
+        reason = super().unavailable_reason()
+        if reason is None and importlib.util.find_spec("onnx") is None:
+            return f"backend {self.name!r} needs the 'onnx' package: pip install \"opgraph[{self.extra}]\""
+        return reason
+
+    def check_device(self, device: str | None) -> str:
+        dev = super().check_device(device)
+        if dev.split(":")[0] == "cuda":
+            import onnxruntime
+
+            if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+                raise BackendError(f"backend {self.name!r} has no CUDA here: this onnxruntime has no "
+                                   "CUDAExecutionProvider (pip install onnxruntime-gpu)")
+        return dev
+
+    def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
+                      threads: int | None = None, **options: Any) -> Executable:
+        """One ONNX Runtime session computing ``graph`` (no update edges: the runtime carries state).
+
+        ``threads`` sets the session's intra- and inter-op thread counts;
+        by default they are ``OMP_NUM_THREADS`` when that is set (so that
+        benchmarks run with ``OMP_NUM_THREADS=1`` compare backends on equal
+        terms), else ONNX Runtime's own default (one per core). ``donate`` is
+        accepted and ignored: a session's outputs are always fresh arrays.
+        """
+        if options:
+            raise TypeError(f"the onnxruntime backend takes no option(s) {sorted(options)}")
+        dev = self.check_device(device)
+        if not len(graph.outputs):
+            return _NoOutputs()
+        import onnxruntime
+
+        from opgraph.io.onnx.export import to_onnx  # lazy (see the note at the top)
+
+        model = to_onnx(graph)
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3  # errors reach the caller as exceptions; no warnings on stderr
+        if threads is None and os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
+            threads = int(os.environ["OMP_NUM_THREADS"])
+        if threads:
+            so.intra_op_num_threads = int(threads)
+            so.inter_op_num_threads = int(threads)
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if dev.startswith("cuda"):
+            index = int(dev.split(":")[1]) if ":" in dev else 0
+            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        # MatMulScaleFusion folds a scalar factor into FusedMatMul's alpha, a float32 attribute: a float64 graph
+        # (an SGD step's lr=0.1) would lose precision (about 1e-8 relative), so it is off when float64 is present
+        disabled = ["MatMulScaleFusion"] if any(
+            getattr(graph.type_of(v), "dtype", None) == np.float64 for v in range(graph.num_values)) else []
+        session = onnxruntime.InferenceSession(model.SerializeToString(), so, providers=providers,
+                                               disabled_optimizers=disabled)
+        return _Session(session, graph)
+
+
+BACKEND = OnnxRuntimeBackend(
+    "onnxruntime", rules=cast("dict[str, Any]", _ExportRules()), dtypes=DTYPES, limits=LIMITS,
+    module="onnxruntime", extra="onnxruntime", devices=("cpu", "cuda"),
+    doc="ONNX Runtime: the graph exported to ONNX and run as one session (CPU; CUDA with onnxruntime-gpu)")
