@@ -366,3 +366,24 @@ def test_tenscalc_scalarized_files_reproduce_reference_on_backend(name: str, cas
     text = opgraph.compile(graph, backend=name).explain()
     assert "lowered: " in text and "lower.Ssum" in text
     assert f"on {name}: " in text  # the scalar arithmetic really ran on the engine
+
+
+def test_auto_keeps_state_and_exposes_the_chosen_program() -> None:
+    b = opgraph.GraphBuilder()
+    s = b.input(("float64", (3,)), name="s")
+    x = b.input(("float64", (3,)), name="x")
+    new = b.op("add", b.op("multiply", s, 0.5), x)
+    b.update(new, s)
+    b.output(b.op("sum", new))
+    g = b.freeze()
+    f, ref = opgraph.compile(g, backend="auto", budget=3.0), opgraph.compile(g)
+    with pytest.raises(AttributeError, match="chosen on the first call"):
+        f.state("s")
+    timed = opgraph.compile(g, backend="auto", budget=3.0, example_inputs={"s": np.ones(3), "x": np.ones(3)})
+    with pytest.raises(opgraph.ExecutionError, match="missing feed for input %s"):
+        timed(x=np.ones(3))  # the timing calls left no state behind
+    first = {"s": np.zeros(3), "x": np.ones(3)}
+    _close(f(dict(first)), ref(dict(first)), rtol=1e-12)
+    for _ in range(3):
+        _close(f(x=np.ones(3)), ref(x=np.ones(3)), rtol=1e-12)
+    np.testing.assert_allclose(f.state("s"), ref.state("s"), rtol=1e-12)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -389,3 +390,22 @@ def test_convert_onnx_with_symbolic_dims_needs_input_shape(tmp_path: Path) -> No
     np.testing.assert_array_equal(g.run({"x": feeds})[0], feeds.sum(axis=1))
     assert main(["convert", str(src), str(dst), "--input-shape", "x=4,a"]) == 2
     assert main(["convert", str(dst), str(tmp_path / "n.cg"), "--input-shape", "x=4,3"]) == 2
+
+
+# ----------------------------------------------------------------------------- backends
+@pytest.mark.parametrize("engine", [e for e in ("jax", "torch", "onnxruntime")
+                                    if importlib.util.find_spec(e) is not None])
+def test_run_and_plan_on_a_backend(capsys: pytest.CaptureFixture[str], model: Path, tmp_path: Path,
+                                   engine: str) -> None:
+    code, out, err = run(capsys, "run", model, "--set", f"x={tmp_path / 'x.npy'}", "--backend", engine)
+    assert code == 0 and err == ""
+    assert out.splitlines() == ["%y = array([2., 4., 6.])", "%total = array(12.)"]
+    code, out, err = run(capsys, "plan", model, "--backend", engine)
+    assert code == 0 and err == ""
+    assert out.startswith(f"backend {engine} (device cpu); ") and "region 0 on " in out
+
+
+def test_plan_on_an_unknown_backend_is_one_line(capsys: pytest.CaptureFixture[str], model: Path) -> None:
+    code, _out, err = run(capsys, "plan", model, "--backend", "tensorflow")
+    assert code == 1
+    assert_one_line_error(err, "unknown backend 'tensorflow'")

@@ -343,6 +343,12 @@ class CompiledGraph:
         return (f"backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call\n"
                 f"region 0 on numpy: {len(self.program)} op(s) ({body}), arena {self.plan.arena_bytes:,} B")
 
+    def reset_state(self) -> None:
+        """Forget the update-edge state: the next call must feed every update destination again."""
+        with self._lock:
+            self._state.clear()
+            self._parity = 0
+
     def context(self) -> EvalContext:
         """A new incremental evaluation context on this compiled graph (its own arena)."""
         return EvalContext(self)

@@ -79,6 +79,7 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
             continue
         timings[name] = float(np.median(times))
         best[name] = min(times)
+        c.reset_state()  # the timing calls must not leave update-edge state behind
         compiled[name] = c
     if not compiled:
         from opgraph.backends.base import BackendError
@@ -112,6 +113,13 @@ class AutoCompiled:
         return self.choice.compiled(all_feeds)  # type: ignore[no-any-return]
 
     run = __call__
+
+    def __getattr__(self, name: str) -> Any:
+        # state(), context(), plan, ... are the chosen backend's (after the first call)
+        choice = self.__dict__.get("choice")
+        if choice is None:
+            raise AttributeError(f"{name!r}: the backend is chosen on the first call (backend='auto')")
+        return getattr(choice.compiled, name)
 
     def explain(self) -> str:
         """The choice and the timings (after the first call), then the chosen backend's own explanation."""

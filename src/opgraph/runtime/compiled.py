@@ -67,8 +67,9 @@ class Region:
     executables: dict[tuple[Any, ...], Executable] = field(default_factory=dict)
 
 
-def with_outputs(graph: Graph, outputs: Sequence[int]) -> Graph:
-    """The same graph with other outputs (the ``get`` gateways); everything else shared.
+def with_outputs(graph: Graph, outputs: Sequence[int], *, updates: bool = True) -> Graph:
+    """The same graph with other outputs (the ``get`` gateways), and without its update edges if not ``updates``;
+    everything else shared.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ())); y = b.op("exp", x); b.output(y)
@@ -78,6 +79,8 @@ def with_outputs(graph: Graph, outputs: Sequence[int]) -> Graph:
     fields = {k: getattr(graph, k) for k in ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr",
                                              "out_ids", "value_type", "value_producer", "value_index", "types",
                                              "attrs", "constants", "inputs", "updates", "symbols", "file_meta")}
+    if not updates:
+        fields["updates"] = np.zeros((0, 2), dtype=np.int64)
     return Graph(**fields, outputs=np.asarray(outputs, dtype=np.int64))
 
 
@@ -314,6 +317,11 @@ class Program:
         where, arr = got
         return np.array(backends.get(where).to_numpy(arr), copy=True)
 
+    def reset_state(self) -> None:
+        """Forget the update-edge state: the next call must feed every update destination again."""
+        with self._lock:
+            self._state.clear()
+
     def context(self) -> EvalContext:
         """Incremental evaluation runs on the numpy backend's arena; other backends refuse it in one line."""
         raise BackendError(f"incremental evaluation (context()) runs on the numpy backend, not {self.backend.name}: "
@@ -399,7 +407,8 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
 
 def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None, backend: str) -> list[np.ndarray]:
     """``graph.run(feeds, targets, backend=...)`` on a backend other than numpy: the compiled :class:`Program` is
-    cached on the (immutable) graph, one per backend, and compiles one variant per target set.
+    cached on the (immutable) graph, one per backend, and compiles one variant per target set. As on numpy,
+    ``run`` evaluates the targets only: update edges are not applied (a compiled program applies them).
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); y = b.op("exp", x); b.output(y)
@@ -409,7 +418,7 @@ def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None
     key = ("program", backend)
     prog = graph._cache.get(key)
     if prog is None:
-        prog = graph._cache[key] = Program(graph, backend)
+        prog = graph._cache[key] = Program(with_outputs(graph, graph.outputs.tolist(), updates=False), backend)
     return prog(feeds, targets=targets)  # type: ignore[no-any-return]
 
 
