@@ -387,3 +387,43 @@ def test_auto_keeps_state_and_exposes_the_chosen_program() -> None:
     for _ in range(3):
         _close(f(x=np.ones(3)), ref(x=np.ones(3)), rtol=1e-12)
     np.testing.assert_allclose(f.state("s"), ref.state("s"), rtol=1e-12)
+
+
+@needs_engine
+def test_state_read_by_two_regions_is_not_donated(name: str) -> None:
+    """A state input read by the engine's region and by a numpy region after it must outlive the first."""
+    b = opgraph.GraphBuilder()
+    s = b.input(("float64", (4,)), name="s")
+    new = b.op("add", b.op("exp", s), 1.0)
+    b.update(new, s)
+    b.output(b.op("add", b.op(_numpy_only_kind(), new), b.op(_numpy_only_kind(), s)))
+    g = b.freeze()
+    f, ref = opgraph.compile(g, backend=name), opgraph.compile(g)
+    s0 = np.linspace(-1, 0, 4)
+    _close(f(s=s0), ref(s=s0), rtol=1e-12)
+    for _ in range(2):
+        _close(f(), ref(), rtol=1e-12)
+
+
+@needs_engine
+def test_results_are_writable_arrays_of_their_own(name: str) -> None:
+    g, feeds = _mlp_graph()
+    f = opgraph.compile(g, backend=name)
+    a, _h = f(feeds)
+    a += 1.0  # the numpy backend's results are writable; so are every backend's
+    again = f(feeds)
+    np.testing.assert_allclose(again[0] + 1.0, a, rtol=1e-6)
+
+
+@needs_engine
+def test_results_that_are_inputs_or_constants(name: str) -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float32", (3,)), name="x")
+    c = b.constant(np.arange(3, dtype=np.float32))
+    b.output(x, c, b.op("add", x, c), x)
+    g = b.freeze()
+    xs = np.ones(3, np.float32)
+    got = opgraph.compile(g, backend=name)(x=xs)
+    _close(got, g.run({"x": xs}))
+    got[0][0] = 7.0  # results never alias the caller's feed or the graph's constants
+    assert xs[0] == 1.0 and got[3][0] == 1.0 and g.run({"x": xs})[1][0] == 0.0

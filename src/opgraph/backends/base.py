@@ -175,7 +175,11 @@ class Backend:
 
 
 def get_numpy() -> Backend:
-    """The numpy backend (a shortcut for doctests and defaults)."""
+    """The numpy backend (a shortcut for defaults and examples).
+
+    >>> get_numpy().name
+    'numpy'
+    """
     from opgraph.backends import get
 
     return get("numpy")

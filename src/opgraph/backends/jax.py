@@ -611,7 +611,9 @@ class JaxBackend(Backend):
         return jax.device_put(array, self._device(device))
 
     def to_numpy(self, array: Any) -> np.ndarray:
-        return np.asarray(array)
+        # a writable copy: NumPy's view of a JAX buffer is read-only, and results must behave as the numpy
+        # backend's do (a donated state buffer could also be reused under a view)
+        return np.array(array, copy=True)
 
 
 BACKEND = JaxBackend("jax", rules=RULES, dtypes=DTYPES, limits=LIMITS, module="jax", extra="jax",

@@ -33,7 +33,6 @@ between calls. :meth:`Program.explain` says which op runs where and why.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,6 +176,16 @@ class _Variant:
         self.regions = _regions(g, self.place)
         self.transfers = sum(1 for r in self.regions for v in r.inputs
                              if g.value_producer[v] >= 0 or r.backend != "numpy")
+        # update-edge state a region may let its engine overwrite: read by that region alone and not a result
+        readers: dict[int, int] = {}
+        for r in self.regions:
+            for v in r.inputs:
+                readers[v] = readers.get(v, 0) + 1
+        results = set(g.outputs.tolist())
+        self.donatable = {int(d) for d in g.updates[:, 1].tolist() if readers.get(int(d)) == 1 and d not in results}
+        # results that no region computes: constants (inputs come with the feeds)
+        self.constants = {int(v): g.constant_of(int(g.value_producer[v])) for v in g.outputs.tolist()
+                          if g.value_producer[v] >= 0 and g.op_kind[g.value_producer[v]] == CONST.id}
         for r in self.regions:
             if r.static:
                 self._executable(program, r, None)
@@ -191,8 +200,7 @@ class _Variant:
             types = {v: g.type_of(v).with_shape(s) for v, s in zip(r.inputs, shapes, strict=True)}  # type: ignore[union-attr]
         sub = region_graph(g, [*r.consts, *r.ops], r.inputs, r.outputs, types)
         be = backends.get(r.backend)
-        donate = [i for i, v in enumerate(r.inputs) if v in program.donatable(g)] if be.name == program.backend.name \
-            else []
+        donate = [i for i, v in enumerate(r.inputs) if v in self.donatable] if be.name == program.backend.name else []
         opts = program.options if be.name == program.backend.name else {}
         dev = program.device if be.name == program.backend.name else None
         exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts)  # type: ignore[index]
@@ -235,10 +243,6 @@ class Program:
             v = self._variants[targets] = _Variant(self, with_outputs(self.graph, outs))
         return v
 
-    def donatable(self, g: Graph) -> set[int]:
-        """Inputs of ``g`` holding update-edge state (the runtime never reads them again after a call)."""
-        return {int(d) for d in g.updates[:, 1].tolist()}
-
     # ---------------------------------------------------------------- running
     def __call__(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
                  **named: Any) -> list[np.ndarray]:
@@ -262,6 +266,8 @@ class Program:
             env[linputs[self._input_pos[v]]] = ("numpy", coerce_feed(g, v, data))
         for pos, st in self._state.items():
             env.setdefault(linputs[pos], st)
+        for v, c in var.constants.items():
+            env[v] = ("numpy", c)
         be_cache: dict[str, Backend] = {}
         for r in var.regions:
             be = be_cache.get(r.backend) or be_cache.setdefault(r.backend, backends.get(r.backend))
@@ -420,18 +426,3 @@ def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None
     if prog is None:
         prog = graph._cache[key] = Program(with_outputs(graph, graph.outputs.tolist(), updates=False), backend)
     return prog(feeds, targets=targets)  # type: ignore[no-any-return]
-
-
-def timed_call(fn: Any, feeds: Mapping[Any, Any], repeats: int) -> float:
-    """Median seconds of ``repeats`` calls of ``fn(feeds)`` after one warm-up call.
-
-    >>> timed_call(lambda f: None, {}, 3) >= 0
-    True
-    """
-    fn(feeds)
-    times = []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        fn(feeds)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
