@@ -50,7 +50,7 @@ from opgraph.errors import ExecutionError
 from opgraph.passes.dce import dce
 from opgraph.passes.lower import lower
 
-__all__ = ["CompiledGraph", "EvalContext", "Program", "Region", "aligned_empty", "compile"]
+__all__ = ["CompiledGraph", "EvalContext", "Program", "ProgramContext", "Region", "aligned_empty", "compile"]
 
 
 @dataclass
@@ -235,12 +235,14 @@ class Program:
         self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time
 
     # ---------------------------------------------------------------- building
-    def variant(self, targets: tuple[int, ...]) -> _Variant:
-        """The compiled form for ``targets`` (built once, then cached)."""
-        v = self._variants.get(targets)
+    def variant(self, targets: tuple[int, ...], *, updates: bool = True) -> _Variant:
+        """The compiled form for ``targets`` (built once, then cached); with ``updates`` the update sources are
+        computed too (a call applies the update edges)."""
+        key = (*targets, -1) if updates else targets
+        v = self._variants.get(key)
         if v is None:
-            outs = list(targets) + [int(s) for s in self.graph.updates[:, 0].tolist()]
-            v = self._variants[targets] = _Variant(self, with_outputs(self.graph, outs))
+            outs = list(targets) + ([int(s) for s in self.graph.updates[:, 0].tolist()] if updates else [])
+            v = self._variants[key] = _Variant(self, with_outputs(self.graph, outs, updates=updates))
         return v
 
     # ---------------------------------------------------------------- running
@@ -268,35 +270,8 @@ class Program:
             env.setdefault(linputs[pos], st)
         for v, c in var.constants.items():
             env[v] = ("numpy", c)
-        be_cache: dict[str, Backend] = {}
         for r in var.regions:
-            be = be_cache.get(r.backend) or be_cache.setdefault(r.backend, backends.get(r.backend))
-            args = []
-            for v in r.inputs:
-                got = env.get(v)
-                if got is None:
-                    raise ExecutionError(f"missing feed for input {g.value_label(g.inputs[linputs.index(v)])}: "
-                                         f"{lg.type_of(v)}")
-                where, arr = got
-                if where != r.backend:
-                    if where != "numpy":
-                        arr = be_cache.setdefault(where, backends.get(where)).to_numpy(arr)
-                    arr = be.from_numpy(np.asarray(arr), self.device if r.backend == self.backend.name else None)
-                    self.transfers += 1
-                args.append(arr)
-            shapes = None if r.static else tuple(tuple(np.shape(a)) for a in args)
-            exe = var._executable(self, r, shapes)
-            try:
-                outs = exe(args)
-            except Exception as exc:  # engines raise their own types; name the region and backend
-                if isinstance(exc, ExecutionError):
-                    raise
-                kinds = sorted({lg.kind_of(op) for op in r.ops})
-                raise ExecutionError(f"{r.backend} region of {len(r.ops)} op(s) ({', '.join(kinds[:6])}) failed: "
-                                     f"{type(exc).__name__}: {exc}") from exc
-            self.kernel_calls += len(r.ops)
-            for v, o in zip(r.outputs, outs, strict=True):
-                env[v] = (r.backend, o)
+            self._run_region(var, r, env)
         lout = lg.outputs.tolist()
         kept = set(lout[len(tg):])
         results = []
@@ -305,13 +280,44 @@ class Program:
             if got is None:
                 raise ExecutionError(f"missing feed for input {lg.value_label(v)}")
             where, arr = got
-            a = be_cache.setdefault(where, backends.get(where)).to_numpy(arr)
+            a = backends.get(where).to_numpy(arr)
             # a result never aliases a caller's feed, a constant, or state the next call may overwrite
             shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
             results.append(np.array(a, copy=True) if shared else a)
         for (_src, dst), v in zip(lg.updates.tolist(), lout[len(tg):], strict=True):
             self._state[linputs.index(dst)] = env[v]
         return results
+
+    def _run_region(self, var: _Variant, r: Region, env: dict[int, tuple[str, Any]]) -> None:
+        """Run one region on the values in ``env`` (``value -> (backend, array)``) and add its outputs to it."""
+        g, lg = self.graph, var.lowered
+        be = backends.get(r.backend)
+        args = []
+        for v in r.inputs:
+            got = env.get(v)
+            if got is None:
+                pos = lg.inputs.tolist().index(v)
+                raise ExecutionError(f"missing feed for input {g.value_label(int(g.inputs[pos]))}: {lg.type_of(v)}")
+            where, arr = got
+            if where != r.backend:
+                if where != "numpy":
+                    arr = backends.get(where).to_numpy(arr)
+                arr = be.from_numpy(np.asarray(arr), self.device if r.backend == self.backend.name else None)
+                self.transfers += 1
+            args.append(arr)
+        shapes = None if r.static else tuple(tuple(np.shape(a)) for a in args)
+        exe = var._executable(self, r, shapes)
+        try:
+            outs = exe(args)
+        except Exception as exc:  # engines raise their own types; name the region and backend
+            if isinstance(exc, ExecutionError):
+                raise
+            kinds = sorted({lg.kind_of(op) for op in r.ops})
+            raise ExecutionError(f"{r.backend} region of {len(r.ops)} op(s) ({', '.join(kinds[:6])}) failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        self.kernel_calls += len(r.ops)
+        for v, o in zip(r.outputs, outs, strict=True):
+            env[v] = (r.backend, o)
 
     # ---------------------------------------------------------------- state and reports
     def state(self, key: Any) -> np.ndarray:
@@ -328,16 +334,15 @@ class Program:
         with self._lock:
             self._state.clear()
 
-    def context(self) -> EvalContext:
-        """Incremental evaluation runs on the numpy backend's arena; other backends refuse it in one line."""
-        raise BackendError(f"incremental evaluation (context()) runs on the numpy backend, not {self.backend.name}: "
-                           f"use opgraph.compile(graph).context()")
+    def context(self) -> ProgramContext:
+        """A new incremental evaluation context on this program (see :class:`ProgramContext`)."""
+        return ProgramContext(self)
 
     def placement(self) -> list[tuple[int, str, str, str]]:
         """``(op, kind, backend, why)`` for every op of the lowered graph (constants excluded)."""
         var = self.variant(tuple(self.outputs))
         g = var.lowered
-        out = []
+        out: list[tuple[int, str, str, str]] = []
         for op, where in enumerate(var.place):
             if where is None:
                 continue
@@ -370,6 +375,90 @@ class Program:
         var = self.variant(tuple(self.outputs))
         return (f"<Program on {self.backend.name}: {sum(len(r.ops) for r in var.regions)} ops in "
                 f"{len(var.regions)} region(s)>")
+
+
+class ProgramContext:
+    """Incremental evaluation on an engine: values persist between requests, a region at a time.
+
+    As :class:`~opgraph.backends.numpy.EvalContext` does op by op on the
+    numpy arena, :meth:`set` gives an input a new value and :meth:`get`
+    recomputes only the regions whose inputs changed since they last ran
+    (a region is one compiled callable of its engine: the unit the engine
+    runs). ``kernel_calls`` counts the ops of the regions run.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x"); y = b.input(("float64", (2,)), name="y")
+    >>> b.output(b.op("add", b.op("exp", x), b.op("sin", y)))
+    >>> ctx = Program(b.freeze(), "numpy").context()
+    >>> ctx.set("x", np.zeros(2)); ctx.set("y", np.zeros(2))
+    >>> ctx.get(b.freeze().outputs[0]), ctx.kernel_calls
+    (array([1., 1.]), 3)
+    >>> _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # nothing changed: free
+    3
+    """
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.graph = program.graph
+        self._lock = threading.RLock()
+        self._inputs: dict[int, tuple[str, Any]] = {}   # input position -> (backend, array)
+        self._stamp: dict[int, int] = {}                # input position -> when it was last set
+        self._clock = 0
+        self._envs: dict[int, tuple[dict[int, tuple[str, Any]], dict[int, int], dict[int, tuple[int, ...]]]] = {}
+        self.kernel_calls = 0
+
+    def set(self, key: Any, data: Any) -> None:
+        """Give an input a new value; regions that read it (directly or not) run again when next needed."""
+        with self._lock:
+            g = self.graph
+            v = value_id(g, key)
+            if g.value_producer[v] != -1:
+                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
+            self._clock += 1
+            pos = self.program._input_pos[v]
+            self._inputs[pos] = ("numpy", coerce_feed(g, v, data))
+            self._stamp[pos] = self._clock
+
+    def get(self, key: Any) -> np.ndarray:
+        """The value of ``key`` (a copy), running only the regions whose inputs changed since their last run."""
+        with self._lock:
+            g, prog = self.graph, self.program
+            t = value_id(g, key)
+            if g.value_producer[t] == -1:
+                pos = prog._input_pos[t]
+                if pos not in self._inputs:
+                    raise ExecutionError(f"input {g.value_label(t)} was not set")
+                return np.array(backends.get(self._inputs[pos][0]).to_numpy(self._inputs[pos][1]), copy=True)
+            with prog._lock:
+                var = prog.variant((t,), updates=False)
+                env, stamps, last = self._envs.setdefault(t, ({}, {}, {}))
+                lg = var.lowered
+                for pos, v in enumerate(lg.inputs.tolist()):
+                    if pos in self._inputs:
+                        env[v], stamps[v] = self._inputs[pos], self._stamp[pos]
+                for v, c in var.constants.items():
+                    env[v], stamps[v] = ("numpy", c), 0
+                for i, r in enumerate(var.regions):
+                    seen = tuple(stamps.get(v, -1) for v in r.inputs)
+                    if last.get(i) == seen and all(v in env for v in r.outputs):
+                        continue
+                    before = prog.kernel_calls
+                    prog._run_region(var, r, env)
+                    self.kernel_calls += prog.kernel_calls - before
+                    self._clock += 1
+                    for v in r.outputs:
+                        stamps[v] = self._clock
+                    last[i] = seen
+                where, arr = env[lg.outputs.tolist()[0]]
+                return np.array(backends.get(where).to_numpy(arr), copy=True)
+
+    def update(self) -> None:
+        """Apply the update edges: each destination input takes its source's current value."""
+        with self._lock:
+            news = [(int(dst), self.get(int(src))) for src, dst in self.graph.updates.tolist()]
+            for dst, arr in news:
+                self.set(dst, arr)
 
 
 def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
