@@ -463,3 +463,13 @@ def test_results_that_are_inputs_or_constants(name: str) -> None:
     _close(got, g.run({"x": xs}))
     got[0][0] = 7.0  # results never alias the caller's feed or the graph's constants
     assert xs[0] == 1.0 and got[3][0] == 1.0 and g.run({"x": xs})[1][0] == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is an optional extra")
+def test_torch_compile_option_matches_numpy() -> None:
+    g, feeds = _mlp_graph()
+    f = opgraph.compile(g, backend="torch", compile=True, mode="default")
+    _close(f(feeds), g.run(feeds))
+    _close(f(feeds), g.run(feeds))
+    with pytest.raises(TypeError, match="no_such_option"):
+        opgraph.compile(g, backend="jax", no_such_option=1)
