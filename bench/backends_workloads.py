@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import LR, SIZES, data
+from training_common import LR, data, numpy_step, opgraph_step
 
 OPGRAPH = ("opgraph-numpy", "opgraph-jax", "opgraph-torch", "opgraph-torch-compile", "opgraph-onnxruntime",
            "opgraph-auto")
@@ -87,23 +87,9 @@ def cnn_data() -> tuple[dict[str, np.ndarray], np.ndarray]:
 # ---------------------------------------------------------------- opgraph graphs
 def mlp_graph() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The training-step graph of bench/training_opgraph.py; returns (graph, initial params, data feeds)."""
-    import opgraph
-    from opgraph.optim import SGD, training_step
-
     params, x, y = data()
-    b = opgraph.GraphBuilder()
-    xv = b.input(("float32", x.shape), name="x")
-    yv = b.input(("float32", y.shape), name="y")
-    names = [f"{k}{i}" for i in range(len(SIZES) - 1) for k in ("w", "b")]
-    ps = [b.input(("float32", p.shape), name=n) for n, p in zip(names, params, strict=True)]
-    h = xv
-    for i in range(len(SIZES) - 1):
-        h = b.add(b.matmul(h, ps[2 * i]), ps[2 * i + 1])
-        if i < len(SIZES) - 2:
-            h = b.relu(h)
-    loss = b.negative(b.mean(b.sum(b.multiply(yv, b.log_softmax(h, axis=-1)), axis=1)))
-    step = training_step(b, loss, ps, SGD(lr=LR))
-    return step.graph, dict(zip(names, params, strict=True)), {"x": x, "y": y}
+    step, init = opgraph_step(params, x, y)
+    return step.graph, init, {"x": x, "y": y}
 
 
 def cnn_graph() -> tuple[Any, dict[str, np.ndarray]]:
@@ -176,32 +162,7 @@ def opgraph_call(workload: str, impl: str) -> tuple[Callable[[], Any], dict[str,
 # ---------------------------------------------------------------- peers: the MLP training step
 def numpy_mlp() -> Callable[[], Any]:
     """bench/training_numpy.py's hand-written step."""
-    p, x, y = data()
-
-    def call() -> float:
-        acts, pres = [x], []
-        h = x
-        n_layers = len(p) // 2
-        for i in range(n_layers):
-            z = h @ p[2 * i] + p[2 * i + 1]
-            pres.append(z)
-            h = np.maximum(z, 0) if i < n_layers - 1 else z
-            acts.append(h)
-        z = h - h.max(axis=1, keepdims=True)
-        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        loss = -float(np.mean(np.sum(y * logp, axis=1)))
-        d = (np.exp(logp) - y) / len(x)
-        for i in reversed(range(n_layers)):
-            if i < n_layers - 1:
-                d = d * (pres[i] > 0)
-            gw, gb = acts[i].T @ d, d.sum(axis=0)
-            if i:
-                d = d @ p[2 * i].T
-            p[2 * i] -= LR * gw
-            p[2 * i + 1] -= LR * gb
-        return loss
-
-    return call
+    return numpy_step(*data())
 
 
 def jax_mlp() -> Callable[[], Any]:

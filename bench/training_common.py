@@ -48,3 +48,51 @@ def report(call: Callable[[], float], warmup: int, steps: int, **extra: Any) -> 
         times.append(time.perf_counter() - t0)
     print(json.dumps({"step": statistics.median(times),
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": last, **extra}))
+
+
+def numpy_step(p: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> Callable[[], float]:
+    """The hand-written NumPy training step (forward, backward, SGD on ``p`` in place); returns the loss."""
+
+    def call() -> float:
+        acts, pres = [x], []
+        h = x
+        n_layers = len(p) // 2
+        for i in range(n_layers):
+            z = h @ p[2 * i] + p[2 * i + 1]
+            pres.append(z)
+            h = np.maximum(z, 0) if i < n_layers - 1 else z
+            acts.append(h)
+        z = h - h.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        loss = -float(np.mean(np.sum(y * logp, axis=1)))
+        d = (np.exp(logp) - y) / len(x)
+        for i in reversed(range(n_layers)):
+            if i < n_layers - 1:
+                d = d * (pres[i] > 0)
+            gw, gb = acts[i].T @ d, d.sum(axis=0)
+            if i:
+                d = d @ p[2 * i].T
+            p[2 * i] -= LR * gw
+            p[2 * i + 1] -= LR * gb
+        return loss
+
+    return call
+
+
+def opgraph_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+    """The opgraph training step (``opgraph.optim.training_step`` with SGD); returns it and the named params."""
+    import opgraph
+    from opgraph.optim import SGD, training_step
+
+    b = opgraph.GraphBuilder()
+    xv = b.input(("float32", x.shape), name="x")
+    yv = b.input(("float32", y.shape), name="y")
+    names = [f"{k}{i}" for i in range(len(SIZES) - 1) for k in ("w", "b")]
+    ps = [b.input(("float32", p.shape), name=n) for n, p in zip(names, params, strict=True)]
+    h = xv
+    for i in range(len(SIZES) - 1):
+        h = b.add(b.matmul(h, ps[2 * i]), ps[2 * i + 1])
+        if i < len(SIZES) - 2:
+            h = b.relu(h)
+    loss = b.negative(b.mean(b.sum(b.multiply(yv, b.log_softmax(h, axis=-1)), axis=1)))
+    return training_step(b, loss, ps, SGD(lr=LR)), dict(zip(names, params, strict=True))

@@ -11,30 +11,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import LR, SIZES, arguments, data, report
+from training_common import arguments, data, opgraph_step, report
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runtime", default="executor", choices=("executor", "compiled"))
     args = arguments(ap)
-    import opgraph
-    from opgraph.optim import SGD, StepRunner, training_step
+    from opgraph.optim import StepRunner
 
     params, x, y = data()
-    b = opgraph.GraphBuilder()
-    xv = b.input(("float32", x.shape), name="x")
-    yv = b.input(("float32", y.shape), name="y")
-    names = [f"{k}{i}" for i in range(len(SIZES) - 1) for k in ("w", "b")]
-    ps = [b.input(("float32", p.shape), name=n) for n, p in zip(names, params, strict=True)]
-    h = xv
-    for i in range(len(SIZES) - 1):
-        h = b.add(b.matmul(h, ps[2 * i]), ps[2 * i + 1])
-        if i < len(SIZES) - 2:
-            h = b.relu(h)
-    loss = b.negative(b.mean(b.sum(b.multiply(yv, b.log_softmax(h, axis=-1)), axis=1)))
-    step = training_step(b, loss, ps, SGD(lr=LR))
-    init = dict(zip(names, params, strict=True))
+    step, init = opgraph_step(params, x, y)
     if args.runtime == "compiled":
         from opgraph.runtime.compiled import compile
 

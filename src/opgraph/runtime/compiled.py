@@ -23,11 +23,15 @@ between calls. :meth:`Program.explain` says which op runs where and why.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
-    >>> x = b.input(("float32", (2, 2)), name="x")
-    >>> b.output(b.op("relu", b.op("matmul", x, x)))
-    >>> compile(b.freeze())(x=-np.eye(2, dtype=np.float32))[0]
-    array([[1., 0.],
-           [0., 1.]], dtype=float32)
+    >>> x = b.input(("float64", (2, 3)), name="x")
+    >>> b.output(b.op("fma", b.op("einsum", x, x, subscripts="ij,kj->ik"), 2.0, 1.0))
+    >>> p = Program(b.freeze(), "numpy")
+    >>> p(x=np.ones((2, 3)))[0]
+    array([[7., 7.],
+           [7., 7.]])
+    >>> print(p.explain())
+    backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call
+    region 0 on numpy: 2 op(s), 1 in, 1 out: einsum, fma
 """
 
 from __future__ import annotations
