@@ -473,3 +473,21 @@ def test_torch_compile_option_matches_numpy() -> None:
     _close(f(feeds), g.run(feeds))
     with pytest.raises(TypeError, match="no_such_option"):
         opgraph.compile(g, backend="jax", no_such_option=1)
+
+
+@needs_engine
+@pytest.mark.parametrize("with_nan", [False, True])
+def test_max_pool_propagates_nan_as_numpy(name: str, with_nan: bool) -> None:
+    """Engines' max pools skip NaN unless told otherwise; opgraph's max pool propagates it (NumPy's max does)."""
+    x = np.random.default_rng(9).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    if with_nan:
+        x[0, 1, 2, 3] = np.nan
+        x[1, 2, 0, 0] = np.nan
+    b = opgraph.GraphBuilder()
+    xv = b.input(TensorType.of(x), name="x")
+    b.output(b.op("max_pool2d", xv, kernel_size=2), b.op("max_pool", xv, kernel_size=(3, 3), stride=(2, 2)))
+    g = b.freeze()
+    got, want = opgraph.compile(g, backend=name)(x=x), g.run({"x": x})
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, w)
+    assert np.isnan(want[0]).sum() == (2 if with_nan else 0)
