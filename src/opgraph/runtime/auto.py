@@ -1,11 +1,11 @@
 """``backend="auto"``: time the installed backends on the graph and keep the fastest.
 
-Each installed backend compiles the graph (partitioned where it lacks ops),
-runs once to warm up (JIT compilation happens there), then is timed for at
-least ``repeats`` calls and, within its share of the time budget, up to four
-times as many. The fastest call decides (on a shared, noisy machine the
-minimum is the steadiest estimate of what the engine can do); the report
-gives each candidate's median.
+Each installed backend compiles the graph (partitioned where it lacks ops)
+and runs once to warm up (JIT compilation happens there). Then the
+candidates are timed in rounds, one call of each per round, so that the load
+of a shared machine falls on all of them alike: at least ``repeats`` rounds,
+more (up to eight times as many) while the time budget lasts. The smallest
+median wins; the report gives every candidate's median.
 Backends that fail to compile or run are left out, with the reason in the
 report. Without example inputs the choice is made on the first call's feeds.
 
@@ -35,7 +35,7 @@ from opgraph.core.graph import Graph
 @dataclass
 class Choice:
     """What ``auto`` chose: the backend, its compiled graph, the median seconds per call of each candidate
-    (``None`` where it failed) and why each failure happened. The choice is the candidate with the fastest call."""
+    (``None`` where it failed), why each failure happened, and each candidate's fastest call."""
 
     backend: str
     compiled: Any
@@ -57,37 +57,46 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     from opgraph.runtime.compiled import compile as compile_on
 
     names = list(candidates or backends.available())
-    share = budget / max(1, len(names))
-    timings: dict[str, float | None] = {}
+    start = time.perf_counter()
     failures: dict[str, str] = {}
     compiled: dict[str, Any] = {}
-    best: dict[str, float] = {}
-    for name in names:
-        start = time.perf_counter()
+
+    def failed(name: str, exc: Exception) -> None:
+        failures[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        compiled.pop(name, None)
+
+    for name in names:  # compile and warm up (JIT compilation happens in the first call)
         try:
             c = compile_on(graph, backend=name, device=device if name != "numpy" else None,
                            **(options if name != "numpy" else {}))
             c(dict(feeds))
-            times: list[float] = []
-            while len(times) < repeats or (len(times) < 4 * repeats and time.perf_counter() - start < share / 2):
-                t0 = time.perf_counter()
-                c(dict(feeds))
-                times.append(time.perf_counter() - t0)
+            compiled[name] = c
         except Exception as exc:  # a backend that cannot run this graph is left out, with the reason
-            timings[name] = None
-            failures[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            continue
-        timings[name] = float(np.median(times))
-        best[name] = min(times)
-        c.reset_state()  # the timing calls must not leave update-edge state behind
-        compiled[name] = c
+            failed(name, exc)
+    # Timed calls in rounds, one call of each candidate per round, so that the load of a shared machine
+    # falls on every candidate alike; at least `repeats` rounds, more while the budget lasts.
+    times: dict[str, list[float]] = {n: [] for n in compiled}
+    rounds = 0
+    while compiled and (rounds < repeats or (rounds < 8 * repeats and time.perf_counter() - start < budget)):
+        for name in list(compiled):
+            t0 = time.perf_counter()
+            try:
+                compiled[name](dict(feeds))
+            except Exception as exc:
+                failed(name, exc)
+                continue
+            times[name].append(time.perf_counter() - t0)
+        rounds += 1
     if not compiled:
         from opgraph.backends.base import BackendError
 
         raise BackendError("auto: no backend could run the graph: " + "; ".join(f"{k}: {v}" for k, v in
                                                                               failures.items()))
-    fastest = min(compiled, key=lambda n: best[n])
-    return Choice(fastest, compiled[fastest], timings, failures, best)
+    timings: dict[str, float | None] = {n: float(np.median(times[n])) if n in compiled else None for n in names}
+    for c in compiled.values():
+        c.reset_state()  # the timing calls must not leave update-edge state behind
+    chosen = min(compiled, key=lambda n: timings[n])  # type: ignore[arg-type,return-value]
+    return Choice(chosen, compiled[chosen], timings, failures, {n: min(times[n]) for n in compiled})
 
 
 class AutoCompiled:
