@@ -1,11 +1,12 @@
 """``backend="auto"``: time the installed backends on the graph and keep the fastest.
 
 Each installed backend compiles the graph (partitioned where it lacks ops)
-and runs once to warm up (JIT compilation happens there). Then the
-candidates are timed in rounds, one call of each per round, so that the load
-of a shared machine falls on all of them alike: at least ``repeats`` rounds,
-more (up to eight times as many) while the time budget lasts. The smallest
-median wins; the report gives every candidate's median.
+and runs once to warm up (JIT compilation happens there). Then each is
+timed in a block of consecutive calls, its steady state (at least
+``repeats`` calls, more while its share of the budget lasts), in two passes
+over the candidates so that a change of load on a shared machine falls on
+all of them. The smallest median wins; the report gives every candidate's
+median.
 Backends that fail to compile or run are left out, with the reason in the
 report. Without example inputs the choice is made on the first call's feeds.
 
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from opgraph import backends
+from opgraph.core.feeds import value_id
 from opgraph.core.graph import Graph
 
 
@@ -57,7 +59,6 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     from opgraph.runtime.compiled import compile as compile_on
 
     names = list(candidates or backends.available())
-    start = time.perf_counter()
     failures: dict[str, str] = {}
     compiled: dict[str, Any] = {}
 
@@ -73,20 +74,28 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
             compiled[name] = c
         except Exception as exc:  # a backend that cannot run this graph is left out, with the reason
             failed(name, exc)
-    # Timed calls in rounds, one call of each candidate per round, so that the load of a shared machine
-    # falls on every candidate alike; at least `repeats` rounds, more while the budget lasts.
+    # Each candidate is timed in a block of consecutive calls (its steady state: calls of other engines in
+    # between slow every engine down through the caches and the allocator), in two passes over the candidates
+    # so that a change of load on a shared machine falls on all of them; the first call of a block re-warms.
+    # After the warm-up call the update destinations hold state on each engine: timed calls feed the rest
+    # only, as steady-state calls do (feeding the state every call would time its transfer, not the engine).
+    dests = {int(d) for d in graph.updates[:, 1].tolist()}
+    steady = {k: v for k, v in feeds.items() if value_id(graph, k) not in dests}
     times: dict[str, list[float]] = {n: [] for n in compiled}
-    rounds = 0
-    while compiled and (rounds < repeats or (rounds < 8 * repeats and time.perf_counter() - start < budget)):
+    block = budget / (2 * max(1, len(compiled)))
+    for _pass in range(2):
         for name in list(compiled):
-            t0 = time.perf_counter()
+            t_block = time.perf_counter()
             try:
-                compiled[name](dict(feeds))
+                compiled[name](dict(steady))
+                done = 0
+                while done < repeats or (done < 8 * repeats and time.perf_counter() - t_block < block / 2):
+                    t0 = time.perf_counter()
+                    compiled[name](dict(steady))
+                    times[name].append(time.perf_counter() - t0)
+                    done += 1
             except Exception as exc:
                 failed(name, exc)
-                continue
-            times[name].append(time.perf_counter() - t0)
-        rounds += 1
     if not compiled:
         from opgraph.backends.base import BackendError
 
