@@ -265,6 +265,13 @@ def _reduce(op_type: str) -> Rule:
             if op_type == "ReduceMax":  # over no elements ReduceMax gives INT32_MIN: "> 0" keeps any() False
                 return [ex.one("Greater", y, ex.const(np.int32(0)))]
             return [ex.one("Cast", y, to=TensorProto.BOOL)]
+        rank = len(it[0].shape or ())
+        if (op_type == "ReduceMean" and rank >= 3 and axes == list(range(2, rank)) and it[0].dtype == np.float32
+                and it[0].dtype == ot[0].dtype and ot[0].is_static):
+            # the mean over every spatial axis of (N, C, ...) is GlobalAveragePool, which ONNX Runtime keeps in
+            # its blocked layout between convolutions (a ReduceMean there costs two layout reorders)
+            y = ex.one("GlobalAveragePool", x)
+            return [y if keep else ex.one("Reshape", y, ex.ints(ot[0].shape), allowzero=1)]
         y = ex.one(op_type, x, ex.ints(axes), keepdims=keep)
         if op_type in ("ReduceMax", "ReduceMin"):
             y = _nan_wins(ex, x, it[0], y, lambda m: ex.one("ReduceMax", m, ex.ints(axes), keepdims=keep))
