@@ -46,6 +46,17 @@ def _mlp_graph(dtype: str = "float32") -> tuple[opgraph.Graph, dict[str, np.ndar
     return b.freeze(), feeds
 
 
+def _decaying_sum_graph() -> opgraph.Graph:
+    """State s <- 0.5 * s + x (an update edge); the output is sum(s')."""
+    b = opgraph.GraphBuilder()
+    s = b.input(("float64", (3,)), name="s")
+    x = b.input(("float64", (3,)), name="x")
+    new = b.op("add", b.op("multiply", s, 0.5), x)
+    b.update(new, s)
+    b.output(b.op("sum", new))
+    return b.freeze()
+
+
 def _close(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 2e-5) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -167,13 +178,7 @@ def test_targets_subset(name: str) -> None:
 
 @needs_engine
 def test_update_edges_keep_state_between_calls(name: str) -> None:
-    b = opgraph.GraphBuilder()
-    s = b.input(("float64", (3,)), name="s")
-    x = b.input(("float64", (3,)), name="x")
-    new = b.op("add", b.op("multiply", s, 0.5), x)
-    b.update(new, s)
-    b.output(b.op("sum", new))
-    g = b.freeze()
+    g = _decaying_sum_graph()
     f, ref = opgraph.compile(g, backend=name), opgraph.compile(g)
     xs = np.array([1.0, 2.0, 3.0])
     outs = [(f({"s": np.zeros(3), "x": xs}), ref({"s": np.zeros(3), "x": xs}))]
@@ -405,13 +410,7 @@ def test_tenscalc_scalarized_files_reproduce_reference_on_backend(name: str, cas
 
 
 def test_auto_keeps_state_and_exposes_the_chosen_program() -> None:
-    b = opgraph.GraphBuilder()
-    s = b.input(("float64", (3,)), name="s")
-    x = b.input(("float64", (3,)), name="x")
-    new = b.op("add", b.op("multiply", s, 0.5), x)
-    b.update(new, s)
-    b.output(b.op("sum", new))
-    g = b.freeze()
+    g = _decaying_sum_graph()
     f, ref = opgraph.compile(g, backend="auto", budget=3.0), opgraph.compile(g)
     with pytest.raises(AttributeError, match="chosen on the first call"):
         f.state("s")
