@@ -611,9 +611,8 @@ class JaxBackend(Backend):
         return jax.device_put(array, self._device(device))
 
     def to_numpy(self, array: Any) -> np.ndarray:
-        # a writable copy: NumPy's view of a JAX buffer is read-only, and results must behave as the numpy
-        # backend's do (a donated state buffer could also be reused under a view)
-        return np.array(array, copy=True)
+        # a read-only view of the JAX buffer; the runtime copies what it hands to users or keeps as state
+        return np.asarray(array)
 
 
 BACKEND = JaxBackend("jax", rules=RULES, dtypes=DTYPES, limits=LIMITS, module="jax", extra="jax",

@@ -509,18 +509,28 @@ class _ArenaExecutable(Executable):
 class NumpyBackend(Backend):
     """The default backend: every op's NumPy kernel, run by the arena runtime (:class:`CompiledGraph`)."""
 
+    @staticmethod
+    def has_kernel(kind: str) -> bool:
+        """True when op ``kind`` has a NumPy kernel (any version); the registry is asked, so user ops count too.
+
+        >>> NumpyBackend.has_kernel("add"), NumpyBackend.has_kernel("no_such_kind")
+        (True, False)
+        """
+        try:
+            d = get_op(kind)
+        except KeyError:
+            return False
+        return any(k == "numpy" or (isinstance(k, tuple) and k[0] == "numpy") for k in d.kernels)
+
     def kinds(self) -> frozenset[str]:
-        return frozenset(d.name for d in all_ops() if "numpy" in d.kernels
-                         or any(isinstance(k, tuple) and k[0] == "numpy" for k in d.kernels))
+        return frozenset(d.name for d in all_ops() if self.has_kernel(d.name))
 
     def why_not(self, info: OpInfo) -> str | None:
-        if info.kind not in self.kinds():
-            return f"op {info.kind!r} has no numpy kernel"
-        return None
+        return None if self.has_kernel(info.kind) else f"op {info.kind!r} has no numpy kernel"
 
     def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
                  attrs: Mapping[str, Any] | None = None) -> bool:
-        return kind in self.kinds()
+        return self.has_kernel(kind)
 
     def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
                       schedule: str | np.ndarray = "best", plan: MemoryPlan | None = None,

@@ -36,6 +36,7 @@ between calls. :meth:`Program.explain` says which op runs where and why.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,8 +91,6 @@ def with_outputs(graph: Graph, outputs: Sequence[int], *, updates: bool = True) 
 def _regions(graph: Graph, place: list[str | None]) -> list[Region]:
     """Group ops into maximal regions per backend along one topological order (Kahn's algorithm that drains
     the ready ops of the current backend before switching), so regions never depend on each other in a cycle."""
-    import heapq
-
     src, dst = graph.op_dependencies()
     n = graph.num_ops
     pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if len(src) else np.zeros((0, 2), dtype=np.int64)
@@ -162,6 +161,7 @@ class _Variant:
         lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
         self.lowered = g = lowered.graph
         self.lowered_counts = lowered.counts
+        self.input_pos = {v: i for i, v in enumerate(g.inputs.tolist())}
         self.place: list[str | None] = []
         self.reasons: dict[int, str] = {}
         for op in range(g.num_ops):
@@ -285,11 +285,12 @@ class Program:
                 raise ExecutionError(f"missing feed for input {lg.value_label(v)}")
             where, arr = got
             a = backends.get(where).to_numpy(arr)
-            # a result never aliases a caller's feed, a constant, or state the next call may overwrite
+            # a result is writable and never aliases a caller's feed, a constant, or state the next call may
+            # overwrite (engines' NumPy views, such as JAX's, are read-only)
             shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
-            results.append(np.array(a, copy=True) if shared else a)
+            results.append(np.array(a, copy=True) if shared or not a.flags.writeable else a)
         for (_src, dst), v in zip(lg.updates.tolist(), lout[len(tg):], strict=True):
-            self._state[linputs.index(dst)] = env[v]
+            self._state[var.input_pos[dst]] = env[v]
         return results
 
     def _run_region(self, var: _Variant, r: Region, env: dict[int, tuple[str, Any]]) -> None:
@@ -300,7 +301,7 @@ class Program:
         for v in r.inputs:
             got = env.get(v)
             if got is None:
-                pos = lg.inputs.tolist().index(v)
+                pos = var.input_pos[v]
                 raise ExecutionError(f"missing feed for input {g.value_label(int(g.inputs[pos]))}: {lg.type_of(v)}")
             where, arr = got
             if where != r.backend:
