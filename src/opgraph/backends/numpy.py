@@ -41,10 +41,11 @@ import numpy as np
 from opgraph.backends.base import Backend, Executable, OpInfo
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.feeds import value_id as _value_id
+from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, all_ops, get_op
 from opgraph.errors import ExecutionError, GraphError
-from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, align, plan_memory
+from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
 
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
 """(kernel, input value ids, output value ids, attrs, op, mode); mode 1: one planned output,
@@ -84,6 +85,10 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, *, schedule: str | np.ndarray = "best",
                  plan: MemoryPlan | None = None) -> None:
+        with paused_gc():
+            self._setup(graph, schedule, plan)
+
+    def _setup(self, graph: Graph, schedule: str | np.ndarray, plan: MemoryPlan | None) -> None:
         self.graph = graph
         self.backend = "numpy"
         self.plan = plan if plan is not None else plan_memory(graph, schedule=schedule)
@@ -97,13 +102,24 @@ class CompiledGraph:
         self.arena = aligned_empty(p.arena_bytes)
         self._slots: list[Any] = [None] * graph.num_values
         self._bin_values: dict[int, list[tuple[int, int, int, np.dtype, tuple[int, ...]]]] = {}
-        for v, (b, off) in p.placement.items():
-            t = graph.type_of(v)
-            entry = (v, off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+        if isinstance(p.placement, PlacementMap):
+            vs, bs, offs = p.placement.arrays()
+        else:
+            rows = np.array([(v, b, off) for v, (b, off) in p.placement.items()], dtype=np.int64).reshape(-1, 3)
+            vs, bs, offs = rows[:, 0], rows[:, 1], rows[:, 2]
+        # Values at the same offset with the same type (an in-place chain) share one view of the arena.
+        views: dict[tuple[int, int], np.ndarray] = {}
+        types, nbytes = graph.types, p.nbytes
+        for v, b, off, tid in zip(vs.tolist(), bs.tolist(), offs.tolist(), graph.value_type[vs].tolist(),
+                                  strict=True):
+            t = types[tid]
             if b == 0:
-                self._slots[v] = _view(self.arena, *entry[1:])
+                view = views.get((off, tid))
+                if view is None:
+                    view = views[off, tid] = _view(self.arena, off, nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+                self._slots[v] = view
             else:
-                self._bin_values.setdefault(b, []).append(entry)
+                self._bin_values.setdefault(b, []).append((v, off, nbytes[v] or 0, t.dtype, t.shape))  # type: ignore[union-attr]
         for op in np.flatnonzero(graph.op_kind == CONST.id).tolist():
             self._slots[int(graph.op_outputs(op)[0])] = graph.constant_of(op)
         self._output_bins = [b for b, bn in enumerate(p.bins) if bn.kind == "output"]
@@ -133,26 +149,37 @@ class CompiledGraph:
         prog: list[Step] = []
         kernels: dict[tuple[int, int], Callable[..., Any]] = {}
         attr_cache: dict[int, dict[str, Any]] = {}
+        in_ptr, in_ids = g.in_ptr.tolist(), g.in_ids.tolist()
+        out_ptr, out_ids = g.out_ptr.tolist(), g.out_ids.tolist()
+        op_kind, op_version, op_attr = g.op_kind.tolist(), g.op_version.tolist(), g.op_attr.tolist()
+        kind_of = p.kind
+        sliced = {get_op(name).id for name in BATCH_SLICED}
         for op in p.schedule.tolist():
-            kind = int(g.op_kind[op])
+            kind = op_kind[op]
             if kind == CONST.id:
                 continue
-            key = (kind, int(g.op_version[op]))
+            key = (kind, op_version[op])
             fn = kernels.get(key)
             if fn is None:
                 try:
                     fn = kernels[key] = get_op(kind).kernel_for(self.backend, key[1])
                 except (KeyError, NotImplementedError) as exc:
                     raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
-            aid = int(g.op_attr[op])
-            attrs = attr_cache.setdefault(aid, dict(g.attrs[aid]))
-            ins = tuple(int(v) for v in g.op_inputs(op))
-            outs = tuple(int(v) for v in g.op_outputs(op))
-            planned = all(p.kind[v] == PLANNED for v in outs)
-            mode = 0 if not planned or not outs else (1 if len(outs) == 1 else 2)
-            if outs and all(p.kind[v] == ALIAS for v in outs):
-                mode = 4
-            if mode == 1:
+            aid = op_attr[op]
+            attrs = attr_cache.get(aid)
+            if attrs is None:
+                attrs = attr_cache[aid] = dict(g.attrs[aid])
+            ins = tuple(in_ids[in_ptr[op]:in_ptr[op + 1]])
+            outs = tuple(out_ids[out_ptr[op]:out_ptr[op + 1]])
+            if len(outs) == 1:
+                k = kind_of[outs[0]]
+                mode = 1 if k == PLANNED else (4 if k == ALIAS else 0)
+            else:
+                planned = all(kind_of[v] == PLANNED for v in outs)
+                mode = 0 if not planned or not outs else 2
+                if outs and all(kind_of[v] == ALIAS for v in outs):
+                    mode = 4
+            if mode == 1 and kind in sliced:
                 chunks = self._batch_chunks(op, ins, outs[0], attrs)
                 if chunks:
                     self._chunks[op] = chunks

@@ -90,15 +90,18 @@ def dfs_schedule(graph: Graph, targets: Iterable[int] | None = None) -> np.ndarr
     return np.asarray(order, dtype=np.int32)
 
 
-def greedy_schedule(graph: Graph, targets: Iterable[int] | None = None) -> np.ndarray:
+def greedy_schedule(graph: Graph, targets: Iterable[int] | None = None, *,
+                    base: np.ndarray | None = None) -> np.ndarray:
     """A memory-aware list schedule: among the ready ops, run the one that frees the most bytes.
 
     The score of a ready op is the bytes of the inputs it is the last user
     of, minus the bytes of its outputs; ties go to the op earlier in the DFS
     order. Scores are recomputed lazily (a popped op whose score changed is
-    pushed back), so this costs O(n log n) plus the re-pushes.
+    pushed back), so this costs O(n log n) plus the re-pushes. ``base`` is
+    :func:`dfs_schedule`'s order for the same targets, if already computed.
     """
-    base = dfs_schedule(graph, targets)
+    if base is None:
+        base = dfs_schedule(graph, targets)
     n_ops = len(base)
     if n_ops > GREEDY_LIMIT or n_ops == 0:
         return base
