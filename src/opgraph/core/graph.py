@@ -15,6 +15,8 @@ A :class:`Graph` keeps its structure in NumPy arrays (see DESIGN.md):
 
 Graphs are immutable; derived indices (consumers, topological order,
 reachability) are computed with vectorised NumPy on first use and cached.
+:meth:`Graph.from_arrays` makes a checked graph straight from such arrays
+(``docs/scale.md`` shows how to build graphs of 10^7-10^8 ops with it).
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -34,15 +36,16 @@ reachability) are computed with vectorised NumPy on first use and cached.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from opgraph.core import hooks
+from opgraph.core import _accel, hooks
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
-from opgraph.core.types import TensorType, ValueType
+from opgraph.core.types import TensorType, ValueType, as_type
 from opgraph.errors import GraphError, OpTypeError, VerifyError
 
 INDEX = np.int32
@@ -79,9 +82,12 @@ def _csr_rows(ptr: np.ndarray) -> np.ndarray:
 class Graph:
     """An immutable bipartite graph of ops and values (see the module doc).
 
-    Build one with :class:`~opgraph.core.builder.GraphBuilder` or load it from
-    a file; the constructor takes the arrays as they are and does not check
-    them (call :meth:`verify`).
+    Build one with :class:`~opgraph.core.builder.GraphBuilder`, load it from
+    a file, or make it from NumPy arrays with :meth:`from_arrays`, which
+    checks them (the bulk path for large graphs, see ``docs/scale.md``). The
+    constructor ``Graph(...)`` is the unchecked path: it takes all the arrays
+    as they are, for code that made them valid by construction (call
+    :meth:`verify` to check them).
 
     ``file_meta`` carries format details a reader found and a writer needs to
     write the same bytes again (for example how a TensCalc file encoded each
@@ -166,6 +172,172 @@ class Graph:
         if hasattr(self, "_cache"):
             raise AttributeError("Graph is immutable; build a new one (GraphBuilder or a pass)")
         object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        op_kind: Any,
+        in_ptr: Any,
+        in_ids: Any,
+        out_ptr: Any,
+        out_ids: Any,
+        value_type: Any,
+        types: Sequence[Any],
+        op_attr: Any = None,
+        attrs: Sequence[Any] = ((),),
+        op_version: Any = None,
+        value_producer: Any = None,
+        value_index: Any = None,
+        constants: Sequence[np.ndarray] = (),
+        inputs: Any = None,
+        outputs: Any = (),
+        updates: Any = (),
+        symbols: Symbols | None = None,
+        file_meta: Mapping[str, Any] | None = None,
+        check_types: bool = True,
+    ) -> Graph:
+        """Build a graph from NumPy arrays in its columnar layout, checking everything.
+
+        The checked bulk constructor, for graphs too large to build op by op
+        (10^7 ops and more; see ``docs/scale.md``). The arrays are those the
+        graph keeps (see the module doc): ``op_kind`` holds registry ids
+        (``get_op("add").id``), ``in_ptr``/``in_ids`` and ``out_ptr``/``out_ids``
+        are CSR (op ``i``'s inputs are ``in_ids[in_ptr[i]:in_ptr[i+1]]``), and
+        ``value_type`` indexes ``types``. Some may be left out:
+
+        * ``op_attr``: all 0, with ``attrs`` defaulting to one empty entry;
+        * ``op_version``: what each op's type rule selects for its inputs;
+        * ``value_producer``/``value_index``: derived from the outputs;
+        * ``inputs``: every value no op produces, in id order.
+
+        Everything :meth:`verify` checks is checked (ids, CSR pointers, each
+        value produced once, cycles, kinds, constants, and each op's output
+        types and version against its type rule, once per distinct op
+        signature), and also that attributes are normalised as the op kind's
+        :meth:`~opgraph.core.registry.OpDef.normalise_attrs` gives them, and
+        that the arrays hold integers that fit the graph's id type. Any
+        problem raises one :class:`~opgraph.errors.VerifyError` listing them
+        all, each naming the op (index and kind). It all takes a few vectorised
+        passes: about 0.1-0.2 us per op.
+
+        ``Graph(...)`` takes the same arrays without any check (for code that
+        made them valid by construction, such as file readers that verify
+        after loading). Either way, arrays that already have the graph's
+        dtypes (``int32`` ids, ``int64`` CSR pointers) are kept, not copied,
+        and made read-only; pass copies if you need to keep writing to them.
+
+        >>> import numpy as np
+        >>> from opgraph import Graph, TensorType, get_op
+        >>> add, exp = get_op("add").id, get_op("exp").id
+        >>> arrays = dict(
+        ...     op_kind=np.array([add, exp]),      # op 0: v2 = add(v0, v1); op 1: v3 = exp(v2)
+        ...     in_ptr=np.array([0, 2, 3]), in_ids=np.array([0, 1, 2]),
+        ...     out_ptr=np.array([0, 1, 2]), out_ids=np.array([2, 3]),
+        ...     value_type=np.zeros(4, dtype=np.int32), types=[TensorType("float64", (3,))],
+        ...     outputs=[3])
+        >>> g = Graph.from_arrays(**arrays)
+        >>> print(g)
+        graph(%0: f64[3], %1: f64[3]) {
+          %2: f64[3] = add(%0, %1)
+          %3: f64[3] = exp(%2)
+          return %3
+        }
+        >>> g.run({0: np.zeros(3), 1: np.ones(3)})
+        [array([2.71828183, 2.71828183, 2.71828183])]
+
+        A bad array gives one error naming the op:
+
+        >>> Graph.from_arrays(**{**arrays, "in_ids": np.array([0, 1, 3])})  # exp(v3) makes v3
+        Traceback (most recent call last):
+        ...
+        opgraph.errors.VerifyError: graph is invalid (1 problem(s)):
+          graph has a cycle through op 1 (exp) -> op 1 (exp)
+        """
+        problems: list[str] = []
+        kind = _as_ids("op_kind", op_kind, INDEX, problems)
+        n_ops = len(kind)
+
+        def op_named(i: int) -> str:
+            return f"op {i}" if i >= n_ops else cls._label_for(int(kind[i]), i)
+
+        ptrs = {name: _as_ids(name, a, PTR, problems) for name, a in (("in_ptr", in_ptr), ("out_ptr", out_ptr))}
+        ids = {name: _as_ids(name, a, INDEX, problems, ptr=ptrs[ptr_name], label=op_named)
+               for name, ptr_name, a in (("in_ids", "in_ptr", in_ids), ("out_ids", "out_ptr", out_ids))}
+        per_op = {name: _as_ids(name, a, INDEX, problems, label=op_named)
+                  for name, a in (("op_attr", op_attr), ("op_version", op_version)) if a is not None}
+        per_value = {name: _as_ids(name, a, INDEX, problems)
+                     for name, a in (("value_type", value_type), ("value_producer", value_producer),
+                                     ("value_index", value_index)) if a is not None}
+        gateways = {name: _as_ids(name, a, INDEX, problems, ndim=None)
+                    for name, a in (("inputs", inputs), ("outputs", outputs), ("updates", updates)) if a is not None}
+        table: list[ValueType] = []
+        for i, t in enumerate(types):
+            try:
+                table.append(as_type(t))
+            except OpTypeError as exc:
+                problems.append(f"types[{i}]: {exc}")
+        attr_table: list[Attrs] = []
+        for i, a in enumerate(attrs):
+            try:
+                attr_table.append(tuple((str(k), v) for k, v in (a.items() if isinstance(a, Mapping) else a)))
+            except (TypeError, ValueError):
+                problems.append(f"attrs[{i}]: {a!r} is not a mapping or a sequence of (name, value) pairs")
+        if problems:
+            raise VerifyError(problems)
+        # What is left out is derived below; until then it is an empty placeholder (no memory
+        # spent on arrays that are replaced), and the checks skip its length.
+        derived = {name for name, a in (("op_version", op_version), ("value_producer", value_producer),
+                                        ("value_index", value_index)) if a is None}
+        empty = np.zeros(0, INDEX)
+        fields: dict[str, Any] = dict(
+            op_kind=kind, op_attr=per_op.get("op_attr", np.zeros(n_ops, INDEX)),
+            op_version=per_op.get("op_version", empty), **ptrs, **ids, value_type=per_value["value_type"],
+            value_producer=per_value.get("value_producer", empty), value_index=per_value.get("value_index", empty),
+            types=table, attrs=attr_table, constants=constants, inputs=gateways.get("inputs", ()),
+            outputs=gateways.get("outputs", ()), updates=gateways.get("updates", ()), symbols=symbols,
+            file_meta=file_meta)
+        graph = cls(**fields)
+        # The structure first: deriving producers and inputs needs valid output ids.
+        graph._verify_structure(problems, derived=derived)
+        if problems:
+            raise VerifyError(problems)
+        if derived & {"value_producer", "value_index"}:
+            producer, index = graph._derived_producers()
+            fields["value_producer"] = producer if value_producer is None else fields["value_producer"]
+            fields["value_index"] = index if value_index is None else fields["value_index"]
+        if inputs is None:
+            fields["inputs"] = np.flatnonzero(fields["value_producer"] == -1).astype(INDEX)
+        if derived - {"op_version"} or inputs is None:
+            arities = {k: v for k, v in graph._cache.items() if k[0] == "arity"}
+            graph = cls(**fields)
+            graph._cache.update(arities)  # the CSR pointers are the same arrays
+        versions = graph._verify_collect(problems, check_types=check_types, fill_versions=op_version is None,
+                                         strict_attrs=True, structure_checked=True)
+        if problems:
+            raise VerifyError(problems)
+        if op_version is not None:
+            return graph
+        fields["op_version"] = versions
+        filled = cls(**fields)
+        filled._cache.update(graph._cache)  # orders, producers, arities: none depends on versions
+        return filled
+
+    def _derived_producers(self) -> tuple[np.ndarray, np.ndarray]:
+        """``value_producer`` and ``value_index`` as the outputs CSR says (ids must be valid)."""
+        producer = np.full(self.num_values, -1, dtype=INDEX)
+        index = np.zeros(self.num_values, dtype=INDEX)
+        a = self._arity("out")
+        if a is not None:
+            if a:
+                table = self.out_ids.reshape(-1, a)
+                producer[table] = np.arange(self.num_ops, dtype=INDEX)[:, None]
+                index[table] = np.arange(a, dtype=INDEX)
+        else:
+            rows = _csr_rows(self.out_ptr)
+            producer[self.out_ids] = rows
+            index[self.out_ids] = np.arange(len(self.out_ids)) - self.out_ptr[rows]
+        return producer, index
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -274,20 +446,69 @@ class Graph:
             hit = self._cache["input_producers"] = self.value_producer[self.in_ids]
         return hit
 
+    def _arity(self, side: str) -> int | None:
+        """How many inputs (``side="in"``) or outputs (``"out"``) every op has; None if they differ.
+
+        Many large graphs have one arity throughout (binary ops, one output
+        each); then the CSR is a plain 2-D table and passes can reshape it
+        instead of expanding row numbers per entry. Cached.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder()
+        >>> x = b.input(("float64", (2,)))
+        >>> b.output(b.add(b.exp(x), x))
+        >>> g = b.freeze()
+        >>> g._arity("in"), g._arity("out")
+        (None, 1)
+        """
+        key = ("arity", side)
+        if key not in self._cache:
+            ptr = self.in_ptr if side == "in" else self.out_ptr
+            n = len(ptr) - 1
+            a = int(ptr[1] - ptr[0]) if n > 0 else 0
+            uniform = _all_chunked(lambda lo, hi: ptr[lo + 1:hi + 1] - ptr[lo:hi] == a, n)
+            self._cache[key] = a if uniform else None
+        return self._cache[key]  # type: ignore[no-any-return]
+
     def is_topologically_ordered(self) -> bool:
         """True when every op's inputs are produced by ops before it."""
         hit = self._cache.get("ordered")
         if hit is None:
-            rows = _csr_rows(self.in_ptr)
-            hit = self._cache["ordered"] = bool(np.all(self.input_producers() < rows))
+            a, n = self._arity("in"), self.num_ops
+            if a == 0:
+                hit = True
+            elif a is not None:  # compare row by row against a broadcast column of op ids
+                # Chunk by chunk, without keeping input_producers(): an ordered graph needs no more.
+                vp, ids = self.value_producer, self.in_ids
+                hit = _all_chunked(lambda lo, hi: vp[ids[lo * a:hi * a]].reshape(-1, a)
+                                   < np.arange(lo, hi, dtype=INDEX)[:, None], n)
+            else:
+                vp, ids, ptr = self.value_producer, self.in_ids, self.in_ptr
+                hit = _all_chunked(lambda lo, hi: vp[ids[ptr[lo]:ptr[hi]]] < _csr_rows(ptr[lo:hi + 1]) + lo, n)
+            self._cache["ordered"] = hit
         return hit
 
     def topological_order(self) -> np.ndarray:
         """Op indices in an order where producers come before consumers.
 
         Graphs made by a builder are already ordered (checked in one vectorised
-        step); others are sorted by a level-by-level Kahn's algorithm. Raises
-        :class:`GraphError` naming ops on a cycle.
+        step) and keep their order. Others are sorted by level (the longest
+        path from an op without producers), ops of one level by index; the
+        order is the same whichever way it is computed: level by level with
+        NumPy (wide graphs), in plain Python (deep graphs), or, for large
+        graphs when numba is installed, in one compiled pass (see
+        :mod:`opgraph.core._accel`). Raises :class:`GraphError` naming the ops
+        on a cycle.
+
+        >>> import numpy as np
+        >>> from opgraph import Graph, TensorType, get_op
+        >>> sin, exp = get_op("sin").id, get_op("exp").id
+        >>> g = Graph.from_arrays(  # op 0: v2 = sin(v1), op 1: v1 = exp(v0): stored out of order
+        ...     op_kind=np.array([sin, exp]), in_ptr=np.array([0, 1, 2]), in_ids=np.array([1, 0]),
+        ...     out_ptr=np.array([0, 1, 2]), out_ids=np.array([2, 1]),
+        ...     value_type=np.zeros(3, np.int32), types=[TensorType("float64", (2,))])
+        >>> g.is_topologically_ordered(), g.topological_order()
+        (False, array([1, 0], dtype=int32))
         """
         hit = self._cache.get("topo")
         if hit is not None:
@@ -295,11 +516,9 @@ class Graph:
         if self.is_topologically_ordered():
             order = np.arange(self.num_ops, dtype=INDEX)
         else:
-            order, _levels = self._kahn()
-            if len(order) < self.num_ops:
-                stuck = np.setdiff1d(np.arange(self.num_ops), order)[:10]
-                names = ", ".join(f"op {i} ({self.kind_of(i)})" for i in stuck)
-                raise GraphError(f"graph has a cycle through {names}")
+            order, cycle = self._level_order()
+            if len(cycle):
+                raise GraphError(self._cycle_message(cycle))
         order.flags.writeable = False
         self._cache["topo"] = order
         return order
@@ -314,7 +533,23 @@ class Graph:
             hit = self._cache["op_edges"] = (prod[keep].astype(INDEX), rows[keep])
         return hit
 
-    def _kahn(self) -> tuple[np.ndarray, list[int]]:
+    def _level_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, cycle)``: ops by (level, index), or ops on a cycle (see ``_accel._level_sort``)."""
+        kernel = _accel.topo_kernel(self.num_ops)
+        if kernel is not None:
+            ptr, pred, n = self.in_ptr, self.input_producers(), self.num_ops
+            # Compiled code does not check bounds: run it only on sane arrays (a graph sorted
+            # before verify() may not be); the NumPy path raises on anything else.
+            if (len(ptr) == n + 1 and ptr[0] == 0 and ptr[-1] == len(pred)
+                    and _all_chunked(lambda lo, hi: ptr[lo:hi] <= ptr[lo + 1:hi + 1], n)
+                    and (not len(pred) or (int(pred.min()) >= -1 and int(pred.max()) < n))):
+                table, arity = _padded(ptr, pred, self._arity("in"))
+                order, cycle = kernel(ptr, table, arity)
+                return order, cycle
+        return self._kahn()
+
+    def _kahn(self) -> tuple[np.ndarray, np.ndarray]:
+        """Level-synchronous Kahn's algorithm: the NumPy path of :meth:`_level_order`."""
         n = self.num_ops
         src, dst = self.op_dependencies()
         indeg = np.bincount(dst, minlength=n)
@@ -323,31 +558,65 @@ class Graph:
         np.cumsum(np.bincount(src, minlength=n), out=sptr[1:])
         frontier = np.flatnonzero(indeg == 0).astype(INDEX)
         parts: list[np.ndarray] = []
-        levels: list[int] = []
-        # Level by level with NumPy while levels are wide; a narrow level means a deep
-        # graph (a chain costs one NumPy round per op), so finish with plain lists.
+        # One NumPy round per level while levels are wide (np.unique keeps each level sorted by index).
         while len(frontier) >= _NARROW:
             parts.append(frontier)
-            levels.append(len(frontier))
             nxt = succ[_ranges(sptr[frontier], sptr[frontier + 1])]
             uniq, cnt = np.unique(nxt, return_counts=True)
             indeg[uniq] -= cnt
             frontier = uniq[indeg[uniq] == 0].astype(INDEX)
+        # A narrow level means a deep graph (a chain costs one round per op), where NumPy's
+        # per-call overhead dominates: finish with plain lists, still level by level.
         if len(frontier):
             deg, sp, sc = indeg.tolist(), sptr.tolist(), succ.tolist()
-            stack = frontier.tolist()
+            level = frontier.tolist()
             tail: list[int] = []
-            while stack:
-                op = stack.pop()
-                tail.append(op)
-                for k in range(sp[op], sp[op + 1]):
-                    nxt_op = sc[k]
-                    deg[nxt_op] -= 1
-                    if deg[nxt_op] == 0:
-                        stack.append(nxt_op)
+            while level:
+                tail += level
+                nxt_level: list[int] = []
+                for op in level:
+                    for s in sc[sp[op]:sp[op + 1]]:
+                        deg[s] -= 1
+                        if not deg[s]:
+                            nxt_level.append(s)
+                nxt_level.sort()
+                level = nxt_level
             parts.append(np.asarray(tail, dtype=INDEX))
-        order = np.concatenate(parts) if parts else np.zeros(0, INDEX)
-        return order.astype(INDEX), levels
+        order = np.concatenate(parts).astype(INDEX, copy=False) if parts else np.zeros(0, INDEX)
+        if len(order) < n:
+            return np.zeros(0, INDEX), self._find_cycle(order)
+        return order, np.zeros(0, INDEX)
+
+    def _find_cycle(self, done: np.ndarray) -> np.ndarray:
+        """Ops on one cycle, each using an output of the next (the last: of the first).
+
+        ``done`` are the ops Kahn's algorithm could order. Every other op has
+        a producer that is not done either (else it would have been ordered),
+        so walking from producer to such producer must come back to an op
+        already on the walk; from there on, the walk is a cycle.
+        """
+        stuck = np.ones(self.num_ops, dtype=bool)
+        stuck[done] = False
+        prod, ptr = self.input_producers(), self.in_ptr
+        op = int(np.argmax(stuck))
+        seen: dict[int, int] = {}
+        walk: list[int] = []
+        while op not in seen:
+            seen[op] = len(walk)
+            walk.append(op)
+            op = next(int(p) for p in prod[ptr[op]:ptr[op + 1]] if p >= 0 and stuck[p])
+        return np.asarray(walk[seen[op]:], dtype=INDEX)
+
+    def _cycle_message(self, cycle: np.ndarray) -> str:
+        # In data-flow order (producer first), starting from the lowest op index, so the
+        # message does not depend on where the search entered the cycle.
+        flow = [int(op) for op in cycle[::-1]]
+        start = flow.index(min(flow))
+        flow = flow[start:] + flow[:start]
+        shown = [self._op_label(op) for op in flow[:_CYCLE_SHOWN]]
+        if len(flow) > _CYCLE_SHOWN:
+            shown.append(f"... ({len(flow)} ops on the cycle)")
+        return "graph has a cycle through " + " -> ".join([*shown, self._op_label(flow[0])])
 
     def needed_ops(self, targets: Iterable[int]) -> np.ndarray:
         """Boolean mask of the ops needed to compute the values ``targets``.
@@ -393,58 +662,191 @@ class Graph:
         (``check_types``) each op's stored output types and version against
         its type rule, evaluated once per distinct op signature. Returns the
         graph so calls chain.
+
+        Every check is a few vectorised passes over the arrays (in chunks, so
+        temporaries stay small), and the detailed messages are worked out only
+        when a pass finds something wrong: a valid graph of 10^7 ops verifies
+        in about a second.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder()
+        >>> b.output(b.exp(b.input(("float64", (2,)))))
+        >>> g = b.freeze()
+        >>> g.verify() is g
+        True
         """
         problems: list[str] = []
-        try:
-            self._verify_into(problems, check_types)
-        except Exception as exc:  # a broken graph must still give a report
-            if not problems:
-                raise
-            problems.append(f"verification stopped early: {type(exc).__name__}: {exc}")
+        self._verify_collect(problems, check_types=check_types)
         if problems:
             raise VerifyError(problems)
         return self
 
-    def _op_label(self, op: int) -> str:
+    def _verify_collect(self, problems: list[str], *, check_types: bool = True, fill_versions: bool = False,
+                        strict_attrs: bool = False, structure_checked: bool = False) -> np.ndarray | None:
+        """Append every problem to ``problems``; with ``fill_versions``, return the versions the type rules select."""
         try:
-            kind = get_op(int(self.op_kind[op])).name
-        except KeyError:
-            kind = f"<unknown kind {int(self.op_kind[op])}>"
-        return f"op {op} ({kind})"
+            return self._verify_into(problems, check_types, fill_versions, strict_attrs, structure_checked)
+        except Exception as exc:  # a broken graph must still give a report
+            if not problems:
+                raise
+            problems.append(f"verification stopped early: {type(exc).__name__}: {exc}")
+            return None
 
-    def _verify_into(self, problems: list[str], check_types: bool) -> None:
+    def _op_label(self, op: int) -> str:
+        return self._label_for(int(self.op_kind[op]), op)
+
+    @staticmethod
+    def _label_for(kind: int, op: int) -> str:
+        """``op 3 (add)``: how problems name an op (unknown kinds included)."""
+        try:
+            name = get_op(kind).name
+        except KeyError:
+            name = f"<unknown kind {kind}>"
+        return f"op {op} ({name})"
+
+    def _verify_structure(self, problems: list[str], derived: Collection[str] = ()) -> None:
+        """Array lengths, CSR pointers and ids in range: what every other check relies on.
+
+        ``derived`` names arrays that are placeholders still to be derived (their lengths are not checked).
+        """
         n_ops, n_vals = self.num_ops, self.num_values
         for name in ("op_attr", "op_version"):
-            if len(getattr(self, name)) != n_ops:
+            if name not in derived and len(getattr(self, name)) != n_ops:
                 problems.append(f"{name} has {len(getattr(self, name))} entries for {n_ops} ops")
         for name in ("value_producer", "value_index"):
-            if len(getattr(self, name)) != n_vals:
+            if name not in derived and len(getattr(self, name)) != n_vals:
                 problems.append(f"{name} has {len(getattr(self, name))} entries for {n_vals} values")
         for ptr_name, ids_name in (("in_ptr", "in_ids"), ("out_ptr", "out_ids")):
-            ptr, ids = getattr(self, ptr_name), getattr(self, ids_name)
-            if len(ptr) != n_ops + 1 or ptr[0] != 0 or ptr[-1] != len(ids) or np.any(np.diff(ptr) < 0):
-                problems.append(f"{ptr_name} is not a valid CSR pointer for {n_ops} ops and {len(ids)} ids")
+            why = self._csr_problem(ptr_name, ids_name)
+            if why:
+                problems.append(f"{ptr_name} is not a valid CSR pointer for {n_ops} ops and "
+                                f"{len(getattr(self, ids_name))} ids: {why}")
         if problems:
             return
-        # Dangling ids.
-        for ids_name, ptr in (("in_ids", self.in_ptr), ("out_ids", self.out_ptr)):
+        # Dangling ids. Seen as unsigned, a negative id is huge, so one comparison finds both kinds.
+        for ids_name, ptr, role in (("in_ids", self.in_ptr, "input"), ("out_ids", self.out_ptr, "output")):
             ids = getattr(self, ids_name)
-            bad = np.flatnonzero((ids < 0) | (ids >= n_vals))
-            rows = _csr_rows(ptr)
-            for k in bad[:20]:
-                role = "input" if ids_name == "in_ids" else "output"
-                problems.append(f"{self._op_label(int(rows[k]))}: {role} refers to value {int(ids[k])}, "
-                                f"which does not exist (graph has {n_vals} values)")
+            if _any_outside(ids, n_vals):
+                bad = np.flatnonzero(_outside(ids, n_vals))[:20]
+                for k, op in zip(bad.tolist(), _entry_rows(ptr, bad).tolist(), strict=True):
+                    problems.append(f"{self._op_label(op)}: {role} refers to value {int(ids[k])}, "
+                                    f"which does not exist (graph has {n_vals} values)")
         for name in ("inputs", "outputs"):
             ids = getattr(self, name)
-            for v in ids[(ids < 0) | (ids >= n_vals)][:20]:
+            for v in ids[_outside(ids, n_vals)][:20]:
                 problems.append(f"{name} gateway refers to value {int(v)}, which does not exist")
         up = self.updates.reshape(-1)
-        for v in up[(up < 0) | (up >= n_vals)][:20]:
+        for v in up[_outside(up, n_vals)][:20]:
             problems.append(f"update (copy) gateway refers to value {int(v)}, which does not exist")
-        if problems:
-            return
-        # Producers.
+
+    def _verify_into(self, problems: list[str], check_types: bool, fill_versions: bool = False,
+                     strict_attrs: bool = False, structure_checked: bool = False) -> np.ndarray | None:
+        if not structure_checked:
+            self._verify_structure(problems)
+            if problems:
+                return None
+        n_vals = self.num_values
+        # Producers: a few whole-array comparisons decide whether all is well; only if not
+        # are the (costlier) per-value diagnostics computed.
+        if not self._producers_consistent():
+            self._producer_problems(problems)
+        if len(self.updates):
+            is_input = np.zeros(n_vals, dtype=bool)
+            is_input[self.inputs] = True
+            for src, dst in self.updates.tolist():
+                if not is_input[dst]:
+                    problems.append(f"update (copy) destination value {dst} is not an input")
+                elif self.types[self.value_type[src]] != self.types[self.value_type[dst]]:
+                    problems.append(f"update (copy) {src} -> {dst} changes type "
+                                    f"{self.types[self.value_type[src]]} -> {self.types[self.value_type[dst]]}")
+        # Tables.
+        n_before = len(problems)
+        for name, table in (("value_type", self.types), ("op_attr", self.attrs)):
+            ids = getattr(self, name)
+            if _any_outside(ids, len(table)):
+                for k in np.flatnonzero(_outside(ids, len(table)))[:20].tolist():
+                    what = f"value {k}" if name == "value_type" else self._op_label(k)
+                    problems.append(f"{what}: {name} {int(ids[k])} is not in its table ({len(table)} entries)")
+        unknown = set()
+        for k in self._kinds().tolist():
+            try:
+                get_op(k)
+            except KeyError:
+                unknown.add(k)
+        for k in sorted(unknown):
+            first = int(np.argmax(self.op_kind == k))
+            problems.append(f"op {first}: unknown op kind id {k}")
+        if len(problems) > n_before:
+            return None
+        # Cycles.
+        try:
+            self.topological_order()
+        except GraphError as exc:
+            problems.append(str(exc))
+        self._verify_constants(problems)
+        if (check_types or fill_versions) and not unknown:
+            return self._verify_types(problems, fill_versions=fill_versions, strict_attrs=strict_attrs)
+        return None
+
+    def _kinds(self) -> np.ndarray:
+        """The distinct op kind ids, sorted (cached)."""
+        hit = self._cache.get("kinds")
+        if hit is None:
+            hit = self._cache["kinds"] = _distinct_small_ints(self.op_kind)
+        return hit  # type: ignore[no-any-return]
+
+    def _csr_problem(self, ptr_name: str, ids_name: str) -> str | None:
+        """What is wrong with a CSR pointer, naming the first op where it goes wrong (None if nothing)."""
+        ptr, n_ids, n_ops = getattr(self, ptr_name), len(getattr(self, ids_name)), self.num_ops
+        if len(ptr) != n_ops + 1:
+            return f"it has {len(ptr)} entries, not {n_ops + 1}"
+        if ptr[0] != 0:
+            return f"{ptr_name}[0] is {int(ptr[0])}, not 0"
+        if n_ops and not _all_chunked(lambda lo, hi: ptr[lo:hi] <= ptr[lo + 1:hi + 1], n_ops):
+            op = int(np.argmax(ptr[:-1] > ptr[1:]))
+            return (f"it decreases at {self._op_label(op)} ({ptr_name}[{op}] = {int(ptr[op])}, "
+                    f"{ptr_name}[{op + 1}] = {int(ptr[op + 1])})")
+        if ptr[-1] != n_ids:
+            return f"it ends at {int(ptr[-1])}, but {ids_name} has {n_ids} entries"
+        return None
+
+    def _producers_consistent(self) -> bool:
+        """True when outputs, ``value_producer``, ``value_index`` and the inputs gateway all agree.
+
+        Exactly when :meth:`_producer_problems` would find nothing: if every
+        output entry (op ``r``, position ``p``, value ``v``) has
+        ``value_producer[v] == r`` and ``value_index[v] == p``, no value is
+        produced twice (two entries would need the same op and position);
+        then the values not produced are the rest, and they must be exactly
+        the declared inputs, each marked -1.
+        """
+        n_vals, n_out = self.num_values, len(self.out_ids)
+        vp, vi, out_ids = self.value_producer, self.value_index, self.out_ids
+        a = self._arity("out")
+        if a is not None and a > 0:  # op r's outputs are out_ids[r*a:(r+1)*a]: compare as a table
+            def agree(lo: int, hi: int) -> np.ndarray:
+                ids = out_ids[lo * a:hi * a].reshape(-1, a)
+                return (vp[ids] == np.arange(lo, hi, dtype=INDEX)[:, None]) & (vi[ids] == np.arange(a, dtype=INDEX))
+            if not _all_chunked(agree, self.num_ops):
+                return False
+        elif a is None:
+            ptr = self.out_ptr
+
+            def agree_csr(lo: int, hi: int) -> np.ndarray:
+                rows = _csr_rows(ptr[lo:hi + 1])
+                ids = out_ids[ptr[lo]:ptr[hi]]
+                pos = np.arange(ptr[lo], ptr[hi]) - ptr[lo:hi][rows]
+                return (vp[ids] == rows + lo) & (vi[ids] == pos)
+
+            if not _all_chunked(agree_csr, self.num_ops):
+                return False
+        n_free = n_vals - n_out
+        if np.count_nonzero(vp == -1) != n_free or len(self.inputs) != n_free:
+            return False
+        return bool(np.all(vp[self.inputs] == -1)) and len(np.unique(self.inputs)) == n_free
+
+    def _producer_problems(self, problems: list[str]) -> None:
+        n_vals = self.num_values
         counts = np.bincount(self.out_ids, minlength=n_vals)
         out_rows = _csr_rows(self.out_ptr)
         for v in np.flatnonzero(counts > 1)[:20]:
@@ -472,104 +874,199 @@ class Graph:
             problems.append(f"value {int(v)} has no producer and is not an input")
         if len(np.unique(self.inputs)) != len(self.inputs):
             problems.append("an input is declared more than once")
-        for src, dst in self.updates[:]:
-            if not is_input[dst]:
-                problems.append(f"update (copy) destination value {int(dst)} is not an input")
-            elif self.types[self.value_type[src]] != self.types[self.value_type[dst]]:
-                problems.append(f"update (copy) {int(src)} -> {int(dst)} changes type "
-                                f"{self.types[self.value_type[src]]} -> {self.types[self.value_type[dst]]}")
-        # Tables.
-        n_before = len(problems)
-        for name, table in (("value_type", self.types), ("op_attr", self.attrs)):
-            ids = getattr(self, name)
-            bad = np.flatnonzero((ids < 0) | (ids >= len(table)))
-            for k in bad[:20]:
-                what = f"value {k}" if name == "value_type" else self._op_label(int(k))
-                problems.append(f"{what}: {name} {int(ids[k])} is not in its table ({len(table)} entries)")
-        kinds = np.unique(self.op_kind)
-        unknown = set()
-        for k in kinds:
-            try:
-                get_op(int(k))
-            except KeyError:
-                unknown.add(int(k))
-        for k in sorted(unknown):
-            first = int(np.flatnonzero(self.op_kind == k)[0])
-            problems.append(f"op {first}: unknown op kind id {k}")
-        if len(problems) > n_before:
+
+    def _verify_constants(self, problems: list[str]) -> None:
+        """Const ops: a constant index in the table, no inputs, one output whose type fits the constant."""
+        ops = np.flatnonzero(self.op_kind == CONST.id)
+        if not len(ops):
             return
-        # Cycles.
-        try:
-            self.topological_order()
-        except GraphError as exc:
-            problems.append(str(exc))
-        # Constants.
-        for op in np.flatnonzero(self.op_kind == CONST.id):
-            attrs = self.attrs_of(int(op))
-            idx = attrs.get("index", -1)
-            outs = self.op_outputs(int(op))
-            if not (0 <= idx < len(self.constants)):
-                problems.append(f"op {op} (const): constant index {idx} not in the constants table")
-            elif len(outs) != 1 or self.in_ptr[op + 1] != self.in_ptr[op]:
-                problems.append(f"op {op} (const): must have no inputs and one output")
-            elif not self.type_of(int(outs[0])).accepts(self.constants[idx]):  # type: ignore[union-attr]
-                problems.append(f"op {op} (const): output type {self.type_of(int(outs[0]))} does not "
-                                f"match constant {idx} ({TensorType.of(self.constants[idx])})")
-        if check_types and not unknown:
-            self._verify_types(problems)
+        # The index sits in the op's attributes; many const ops may share an attribute entry.
+        attr_ids, where = np.unique(self.op_attr[ops], return_inverse=True)
+        index = np.array([dict(self.attrs[a]).get("index", -1) for a in attr_ids.tolist()], dtype=np.int64)[where]
+        bad_index = (index < 0) | (index >= len(self.constants))
+        bad_arity = ~bad_index & ((self.out_ptr[ops + 1] - self.out_ptr[ops] != 1)
+                                  | (self.in_ptr[ops + 1] != self.in_ptr[ops]))
+        ok = ~(bad_index | bad_arity)
+        found: list[tuple[int, str]] = []
+        for op, idx in zip(ops[bad_index].tolist(), index[bad_index].tolist(), strict=True):
+            found.append((op, f"op {op} (const): constant index {idx} not in the constants table"))
+        for op in ops[bad_arity].tolist():
+            found.append((op, f"op {op} (const): must have no inputs and one output"))
+        # Whether a type accepts a constant depends only on the constant's dtype and shape:
+        # intern those, then check each distinct (type, dtype and shape) pair once.
+        ok_ops, ok_index = ops[ok], index[ok]
+        out_type = self.value_type[self.out_ids[self.out_ptr[ok_ops]]]
+        used, used_at = np.unique(ok_index, return_inverse=True)
+        forms: dict[tuple[str, tuple[int, ...]], int] = {}
+        form_of = np.array([forms.setdefault((self.constants[c].dtype.str, self.constants[c].shape), len(forms))
+                            for c in used.tolist()], dtype=np.int64)
+        pair = out_type.astype(np.int64) * max(len(forms), 1) + form_of[used_at] if len(used) else out_type
+        verdict: dict[int, bool] = {}
+        for k, p in enumerate(pair.tolist()):
+            if p not in verdict:
+                t = self.types[int(out_type[k])]
+                verdict[p] = isinstance(t, TensorType) and t.accepts(self.constants[int(ok_index[k])])
+            if not verdict[p]:
+                op, idx = int(ok_ops[k]), int(ok_index[k])
+                found.append((op, f"op {op} (const): output type {self.types[int(out_type[k])]} does not "
+                                  f"match constant {idx} ({TensorType.of(self.constants[idx])})"))
+        problems.extend(msg for _, msg in sorted(found))
 
-    def _verify_types(self, problems: list[str]) -> None:
-        n_in = np.diff(self.in_ptr)
-        n_out = np.diff(self.out_ptr)
-        nonconst = self.op_kind != CONST.id
-        # Group ops by (n_in, n_out); inside a group the signature is a fixed-width row,
-        # so np.unique finds the distinct signatures and each type rule runs once per signature.
-        arity = n_in * (int(n_out.max(initial=0)) + 1) + n_out
-        del n_in, n_out
+    def _arity_groups(self) -> Iterator[tuple[int, int, slice | np.ndarray]]:
+        """Non-const ops grouped by (inputs, outputs) count: ``(a_in, a_out, ops)``, ``ops`` in index order.
+
+        ``ops`` is a slice when one group holds every op (no gathers needed).
+        """
+        n = self.num_ops
+        a_in, a_out = self._arity("in"), self._arity("out")
+        is_const = self.op_kind == CONST.id
+        if a_in is not None and a_out is not None and not is_const.any():
+            if n:
+                yield a_in, a_out, slice(0, n)
+            return
+        n_in, n_out = np.diff(self.in_ptr), np.diff(self.out_ptr)
+        width = int(n_out.max(initial=0)) + 1
+        key = n_in * width + n_out
+        key[is_const] = -1
+        groups = _distinct_small_ints(key)
+        groups = groups[groups >= 0]
+        if len(groups) <= 8:  # a pass per group beats sorting
+            for g in groups.tolist():
+                yield g // width, g % width, np.flatnonzero(key == g)
+            return
+        order = np.argsort(key, kind="stable")
+        bounds = [*np.searchsorted(key[order], groups).tolist(), n]
+        for g, lo, hi in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
+            yield g // width, g % width, order[lo:hi]
+
+    def _verify_types(self, problems: list[str], *, fill_versions: bool = False,
+                      strict_attrs: bool = False) -> np.ndarray | None:
+        """Check each op's output types and version against its type rule, once per distinct signature.
+
+        A signature is (kind, attributes, version, input types, output types);
+        with ``fill_versions`` the version is left out and the versions the
+        type rules select are returned, one per op (None if a problem was found).
+        """
+        versions = np.zeros(self.num_ops, dtype=INDEX) if fill_versions else None
+        # signature -> (problem found, version the type rule selects)
+        results: dict[tuple[int, ...], tuple[bool, int]] = {}
         reported = 0
-        checked: set[tuple[int, ...]] = set()
-        for key in np.unique(arity[nonconst]):
-            group = np.flatnonzero(nonconst & (arity == key))
-            a_in = int(self.in_ptr[group[0] + 1] - self.in_ptr[group[0]])
-            a_out = int(self.out_ptr[group[0] + 1] - self.out_ptr[group[0]])
-            # In chunks, so the temporaries stay small however large the graph is.
-            for start in range(0, len(group), _VERIFY_CHUNK):
-                ops = group[start:start + _VERIFY_CHUNK]
-                cols = [self.op_kind[ops], self.op_attr[ops], self.op_version[ops]]
-                for j in range(a_in):
-                    cols.append(self.value_type[self.in_ids[self.in_ptr[ops] + j]])
-                for j in range(a_out):
-                    cols.append(self.value_type[self.out_ids[self.out_ptr[ops] + j]])
-                sig = np.stack(cols, axis=1)
-                first = _distinct_rows(sig)
-                for row, op in zip(sig[first].tolist(), ops[first].tolist(), strict=True):
-                    if tuple(row) in checked:
-                        continue
-                    checked.add(tuple(row))
-                    reported += self._check_signature(problems, op, row, a_in)
-                    if reported >= 50:
-                        return
+        # Known ranges of the signature columns: kind ids, attribute and type tables, versions.
+        kinds = self._kinds()
+        head = [(int(kinds[0]), int(kinds[-1])) if len(kinds) else (0, 0), (0, len(self.attrs) - 1)]
+        if not fill_versions:
+            head.append((int(self.op_version.min(initial=0)), int(self.op_version.max(initial=0))))
+        for a_in, a_out, ops in self._arity_groups():
+            count = ops.stop if isinstance(ops, slice) else len(ops)
+            # In chunks, so the temporaries stay small (and in cache) however large the graph is.
+            for start in range(0, count, _CHUNK):
+                chunk = slice(start, min(count, start + _CHUNK)) if isinstance(ops, slice) \
+                    else ops[start:start + _CHUNK]
+                cols = self._signature_columns(chunk, a_in, a_out, with_version=not fill_versions)
+                bounds = [*head, *[(0, len(self.types) - 1)] * (a_in + a_out)]
+                packable = math.prod(hi - lo + 1 for lo, hi in bounds) < 1 << 62
+                # Packed with the table sizes when they fit in an int64 key, else with this chunk's ranges.
+                exact = _pack_columns(cols, bounds) if packable else None
+                exact = exact or _pack_columns(cols)
+                if exact is not None:
+                    key, sizes, offsets = exact
+                    total = math.prod(sizes)
+                    # Few possible keys (the usual case): counting them is cheaper than hashing.
+                    sigs = (np.flatnonzero(np.bincount(key, minlength=total)) if total <= 4 * len(key) + 4096
+                            else np.unique(key))
+                    rows = [_unpack(k, sizes, offsets) for k in sigs.tolist()]
+                else:  # too many distinct values to pack into one int64: unique rows (a sort)
+                    table = np.stack(cols, axis=1)
+                    distinct, key = np.unique(table, axis=0, return_inverse=True)
+                    key = key.reshape(-1)
+                    rows = distinct.tolist()
+                    sigs = np.arange(len(rows))
+                new = [i for i, row in enumerate(rows) if tuple(row) not in results]
+                if len(new) > 16:  # one sort finds every first occurrence
+                    first_at = np.unique(key, return_index=True)[1]
+                    firsts = {i: int(first_at[i]) for i in new}
+                else:  # usually none after the first chunk: a pass for each
+                    firsts = {i: int(np.argmax(key == sigs[i])) for i in new}
+                chunk_versions = []
+                for i, row in enumerate(rows):
+                    sig = tuple(row)
+                    hit = results.get(sig)
+                    if hit is None:
+                        op = start + firsts[i] if isinstance(chunk, slice) else int(chunk[firsts[i]])
+                        hit = results[sig] = self._check_signature(problems, op, row, a_in, not fill_versions,
+                                                                   strict_attrs)
+                        reported += hit[0]
+                        if reported >= 50:
+                            return None
+                    chunk_versions.append(hit[1])
+                if versions is not None:
+                    if len(set(chunk_versions)) == 1:
+                        versions[chunk] = chunk_versions[0]
+                    else:
+                        versions[chunk] = np.asarray(chunk_versions, dtype=INDEX)[np.searchsorted(sigs, key)]
+        if versions is not None:
+            is_const = self.op_kind == CONST.id
+            if is_const.any():
+                versions[is_const] = int(CONST.version((), {}))
+        return None if reported else versions
 
-    def _check_signature(self, problems: list[str], op: int, row: list[int], a_in: int) -> int:
-        """Run the type rule for one op signature row; return how many problems it added."""
+    def _signature_columns(self, chunk: slice | np.ndarray, a_in: int, a_out: int, *,
+                           with_version: bool) -> list[np.ndarray]:
+        """Kind, attribute id, (version,) input type ids, output type ids of the ops in ``chunk``."""
+        cols = [self.op_kind[chunk], self.op_attr[chunk]]
+        if with_version:
+            cols.append(self.op_version[chunk])
+        for ptr, ids, a in ((self.in_ptr, self.in_ids, a_in), (self.out_ptr, self.out_ids, a_out)):
+            if not a:
+                continue
+            if isinstance(chunk, slice):  # every op has a entries: the ids are a plain table
+                table = self.value_type[ids[chunk.start * a:chunk.stop * a]].reshape(-1, a)
+            else:
+                table = self.value_type[ids[ptr[chunk][:, None] + np.arange(a)]]
+            cols.extend(table[:, j] for j in range(a))
+        return cols
+
+    def _check_signature(self, problems: list[str], op: int, row: list[int], a_in: int, has_version: bool,
+                         strict_attrs: bool) -> tuple[bool, int]:
+        """Run the type rule for one signature row (see :meth:`_verify_types`).
+
+        Appends at most one problem, naming ``op`` (the first op with this
+        signature); returns (whether it did, the version the rule selects).
+        """
         opdef = get_op(row[0])
-        in_types = tuple(self.types[t] for t in row[3:3 + a_in])
-        out_types = tuple(self.types[t] for t in row[3 + a_in:])
-        attrs = dict(self.attrs[row[1]])
+        attrs = self.attrs[row[1]]
+        first_type = 3 if has_version else 2
+        in_types = tuple(self.types[t] for t in row[first_type:first_type + a_in])
+        out_types = tuple(self.types[t] for t in row[first_type + a_in:])
+        label = f"op {op} ({opdef.name})"
+        if strict_attrs:
+            try:
+                normal = opdef.normalise_attrs(dict(attrs))
+            except OpTypeError as exc:
+                problems.append(f"{label}: attributes {dict(attrs)} rejected: {exc}")
+                return True, 0
+            if not _same_attrs(normal, attrs):
+                problems.append(f"{label}: attributes {attrs} are not normalised; expected {normal} "
+                                f"(as {opdef.name}'s normalise_attrs gives them)")
+                return True, 0
         try:
             opdef.check_arity(a_in)
-            expect = tuple(opdef.infer(in_types, attrs))
-            version = int(opdef.version(in_types, attrs))
+            expect = tuple(opdef.infer(in_types, dict(attrs)))
+            version = int(opdef.version(in_types, dict(attrs)))
         except OpTypeError as exc:
-            problems.append(f"op {op} ({opdef.name}): type rule rejects inputs {in_types}: {exc}")
-            return 1
+            problems.append(f"{label}: type rule rejects inputs {in_types}: {exc}")
+            return True, 0
+        except Exception as exc:  # a rule that crashes on these attributes or types: report, keep checking
+            problems.append(f"{label}: type rule failed on inputs {in_types} and attributes "
+                            f"{dict(attrs)}: {type(exc).__name__}: {exc}")
+            return True, 0
         if expect != out_types:
-            problems.append(f"op {op} ({opdef.name}): outputs have types {out_types}, the type rule gives {expect}")
-            return 1
-        if version != row[2]:
-            problems.append(f"op {op} ({opdef.name}): version {row[2]}, the inputs select {version}")
-            return 1
-        return 0
+            problems.append(f"{label}: outputs have types {out_types}, the type rule gives {expect}")
+            return True, version
+        if has_version and version != row[2]:
+            problems.append(f"{label}: version {row[2]}, the inputs select {version}")
+            return True, version
+        return False, version
 
     # ------------------------------------------------------------ equality
     def equals(self, other: Graph, *, check_names: bool = False) -> bool:
@@ -689,8 +1186,174 @@ class Graph:
 
 _NARROW = 64
 """Frontier size below which level-wise walks switch from NumPy to plain lists."""
-_VERIFY_CHUNK = 1 << 20
-"""Ops per chunk when verify() checks type rules."""
+_CHUNK = 1 << 18
+"""Rows per chunk in the chunked checks of verify(): big enough to amortise NumPy's per-call
+cost, small enough that the temporaries stay in cache and are not fresh pages each time."""
+_CYCLE_SHOWN = 10
+"""Ops of a cycle named in the error message."""
+
+
+def _as_ids(name: str, a: Any, dtype: type, problems: list[str], *, ptr: np.ndarray | None = None,
+            label: Callable[[int], str] | None = None, ndim: int | None = 1) -> np.ndarray:
+    """``a`` as a contiguous integer array of ``dtype`` for :meth:`Graph.from_arrays`.
+
+    A plain cast would wrap values that do not fit around (an int64 id of
+    2^32 + 1 would become 1); those are reported instead, naming the op
+    (``label``) when the array is per op, or per CSR entry of ``ptr``.
+
+    >>> problems = []
+    >>> _as_ids("in_ids", np.array([1, 2**32 + 1]), INDEX, problems)
+    array([0, 0], dtype=int32)
+    >>> problems
+    ['in_ids[1] is 4294967297, outside the int32 range of graph ids']
+    """
+    arr = np.asarray(a)
+    if arr.size == 0:
+        return np.zeros((0, 2) if name == "updates" else 0, dtype=dtype)
+    if ndim is not None and arr.ndim != ndim:
+        problems.append(f"{name} must be one-dimensional, not of shape {arr.shape}")
+        return np.zeros(arr.size, dtype=dtype)
+    if arr.dtype.kind not in "iu":
+        problems.append(f"{name} must hold integers, not {arr.dtype}")
+        return np.zeros(arr.shape, dtype=dtype)
+    if not np.can_cast(arr.dtype, dtype):
+        info = np.iinfo(dtype)
+        flat = arr.reshape(-1)
+        out = np.empty(flat.shape, dtype=dtype)
+
+        def fits(lo: int, hi: int) -> np.ndarray:
+            # Checked and converted a chunk at a time: one pass over memory instead of three.
+            part = flat[lo:hi]
+            ok = np.array(part.min() >= info.min and part.max() <= info.max)
+            out[lo:hi] = part
+            return ok
+
+        if _all_chunked(fits, len(flat)):
+            return out.reshape(arr.shape)
+        bad = np.flatnonzero((flat < info.min) | (flat > info.max))[:20]
+        ops: list[int | None] = [None] * len(bad)
+        if label is not None and ptr is None:
+            ops = bad.tolist()
+        elif label is not None and ptr is not None and len(ptr) and ptr[0] == 0 and np.all(ptr[:-1] <= ptr[1:]):
+            ops = _entry_rows(ptr, bad).tolist()
+        for k, op in zip(bad.tolist(), ops, strict=True):
+            where = "" if op is None or label is None else f"{label(op)}: "
+            problems.append(f"{where}{name}[{k}] is {int(flat[k])}, outside the "
+                            f"{np.dtype(dtype).name} range of graph ids")
+        return np.zeros(arr.shape, dtype=dtype)
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _padded(ptr: np.ndarray, entries: np.ndarray, arity: int | None) -> tuple[np.ndarray, int]:
+    """CSR entries as a table with a fixed number of entries per row (padded with -1), when cheap.
+
+    Returns ``(table, width)``, or ``(entries, -1)`` to keep the CSR. A walk
+    over a table finds a row's entries without reading the row pointers,
+    one cache miss fewer per row on large graphs. Rows of up to 4 entries
+    are padded when that at most doubles the entries.
+
+    >>> _padded(np.array([0, 2, 3, 3]), np.array([5, 6, 7]), None)
+    (array([ 5,  6,  7, -1, -1, -1]), 2)
+    """
+    if arity is not None:
+        return entries, arity
+    n = len(ptr) - 1
+    width = int((ptr[1:] - ptr[:-1]).max(initial=0))
+    if width > 4 or n * width > 2 * len(entries) + n:
+        return entries, -1
+    table = np.full((n, width), -1, dtype=entries.dtype)
+    rows = _csr_rows(ptr)
+    table[rows, np.arange(len(entries)) - ptr[rows]] = entries
+    return table.reshape(-1), width
+
+
+def _all_chunked(test: Callable[[int, int], np.ndarray], n: int) -> bool:
+    """True when ``test(lo, hi)`` is all true for every chunk ``[lo, hi)`` of ``range(n)``.
+
+    >>> a = np.arange(10)
+    >>> _all_chunked(lambda lo, hi: a[lo:hi] < 10, 10), _all_chunked(lambda lo, hi: a[lo:hi] < 9, 10)
+    (True, False)
+    """
+    return all(bool(test(lo, min(n, lo + _CHUNK)).all()) for lo in range(0, n, _CHUNK))
+
+
+def _outside(ids: np.ndarray, n: int) -> np.ndarray:
+    """Mask of the ids not in ``range(n)``."""
+    if ids.dtype == INDEX:  # as unsigned, negative ids are huge: one comparison finds both kinds
+        return ids.view(np.uint32) >= n
+    return (ids < 0) | (ids >= n)
+
+
+def _any_outside(ids: np.ndarray, n: int) -> bool:
+    """True when some id is not in ``range(n)`` (chunked, no full-size temporary)."""
+    return not _all_chunked(lambda lo, hi: ~_outside(ids[lo:hi], n), len(ids))
+
+
+def _entry_rows(ptr: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """The CSR row (op) of each of a few ``entries`` (a binary search each, no full expansion)."""
+    return np.searchsorted(ptr, entries, side="right") - 1
+
+
+def _distinct_small_ints(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an integer array (a bincount when they are small and non-negative).
+
+    >>> _distinct_small_ints(np.array([5, 3, 5, 0]))
+    array([0, 3, 5])
+    """
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = int(a.min()), int(a.max())
+    if lo >= 0 and hi < 1 << 22:
+        return np.flatnonzero(np.bincount(a, minlength=hi + 1))
+    return np.unique(a).astype(np.int64)
+
+
+def _pack_columns(cols: Sequence[np.ndarray], bounds: Sequence[tuple[int, int]] | None = None,
+                  ) -> tuple[np.ndarray, list[int], list[int]] | None:
+    """One exact int64 key per row of the columns (mixed radix), or None when it would overflow.
+
+    Each column is offset by its lowest value and scaled by the ranges of the
+    columns after it, so equal keys mean equal rows, with no hashing and no
+    collision check. ``bounds`` are (lowest, highest) per column when known
+    (table sizes, say), else they are measured. ``_unpack`` gives a row back
+    from its key; the keys lie in ``range(math.prod(sizes))``.
+
+    >>> key, sizes, offsets = _pack_columns([np.array([7, 7, 8]), np.array([1, 2, 1])])
+    >>> key.tolist(), _unpack(int(key[1]), sizes, offsets)
+    ([0, 1, 2], [7, 2])
+    """
+    if bounds is None:
+        bounds = [(int(c.min()), int(c.max())) for c in cols]
+    offsets = [lo for lo, _ in bounds]
+    sizes = [hi - lo + 1 for lo, hi in bounds]
+    if math.prod(sizes) >= 1 << 62:
+        return None
+    key = cols[0].astype(np.int64)
+    if offsets[0]:
+        key -= offsets[0]
+    for c, lo, size in zip(cols[1:], offsets[1:], sizes[1:], strict=True):
+        key *= size
+        key += c
+        if lo:
+            key -= lo
+    return key, sizes, offsets
+
+
+def _unpack(key: int, sizes: list[int], offsets: list[int]) -> list[int]:
+    """The row of column values packed into ``key`` by :func:`_pack_columns`."""
+    row = []
+    for size, lo in zip(sizes[::-1], offsets[::-1], strict=True):
+        key, digit = divmod(key, size)
+        row.append(digit + lo)
+    return row[::-1]
+
+
+def _same_attrs(a: Attrs, b: Attrs) -> bool:
+    """Equal attributes, telling apart values Python calls equal (1 and 1.0) where possible."""
+    try:
+        return bool(exact_key(a) == exact_key(b))
+    except TypeError:
+        return bool(a == b)
 
 
 def _reach(ptr: np.ndarray, adj: np.ndarray, start: np.ndarray, n: int) -> np.ndarray:
@@ -753,27 +1416,6 @@ def hash_rows(rows: np.ndarray) -> np.ndarray:
             h *= np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
     return h
-
-
-def _distinct_rows(rows: np.ndarray) -> np.ndarray:
-    """Indices of one representative of each distinct row of a 2-D int array.
-
-    Rows are hashed to one uint64 each so a 1-D unique does the grouping;
-    a hash collision is detected and then handled exactly by a row-wise unique.
-    """
-    if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64)
-    h = hash_rows(rows)
-    uniq = np.unique(h)
-    if len(uniq) > 4096:  # many signatures: one sort does it all
-        _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
-    else:
-        inverse = np.searchsorted(uniq, h)
-        first = np.empty(len(uniq), dtype=np.int64)
-        first[inverse[::-1]] = np.arange(len(h) - 1, -1, -1)  # the last write is the first occurrence
-    if np.array_equal(rows, rows[first[inverse]]):
-        return first
-    return np.unique(rows, axis=0, return_index=True)[1]
 
 
 def _same_interned(ids_a: np.ndarray, table_a: Sequence[Any], ids_b: np.ndarray, table_b: Sequence[Any]) -> bool:
