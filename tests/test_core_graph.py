@@ -459,3 +459,23 @@ def test_equality_compares_attributes_exactly() -> None:
     assert build(float("nan")) == build(np.nan)  # NaN attributes equal each other
     assert build(0.0) != build(-0.0)
     assert build(1.0) == build(1.0)
+
+
+def test_graph_pickles_and_the_copy_runs_in_another_process() -> None:
+    import json
+    import pickle
+    import subprocess
+    import sys
+
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (3,)), name="x")
+    s = b.input(("float64", ()), name="s")
+    b.update(b.add(s, 1.0), s)
+    b.output(b.multiply(b.exp(x), 2.0))
+    g = b.freeze()
+    data = pickle.dumps(g)
+    assert pickle.loads(data).equals(g, check_names=True)
+    code = ("import pickle, sys, numpy as np; g = pickle.loads(sys.stdin.buffer.read()); "
+            "print(g.run({'x': np.array([0.0, 1.0, 2.0]), 's': np.float64(0)})[0].tolist())")
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True).stdout
+    assert np.allclose(json.loads(out), 2 * np.exp([0.0, 1.0, 2.0]))

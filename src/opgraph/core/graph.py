@@ -173,6 +173,20 @@ class Graph:
             raise AttributeError("Graph is immutable; build a new one (GraphBuilder or a pass)")
         object.__setattr__(self, name, value)
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickle the arrays and tables (not the derived caches), e.g. to send a graph to a Dask worker.
+
+        >>> import pickle, opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); b.output(b.exp(x))
+        >>> g = b.freeze()
+        >>> pickle.loads(pickle.dumps(g)).equals(g, check_names=True)
+        True
+        """
+        names = ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
+                 "value_producer", "value_index", "types", "attrs", "constants", "inputs", "outputs", "updates",
+                 "symbols", "file_meta")
+        return _unpickle_graph, ({n: getattr(self, n) for n in names},)
+
     @classmethod
     def from_arrays(
         cls,
@@ -1186,6 +1200,10 @@ class Graph:
 
 _NARROW = 64
 """Frontier size below which level-wise walks switch from NumPy to plain lists."""
+def _unpickle_graph(fields: dict[str, Any]) -> Graph:
+    return Graph(**fields)
+
+
 _CHUNK = 1 << 18
 """Rows per chunk in the chunked checks of verify(): big enough to amortise NumPy's per-call
 cost, small enough that the temporaries stay in cache and are not fresh pages each time."""
