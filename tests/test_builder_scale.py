@@ -385,3 +385,16 @@ def test_memory_per_op_at_1e5_ops() -> None:
     assert (held - start) / b.num_ops <= 100
     assert (peak - start) / b.num_ops <= 100
     assert b.freeze().num_ops == b.num_ops
+
+
+def test_names_are_unique_and_a_rename_frees_the_old_name() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (2,)), name="x")
+    y = b.exp(x)
+    b.name(y, "y")
+    with pytest.raises(opgraph.errors.GraphError, match="'y' exists already"):
+        b.name(b.sin(x), "y")
+    b.name(y, "z")  # y is renamed: "y" is free again
+    w = b.name(b.cos(x), "y")
+    g = b.freeze()
+    assert g.find_value("z") == y.id and g.find_value("y") == w.id and g.find_value("x") == x.id

@@ -294,6 +294,7 @@ class GraphBuilder:
         self._outputs: list[int] = []
         self._updates: list[tuple[int, int]] = []
         self._value_names: dict[int, str] = {}
+        self._name_owner: dict[str, int] = {}
         self._op_names: dict[int, str] = {}
         self._const_names: dict[int, str] = {}
         self._descriptions: dict[tuple[str, int], str] = {}
@@ -645,9 +646,14 @@ class GraphBuilder:
         return self.input(ty, name=name)
 
     def _set_name(self, vid: int, name: str) -> None:
-        if name in self._value_names.values():
+        # name -> value as well as value -> name: a new name is checked in O(1), not against every name
+        if name in self._name_owner:
             raise GraphError(f"a value named {name!r} exists already")
+        old = self._value_names.get(vid)
+        if old is not None:
+            del self._name_owner[old]
         self._value_names[vid] = name
+        self._name_owner[name] = vid
 
     def constant(self, value: Any, *, dtype: Any = None, name: str | None = None) -> Value:
         """Add a constant (a const op pointing into the constants table).

@@ -88,26 +88,37 @@ record, when not one record per variable), ``cg_unset_inputs``,
 UTF-8 and their lengths count bytes.
 
 **Reading large files.** The .cg and .cgio integer streams are parsed with
-NumPy (a memory map of the file after the magic byte). Record boundaries are
-found by :func:`scan_records`: a stream whose records all have one length is
-confirmed by one strided check; otherwise the stream is cut into blocks, one
+NumPy (a memory map of the file after the magic byte), and the graph's id
+arrays are filled from it a chunk at a time, so the reader needs little
+beyond the graph it builds. Record boundaries are found by
+:func:`scan_records`: a stream whose records all have one length is
+confirmed by strided checks; otherwise the stream is cut into blocks, one
 cursor per block starts at the block's first integer (possibly mid-record)
-and all cursors advance together, one NumPy step per record; then a short
-Python pass walks the blocks in order from the true start, following the
-true chain only until it lands on a position the block's cursor visited
-(variable-length records resynchronise within a few records), after which
-the cursor's positions are the true ones. Files under ~16k integers use a
-plain loop.
+and all cursors advance together, one NumPy step per record. A cursor that
+meets an invalid record, one longer than a block or one of no registered
+kind (ids read as counts or kinds: it started mid-record) moves on by one
+integer instead, so it soon falls in step with the true records. Then a
+short Python pass walks the blocks in order from the true start, following
+the true chain only until it lands on a position the block's cursor visited,
+after which the cursor's positions are the true ones (up to a record the
+cursor skipped: a bad one is an error, a valid one is stepped over). Files
+under ~16k integers use a plain loop.
+
+**Writing large graphs.** The .cg stream and the arrays of the metadata
+record are made and written a chunk of ops at a time (no full-size copy, no
+object per op), so a 10^8-op graph is saved in little more memory than the
+graph itself.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 
@@ -116,7 +127,7 @@ import numpy as np
 from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import CODE_DTYPES, DTYPE_CODES
 from opgraph.core.graph import Graph, Symbols
-from opgraph.core.registry import CONST, Attrs, OpDef, get_op
+from opgraph.core.registry import CONST, Attrs, OpDef, all_ops, get_op
 from opgraph.core.types import TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, GraphError, OpTypeError, VerifyError
 from opgraph.io._atomic import atomic_files
@@ -159,6 +170,8 @@ F64_UNKNOWN = TensorType("float64", None)
 _SMALL_STREAM = 1 << 14
 """Streams shorter than this many integers are scanned with a plain loop."""
 _MAX_INDEX = 2**31 - 1
+_CHUNK = 1 << 16
+"""Whole-file steps work on about this many integers at a time (bounded temporaries)."""
 
 
 # ---------------------------------------------------------------- errors
@@ -202,6 +215,34 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.cumsum(out, out=out)
 
 
+def _op_chunks(n_ops: int, *ptrs: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Ranges ``[lo, hi)`` of ops with at most ``_CHUNK`` ops and ids per CSR pointer (one op at least)."""
+    lo = 0
+    while lo < n_ops:
+        hi = min(n_ops, lo + _CHUNK)
+        for ptr in ptrs:
+            hi = min(hi, int(np.searchsorted(ptr, ptr[lo] + _CHUNK, side="right")) - 1)
+        hi = max(hi, lo + 1)
+        yield lo, hi
+        lo = hi
+
+
+def _max_count(ptr: np.ndarray) -> int:
+    """Largest row length of a CSR pointer, a chunk at a time."""
+    return max((int(np.diff(ptr[lo:lo + _CHUNK + 1]).max()) for lo in range(0, len(ptr) - 1, _CHUNK)), default=0)
+
+
+def _all_counts(ptr: np.ndarray, k: int) -> bool:
+    """Whether every row of a CSR pointer has length ``k``."""
+    return all(bool(np.all(np.diff(ptr[lo:lo + _CHUNK + 1]) == k)) for lo in range(0, len(ptr) - 1, _CHUNK))
+
+
+def _chunk_len(part: Any) -> int:
+    if isinstance(part, tuple):
+        return len(part[0]) * part[1].itemsize
+    return len(part)
+
+
 def _base_path(path: str | os.PathLike[str]) -> str:
     p = os.fspath(path)
     root, ext = os.path.splitext(p)
@@ -232,6 +273,10 @@ class _Layout:
         """Record starts if every record has the first record's length, else None."""
         return None
 
+    def plausible(self, p: np.ndarray) -> np.ndarray | bool:
+        """Which valid records a scanning cursor may follow (see :func:`scan_records`)."""
+        return True
+
 
 class _CgLayout(_Layout):
     """.cg: ``[type, nin, nout, ins..., outs...]`` or ``[0, constant, output]``."""
@@ -239,6 +284,19 @@ class _CgLayout(_Layout):
     def __init__(self, a: np.ndarray) -> None:
         self.a, self.n = a, len(a)
         self._list: list[int] | None = a.tolist() if self.n < _SMALL_STREAM else None
+        self._known: np.ndarray | None = None
+
+    def plausible(self, p: np.ndarray) -> np.ndarray | bool:
+        # Constant functions and registered kinds: ids read as a kind (a cursor that started
+        # mid-record) are seldom one, so such a cursor soon falls in step.
+        if self._known is None:
+            ids = [d.id for d in all_ops()]
+            self._known = np.zeros(max(ids, default=0) + 1, dtype=bool)
+            self._known[ids] = True
+            self._known[0] = True
+        t = self.a[p]
+        inside = (t >= 0) & (t < len(self._known))
+        return inside & self._known[np.where(inside, t, 0)]
 
     def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a, n = self.a, self.n
@@ -272,16 +330,23 @@ class _CgLayout(_Layout):
         return length, None
 
     def uniform(self) -> np.ndarray | None:
+        length = self.uniform_length()
+        return None if length is None else np.arange(0, self.n, length, dtype=np.int64)
+
+    def uniform_length(self) -> int | None:
+        """The length of every record when all records have the first one's shape, else None."""
         a, n = self.a, self.n
-        if n < 3 or int(a[0]) == 0:
+        if n < 3 or int(a[0]) <= 0:
             return None
         length = 3 + int(a[1]) + int(a[2])
         if length <= 3 or n % length or int(a[1]) < 0 or int(a[2]) < 0:
             return None
         rows = a.reshape(-1, length)
-        if not (np.all(rows[:, 1] == a[1]) and np.all(rows[:, 2] == a[2]) and np.all(rows[:, 0] > 0)):
-            return None
-        return np.arange(0, n, length, dtype=np.int64)
+        for lo in range(0, len(rows), _CHUNK):  # in chunks: the temporaries stay small
+            blk = rows[lo:lo + _CHUNK]
+            if not (np.all(blk[:, 1] == a[1]) and np.all(blk[:, 2] == a[2]) and np.all(blk[:, 0] > 0)):
+                return None
+        return length
 
 
 class _CgioLayout(_Layout):
@@ -375,8 +440,8 @@ def scan_records_reference(layout: _Layout) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-def scan_records(layout: _Layout, *, block: int | None = None) -> np.ndarray:
-    """Record start positions of a stream (int64), found with NumPy (see the module doc).
+def scan_records(layout: _Layout, *, block: int | None = None, dtype: Any = np.int64) -> np.ndarray:
+    """Record start positions of a stream (int64, or ``dtype``), found with NumPy (see the module doc).
 
     Raises ``_ScanError(record, position, reason)`` at the first bad record.
     ``block`` forces the block-cursor scan with that block size (for tests).
@@ -391,9 +456,9 @@ def scan_records(layout: _Layout, *, block: int | None = None) -> np.ndarray:
     if block is None:
         hit = layout.uniform()
         if hit is not None:
-            return hit
+            return hit.astype(dtype, copy=False)
         if n < _SMALL_STREAM:
-            return scan_records_reference(layout)
+            return scan_records_reference(layout).astype(dtype, copy=False)
         block = int(min(max(2 * math.isqrt(n), 256), 1 << 16))
     nb = -(-n // block)
     bstart = np.arange(nb, dtype=np.int64) * block
@@ -401,54 +466,84 @@ def scan_records(layout: _Layout, *, block: int | None = None) -> np.ndarray:
     visited = np.zeros(n, dtype=bool)
     cur = bstart.copy()
     exits = np.full(nb, -1, dtype=np.int64)
-    dead = np.full(nb, -1, dtype=np.int64)
+    longest = max(block, 256)
+    bad_parts: list[np.ndarray] = []
+    stepped_parts: list[np.ndarray] = []
     active = np.arange(nb, dtype=np.int64)
-    # All cursors advance together, one record per NumPy step.
+    # All cursors advance together, one record per NumPy step. A cursor that started mid-record
+    # soon meets an invalid record, a "record" longer than ``longest`` (ids read as counts) or
+    # one the layout finds implausible (an id read as a kind); it moves on by one integer
+    # instead and so falls in step. A valid record it skips that way is stepped over by the
+    # walk below.
     while len(active):
         p = cur[active]
-        visited[p] = True
         length, ok = layout.lengths(p)
-        nxt = p + length
-        if not ok.all():
-            bad = ~ok
-            dead[active[bad]] = p[bad]
-        done = ok & (nxt >= bend[active])
+        good = ok & (length <= longest) & layout.plausible(p)
+        nxt = np.where(good, p + length, p + 1)
+        if good.all():
+            visited[p] = True
+        else:
+            visited[p[good]] = True
+            if not ok.all():
+                bad_parts.append(p[~ok])
+            if (ok & ~good).any():
+                stepped_parts.append(p[ok & ~good])
+        done = nxt >= bend[active]
         if done.any():
-            exits[active[done]] = nxt[done]
-        keep = ok & ~done
+            exits[active[done & good]] = nxt[done & good]
+        keep = ~done
         active = active[keep]
         cur[active] = nxt[keep]
-    # Walk the blocks in order along the true chain; it joins each block's cursor quickly.
+    bad_skips = np.sort(np.concatenate(bad_parts)) if bad_parts else np.zeros(0, np.int64)
+    stepped_skips = np.sort(np.concatenate(stepped_parts)) if stepped_parts else np.zeros(0, np.int64)
+    del bad_parts, stepped_parts
+
+    def first_in(arr: np.ndarray, lo: int, hi: int) -> int:
+        k = int(np.searchsorted(arr, lo))
+        return int(arr[k]) if k < len(arr) and arr[k] < hi else hi
+
+    # Walk the blocks in order along the true chain; it joins each block's cursor quickly. From
+    # the join on the cursor is on the true chain, up to the first position it skipped there:
+    # a bad record (an error) or a valid one it would not follow (stepped over here).
     extras: list[int] = []
     count = 0
     pos = 0
-    bs_l, be_l, ex_l, dd_l = bstart.tolist(), bend.tolist(), exits.tolist(), dead.tolist()
+    bs_l, be_l, ex_l = bstart.tolist(), bend.tolist(), exits.tolist()
     for j in range(nb):
         bs, be = bs_l[j], be_l[j]
-        if pos >= be:
-            visited[bs:be] = False
-            continue
-        while pos < be and not visited[pos]:
-            length, reason = layout.step(pos)
-            if reason is not None:
-                raise _ScanError(count, pos, reason)
-            extras.append(pos)
-            count += 1
-            pos += length
-        if pos >= be:
-            visited[bs:be] = False
-            continue
-        visited[bs:pos] = False
-        d = dd_l[j]
-        if d >= 0:
-            k = int(np.count_nonzero(visited[pos:d]))
-            _, reason = layout.step(d)
-            raise _ScanError(count + k, d, reason or "bad record")
-        count += int(np.count_nonzero(visited[pos:be]))
-        pos = ex_l[j]
+        dirty = bs  # cursor marks in [dirty, be) that are not (yet) known to be the true chain
+        while pos < be:
+            if not visited[pos]:
+                length, reason = layout.step(pos)
+                if reason is not None:
+                    raise _ScanError(count, pos, reason)
+                extras.append(pos)
+                count += 1
+                pos += length
+                continue
+            visited[dirty:pos] = False
+            bad, stepped = first_in(bad_skips, pos, be), first_in(stepped_skips, pos, be)
+            end = min(bad, stepped)
+            if bad < stepped:
+                _, reason = layout.step(bad)
+                raise _ScanError(count + int(np.count_nonzero(visited[pos:bad])), bad, reason or "bad record")
+            count += int(np.count_nonzero(visited[pos:end]))
+            if end == be:
+                pos, dirty = ex_l[j], be
+                break
+            visited[end:be] = False  # past the skipped record the cursor's marks are not the chain
+            pos, dirty = end, be
+        visited[dirty:be] = False
     if extras:
         visited[np.asarray(extras, dtype=np.int64)] = True
-    return np.flatnonzero(visited).astype(np.int64, copy=False)
+    out = np.empty(int(np.count_nonzero(visited)), dtype=dtype)
+    at = 0
+    for lo in range(0, n, _CHUNK):
+        found = np.flatnonzero(visited[lo:lo + _CHUNK])
+        found += lo
+        out[at:at + len(found)] = found
+        at += len(found)
+    return out
 
 
 # ============================================================== files
@@ -489,16 +584,22 @@ class _File:
         return 1 + pos * self.w
 
 
-def _scan_file(f: _File, layout: _Layout) -> np.ndarray:
+def _scan_file(f: _File, layout: _Layout, dtype: Any = np.int64) -> np.ndarray:
     try:
-        starts = scan_records(layout)
+        starts = scan_records(layout, dtype=dtype)
     except _ScanError as e:
         unit = 1 if isinstance(layout, _CgsLayout) else f.w
         _fail(f.path, e.record, 1 + e.pos * unit, e.reason)
-    if not isinstance(layout, _CgsLayout) and len(f.body) % f.w:
-        _fail(f.path, len(starts), 1 + layout.n * f.w,
-              f"{len(f.body) % f.w} trailing byte(s) after the last record (truncated integer)")
+    if not isinstance(layout, _CgsLayout):
+        _check_whole(f, len(starts))
     return starts
+
+
+def _check_whole(f: _File, n_records: int) -> None:
+    """A file of integers must not end in part of one."""
+    if len(f.body) % f.w:
+        _fail(f.path, n_records, 1 + (len(f.body) // f.w) * f.w,
+              f"{len(f.body) % f.w} trailing byte(s) after the last record (truncated integer)")
 
 
 # ============================================================== attribute / type encoding
@@ -585,6 +686,12 @@ def _const_record_fits(rtype: int, c: np.ndarray) -> bool:
     if rtype == TC_STRING:
         return c.dtype == np.uint8 and c.ndim == 1
     return rtype == CONST_RECORD_BASE + DTYPE_CODES.get(c.dtype.name, -1)
+
+
+def _constant_length(rtype: int, c: np.ndarray) -> int:
+    """``len(_encode_constant(rtype, c))`` without encoding it."""
+    data = c.size * c.dtype.itemsize
+    return data if rtype in (TC_INT64_VECTOR, TC_STRING) else 8 + 8 * c.ndim + data
 
 
 def _encode_constant(rtype: int, c: np.ndarray) -> bytes:
@@ -755,23 +862,25 @@ class _Writer:
         n_ops, n_vals = g.num_ops, g.num_values
         if len(g.in_ptr) != n_ops + 1 or len(g.out_ptr) != n_ops + 1 or len(g.value_type) != n_vals:
             raise GraphError("graph arrays are inconsistent; verify() it first")
-        self.n_in = np.diff(g.in_ptr)
-        self.n_out = np.diff(g.out_ptr)
+        # Per-op arrays only where they are needed: the files are written a chunk of ops at a
+        # time (see _cg_stream), so that a 10^8-op graph is saved without full-size copies.
         self.is_const = g.op_kind == CONST.id
+        self.const_ops = np.flatnonzero(self.is_const)
         # Constant index of each const op (from its attribute entry).
-        self.const_idx = np.zeros(n_ops, dtype=np.int64)
-        if self.is_const.any():
-            aids = np.unique(g.op_attr[self.is_const])
+        self.const_idx = np.zeros(len(self.const_ops), dtype=np.int64)
+        if len(self.const_ops):
+            aids = np.unique(g.op_attr[self.const_ops])
             lut = np.full(len(g.attrs), -1, dtype=np.int64)
             for aid in aids.tolist():
                 idx = dict(g.attrs[aid]).get("index", -1)
                 if not (type(idx) is int and 0 <= idx < len(g.constants)):
                     raise GraphError(f"const op attribute {g.attrs[aid]!r} does not name a constant")
                 lut[aid] = idx
-            self.const_idx[self.is_const] = lut[g.op_attr[self.is_const]]
-            bad = self.is_const & ((self.n_in != 0) | (self.n_out != 1))
+            self.const_idx = lut[g.op_attr[self.const_ops]]
+            c = self.const_ops
+            bad = (g.in_ptr[c + 1] != g.in_ptr[c]) | (g.out_ptr[c + 1] - g.out_ptr[c] != 1)
             if bad.any():
-                raise GraphError(f"const op {int(np.flatnonzero(bad)[0])} must have no inputs and one output")
+                raise GraphError(f"const op {int(c[np.flatnonzero(bad)[0]])} must have no inputs and one output")
 
     # ---------------------------------------------------------- decisions
     def _meta_get(self, key: str, default: Any = None) -> Any:
@@ -811,7 +920,7 @@ class _Writer:
         nc = ~self.is_const
         if nc.any():
             aids = g.op_attr[nc]
-            nouts = self.n_out[nc]
+            nouts = np.diff(g.out_ptr)[nc]
             for aid in np.unique(aids).tolist():
                 a = g.attrs[aid]
                 if len(a) != 1 or a[0][0] != "nout" or type(a[0][1]) is not int:
@@ -822,10 +931,10 @@ class _Writer:
         canon: dict[ValueType, int] = {}
         tid_canon = np.array([canon.setdefault(t, i) for i, t in enumerate(g.types)], dtype=np.int64)
         want = np.full(g.num_values, canon.get(F64_UNKNOWN, -1), dtype=np.int64)
-        const_outs = g.out_ids[g.out_ptr[:-1][self.is_const]]
-        if self.is_const.any():
+        const_outs = g.out_ids[g.out_ptr[self.const_ops]]
+        if len(self.const_ops):
             ctype = np.array([canon.get(TensorType.of(c), -2) for c in g.constants], dtype=np.int64)
-            want[const_outs] = ctype[self.const_idx[self.is_const]]
+            want[const_outs] = ctype[self.const_idx]
         have = tid_canon[g.value_type] if g.num_values else np.zeros(0, np.int64)
         if not np.array_equal(have, want):
             return False
@@ -886,9 +995,9 @@ class _Writer:
         sym_recs = self._symbol_records(n_io)
         plain = self._plain_ok(set_vars, gets, base, unset, sym_recs)
 
-        # .cgc records: (type, data)
+        # .cgc records: (type, constant); each is encoded only when it is written.
         const_types = self._meta_get("cg_const_types")
-        const_recs: list[tuple[int, bytes]] = []
+        const_recs: list[tuple[int, np.ndarray]] = []
         for i, c in enumerate(g.constants):
             rtype = None
             if const_types is not None and len(const_types) == len(g.constants):
@@ -897,16 +1006,17 @@ class _Writer:
                     rtype = t
             if rtype is None:
                 rtype = _const_record_default(c, plain)
-            const_recs.append((rtype, _encode_constant(rtype, c)))
+            const_recs.append((rtype, c))
         metadata = None if plain else self._metadata(base, unset, sym_recs)
+        meta_len = sum(_chunk_len(x) for x in metadata) if metadata is not None else 0
 
         # Width: the largest integer any file holds.
         need = max(
-            int(g.op_kind.max(initial=0)), int(self.n_in.max(initial=0)), int(self.n_out.max(initial=0)),
+            int(g.op_kind.max(initial=0)), _max_count(g.in_ptr), _max_count(g.out_ptr),
             g.num_values, len(g.constants), n_io, METADATA_RECORD, len(g.inputs) + len(g.outputs),
             2 * len(g.updates) + 2,
-            max((len(d) for _, d in const_recs), default=0),
-            len(metadata) if metadata is not None else 0,
+            max((_constant_length(t, c) for t, c in const_recs), default=0),
+            meta_len,
             max((max(r[1], len(r[2]), len(r[3])) for r in sym_recs), default=0),
         )
         if index_bits is None:
@@ -921,14 +1031,8 @@ class _Writer:
         dt = MAGIC_DTYPES[bits]
         magic = bytes([bits])
 
-        cg = [magic, self._cg_stream(dt)]
-        cgc: list[Any] = [magic]
-        for rtype, data in const_recs:
-            cgc.append(np.array([rtype, len(data)], dtype=dt).tobytes())
-            cgc.append(data)
-        if metadata is not None:
-            cgc.append(np.array([METADATA_RECORD, len(metadata)], dtype=dt).tobytes())
-            cgc.append(metadata)
+        cg = itertools.chain([magic], self._cg_stream(dt))
+        cgc = itertools.chain([magic], self._cgc_stream(dt, const_recs, metadata, meta_len))
         cgio = [magic, self._cgio_stream(dt, layout, set_vars + base, gets + base)]
         cgs = [magic]
         enc = self._encoding()
@@ -958,40 +1062,71 @@ class _Writer:
             return "utf-8"
         return "latin-1"
 
-    def _cg_stream(self, dt: np.dtype) -> np.ndarray:
+    def _cg_stream(self, dt: np.dtype) -> Iterator[np.ndarray]:
+        """The .cg integers, a chunk of ops at a time (no per-op Python objects, no full-size copy)."""
         g = self.g
         n_ops = g.num_ops
-        n_in, n_out, is_const = self.n_in, self.n_out, self.is_const
         if n_ops == 0:
-            return np.zeros(0, dtype=dt)
-        if not is_const.any() and np.all(n_in == n_in[0]) and np.all(n_out == n_out[0]):
-            # Every record has the same shape: fill columns of a 2-D view.
-            k, m = int(n_in[0]), int(n_out[0])
-            rows = np.empty((n_ops, 3 + k + m), dtype=dt)
-            rows[:, 0] = g.op_kind
-            rows[:, 1] = k
-            rows[:, 2] = m
-            rows[:, 3:3 + k] = g.in_ids.reshape(n_ops, k)
-            rows[:, 3 + k:] = g.out_ids.reshape(n_ops, m)
-            return rows.reshape(-1)
-        rec_len = np.where(is_const, 3, 3 + n_in + n_out)
-        starts = np.zeros(n_ops + 1, dtype=np.int64)
-        np.cumsum(rec_len, out=starts[1:])
-        s = starts[:-1]
-        buf = np.empty(int(starts[-1]), dtype=dt)
-        buf[s] = g.op_kind
-        first_out = g.out_ids[np.minimum(g.out_ptr[:-1], max(len(g.out_ids) - 1, 0))] if len(g.out_ids) else 0
-        buf[s + 1] = np.where(is_const, self.const_idx, n_in)
-        buf[s + 2] = np.where(is_const, first_out, n_out)
-        buf[_ranges(s + 3, s + 3 + n_in)] = g.in_ids
-        nc = ~is_const
-        o_start = s + 3 + n_in
-        if nc.all():
-            buf[_ranges(o_start, o_start + n_out)] = g.out_ids
-        else:
-            buf[_ranges(o_start[nc], o_start[nc] + n_out[nc])] = \
-                g.out_ids[_ranges(g.out_ptr[:-1][nc], g.out_ptr[1:][nc])]
-        return buf
+            return
+        k = int(g.in_ptr[1] - g.in_ptr[0])
+        m = int(g.out_ptr[1] - g.out_ptr[0])
+        if not len(self.const_ops) and _all_counts(g.in_ptr, k) and _all_counts(g.out_ptr, m):
+            # Every record has the same shape: fill columns of a 2-D block.
+            step = max(1, _CHUNK // (3 + k + m))
+            for lo in range(0, n_ops, step):
+                hi = min(n_ops, lo + step)
+                rows = np.empty((hi - lo, 3 + k + m), dtype=dt)
+                rows[:, 0] = g.op_kind[lo:hi]
+                rows[:, 1] = k
+                rows[:, 2] = m
+                rows[:, 3:3 + k] = g.in_ids[lo * k:hi * k].reshape(hi - lo, k)
+                rows[:, 3 + k:] = g.out_ids[lo * m:hi * m].reshape(hi - lo, m)
+                yield rows.reshape(-1)
+            return
+        for lo, hi in _op_chunks(n_ops, g.in_ptr, g.out_ptr):
+            n_in = np.diff(g.in_ptr[lo:hi + 1])
+            n_out = np.diff(g.out_ptr[lo:hi + 1])
+            is_const = self.is_const[lo:hi]
+            # Constant functions are [0, constant, output].
+            c0, c1 = np.searchsorted(self.const_ops, [lo, hi])
+            cops = self.const_ops[c0:c1] - lo
+            second, third = n_in.copy(), n_out.copy()
+            second[cops] = self.const_idx[c0:c1]
+            third[cops] = g.out_ids[g.out_ptr[lo + cops]]
+            rec_len = np.where(is_const, 3, 3 + n_in + n_out)
+            starts = np.zeros(hi - lo + 1, dtype=np.int64)
+            np.cumsum(rec_len, out=starts[1:])
+            s = starts[:-1]
+            buf = np.empty(int(starts[-1]), dtype=dt)
+            buf[s] = g.op_kind[lo:hi]
+            buf[s + 1] = second
+            buf[s + 2] = third
+            buf[_ranges(s + 3, s + 3 + n_in)] = g.in_ids[g.in_ptr[lo]:g.in_ptr[hi]]
+            o_start = s + 3 + n_in
+            if not len(cops):
+                buf[_ranges(o_start, o_start + n_out)] = g.out_ids[g.out_ptr[lo]:g.out_ptr[hi]]
+            else:
+                nc = ~is_const
+                ptr = g.out_ptr[lo:hi + 1]
+                buf[_ranges(o_start[nc], o_start[nc] + n_out[nc])] = g.out_ids[_ranges(ptr[:-1][nc], ptr[1:][nc])]
+            yield buf
+
+    def _cgc_stream(self, dt: np.dtype, const_recs: list[tuple[int, np.ndarray]], metadata: list[Any] | None,
+                    meta_len: int) -> Iterator[Any]:
+        """The .cgc records after the magic byte; each constant is encoded as it is written."""
+        for rtype, c in const_recs:
+            data = _encode_constant(rtype, c)
+            yield np.array([rtype, len(data)], dtype=dt).tobytes()
+            yield data
+        if metadata is not None:
+            yield np.array([METADATA_RECORD, meta_len], dtype=dt).tobytes()
+            for part in metadata:
+                if isinstance(part, tuple):  # (array, dtype): converted a chunk at a time
+                    arr, to = part
+                    for lo in range(0, len(arr), _CHUNK):
+                        yield arr[lo:lo + _CHUNK].astype(to)
+                else:
+                    yield part
 
     def _cgio_stream(self, dt: np.dtype, layout: list[tuple[int, int]] | None,
                      sets: np.ndarray, gets: np.ndarray) -> np.ndarray:
@@ -1056,10 +1191,12 @@ class _Writer:
             recs.append((t, idx, name, desc))
         return recs
 
-    def _metadata(self, base: int, unset: list[int], sym_recs: list[tuple[int, int, str, str]]) -> bytes:
+    def _metadata(self, base: int, unset: list[int], sym_recs: list[tuple[int, int, str, str]]) -> list[Any]:
         g = self.g
+        # The record: int64 J, J bytes of JSON, padding, then the arrays (as (array, dtype) parts,
+        # converted a chunk at a time when written).
         arrays: dict[str, Any] = {}
-        blobs: list[bytes] = []
+        blobs: list[Any] = []
         offset = 0
         for name, arr in (("op_attr", g.op_attr), ("op_version", g.op_version), ("value_type", g.value_type)):
             if len(arr) == 0 or (arr.min() == arr.max()):
@@ -1068,11 +1205,11 @@ class _Writer:
             lo, hi = int(arr.min()), int(arr.max())
             dt = next(d for d in ("<i1", "<i2", "<i4", "<i8")
                       if np.iinfo(d).min <= lo and hi <= np.iinfo(d).max)
-            data = arr.astype(dt).tobytes()
+            size = len(arr) * np.dtype(dt).itemsize
             arrays[name] = {"dtype": dt, "offset": offset, "count": len(arr)}
-            pad = -len(data) % 8
-            blobs.append(data + b"\0" * pad)
-            offset += len(data) + pad
+            pad = -size % 8
+            blobs += [(arr, np.dtype(dt)), b"\0" * pad]
+            offset += size + pad
         sym = g.symbols
         empty = []
         for t, idx, _, _ in sym_recs:
@@ -1098,7 +1235,7 @@ class _Writer:
         }
         text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
         pad = -(8 + len(text)) % 8
-        return struct.pack("<q", len(text)) + text + b"\0" * pad + b"".join(blobs)
+        return [struct.pack("<q", len(text)) + text + b"\0" * pad, *blobs]
 
 
 # ============================================================== loading
@@ -1147,47 +1284,105 @@ class _Reader:
 
     # ---------------------------------------------------------- .cg
     def _read_cg(self) -> None:
-        # Arrays stay in the file's integer type (int32 ids then become the Graph's own
-        # arrays without a copy); pointers are int64.
+        # Ids go straight into int32 arrays (the Graph's own) a chunk at a time, so that the
+        # temporaries stay small however large the file is; pointers are int64. Record starts
+        # are kept only when records differ in length (int32 where they fit).
         f = self.cg
         self.where.at(f.path, 0, 1)
         a = f.ints()
         self.a = a
-        starts = _scan_file(f, _CgLayout(a))
-        self.starts = starts
-        n_ops = len(starts)
+        layout = _CgLayout(a)
+        self.rec_len = layout.uniform_length()
+        if self.rec_len is None:
+            starts = _scan_file(f, layout, np.int32 if len(a) <= _MAX_INDEX else np.int64)
+            self.starts: np.ndarray | None = starts
+            n_ops = len(starts)
+        else:
+            _check_whole(f, len(a) // self.rec_len)
+            self.starts = None
+            n_ops = len(a) // self.rec_len
+        self.n_ops = n_ops
         if n_ops > _MAX_INDEX:
-            _fail(f.path, _MAX_INDEX, f.byte_of(int(starts[_MAX_INDEX])), "too many functions")
-        kind = a[starts]
-        is_const = kind == 0
-        any_const = bool(is_const.any())
-        n_in = a[starts + 1] if n_ops else np.zeros(0, a.dtype)
-        n_out = a[starts + 2] if n_ops else np.zeros(0, a.dtype)
-        if any_const:
-            self.const_ref = np.where(is_const, n_in, -1)
-            n_in[is_const] = 0
-            n_out[is_const] = 1
+            _fail(f.path, _MAX_INDEX, f.byte_of(self._op_start(_MAX_INDEX)), "too many functions")
+        self.bad_ids: dict[str, tuple[int, int]] = {}
+        self.const_ops = np.zeros(0, np.int64)
+        self.const_ref = np.zeros(0, np.int64)
+        if self.rec_len is not None:
+            k = int(a[1]) if n_ops else 0
+            m = int(a[2]) if n_ops else 0
+            rows = a.reshape(n_ops, self.rec_len)
+            kind = np.ascontiguousarray(rows[:, 0])
+            n_out = np.full(n_ops, m, dtype=np.int32)
+            in_ptr = np.arange(0, k * n_ops + 1, max(k, 1), dtype=np.int64) if k else np.zeros(n_ops + 1, np.int64)
+            out_ptr = np.arange(0, m * n_ops + 1, max(m, 1), dtype=np.int64) if m else np.zeros(n_ops + 1, np.int64)
+            in_ids = np.empty(k * n_ops, dtype=np.int32)
+            out_ids = np.empty(m * n_ops, dtype=np.int32)
+            step = max(1, _CHUNK // self.rec_len)
+            for lo in range(0, n_ops, step):
+                blk = rows[lo:lo + step]
+                self._store_ids(in_ids, lo * k, blk[:, 3:3 + k].reshape(-1), "input")
+                self._store_ids(out_ids, lo * m, blk[:, 3 + k:].reshape(-1), "output")
         else:
-            self.const_ref = np.zeros(0, a.dtype)
-        in_ptr = np.zeros(n_ops + 1, dtype=np.int64)
-        np.cumsum(n_in, dtype=np.int64, out=in_ptr[1:])
-        out_ptr = np.zeros(n_ops + 1, dtype=np.int64)
-        np.cumsum(n_out, dtype=np.int64, out=out_ptr[1:])
-        if n_ops and not any_const and n_in.min() == n_in.max() and n_out.min() == n_out.max():
-            k, m = int(n_in[0]), int(n_out[0])
-            rows = a.reshape(n_ops, 3 + k + m)
-            in_ids = rows[:, 3:3 + k].reshape(-1)
-            out_ids = rows[:, 3 + k:].reshape(-1)
-        else:
-            in_ids = a[_ranges(starts + 3, starts + 3 + n_in)]
-            o_start = np.where(is_const, starts + 2, starts + 3 + n_in)
-            out_ids = a[_ranges(o_start, o_start + n_out)]
-            del o_start
-        self.kind, self.is_const, self.n_out = kind, is_const, n_out
+            assert starts is not None
+            kind = a[starts]
+            n_in = a[1:][starts] if n_ops else np.zeros(0, a.dtype)
+            n_out = a[2:][starts] if n_ops else np.zeros(0, a.dtype)
+            is_const = kind == 0
+            if is_const.any():
+                self.const_ops = np.flatnonzero(is_const)
+                self.const_ref = n_in[self.const_ops].astype(np.int64)
+                n_in[self.const_ops] = 0
+                n_out[self.const_ops] = 1
+            del is_const
+            in_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+            np.cumsum(n_in, dtype=np.int64, out=in_ptr[1:])
+            out_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+            np.cumsum(n_out, dtype=np.int64, out=out_ptr[1:])
+            del n_in
+            in_ids = self._gather(in_ptr, lambda lo, hi: starts[lo:hi].astype(np.int64) + 3, "input")
+            # A constant function's output is its third integer; any other's follows its inputs.
+            out_ids = self._gather(out_ptr, lambda lo, hi: starts[lo:hi].astype(np.int64) + np.where(
+                kind[lo:hi] == 0, 2, 3 + np.diff(in_ptr[lo:hi + 1])), "output")
+        self.kind, self.n_out = kind, n_out
         self.in_ptr, self.out_ptr, self.in_ids, self.out_ids = in_ptr, out_ptr, in_ids, out_ids
 
+    def _gather(self, ptr: np.ndarray, first: Callable[[int, int], np.ndarray], role: str) -> np.ndarray:
+        """The ids of records ``lo..hi`` at ``a[first(lo, hi)[i] + j]``, ``j < ptr[i+1] - ptr[i]``, as int32.
+
+        Works through the records in chunks of about ``_CHUNK`` ids.
+        """
+        n = len(ptr) - 1
+        out = np.empty(int(ptr[-1]), dtype=np.int32)
+        lo = 0
+        while lo < n:
+            hi = int(np.searchsorted(ptr, ptr[lo] + _CHUNK, side="right")) - 1
+            hi = min(n, lo + _CHUNK, max(hi, lo + 1))
+            s = first(lo, hi)
+            self._store_ids(out, int(ptr[lo]), self.a[_ranges(s, s + np.diff(ptr[lo:hi + 1]))], role)
+            lo = hi
+        return out
+
+    def _store_ids(self, out: np.ndarray, at: int, ids: np.ndarray, role: str) -> None:
+        """Copy variable ids into ``out[at:]``, remembering the first one out of range (reported later)."""
+        if len(ids) == 0:
+            return
+        if role not in self.bad_ids:
+            bad = (ids < 0) | (ids >= self.limit)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self.bad_ids[role] = (at + k, int(ids[k]))
+        np.copyto(out[at:at + len(ids)], ids, casting="unsafe")
+
+    def _op_start(self, op: int) -> int:
+        """Integer position of record ``op`` in the .cg body."""
+        if self.rec_len is not None:
+            return op * self.rec_len
+        if self.starts is None:  # released after building the graph: find the records again
+            self.starts = _scan_file(self.cg, _CgLayout(self.a))
+        return int(self.starts[op])
+
     def _cg_fail(self, op: int, message: str) -> NoReturn:
-        _fail(self.cg.path, op, self.cg.byte_of(int(self.starts[op])), message)
+        _fail(self.cg.path, op, self.cg.byte_of(self._op_start(op)), message)
 
     # ---------------------------------------------------------- .cgc
     def _read_cgc(self) -> None:
@@ -1340,20 +1535,30 @@ class _Reader:
 
     # ---------------------------------------------------------- all together
     def read(self) -> Graph:
+        g = self._build()
+        # Only the graph stays: what the reader kept for messages goes before verification
+        # (record starts are found again if a problem needs one).
+        self.n_out = self.in_ids = self.out_ids = None  # type: ignore[assignment]
+        if self.rec_len is None:
+            self.starts = None
+        self._verify(g)
+        return g
+
+    def _build(self) -> Graph:
+        # Limit on the number of variables: what the files can describe.
+        self.limit = limit = min(len(self.cg.body) // self.cg.w + len(self.cgio.body) // self.cgio.w
+                                 + len(self.cgs.body) + 1, _MAX_INDEX)
         self._read_cg()
         self._read_cgc()
         header = self._read_metadata()
         self._read_cgio()
         self._read_cgs()
-        n_ops = len(self.starts)
+        n_ops = self.n_ops
         nconst = len(self.constants)
         fm = self.file_meta
         bits = {s.lstrip("."): self.files[s].bits for s in SUFFIXES}
         fm["cg_index_bits"] = bits["cg"] if len(set(bits.values())) == 1 else bits
         fm["cg_opgraph_metadata"] = header is not None
-
-        # Limit on the number of variables: what the files can describe.
-        limit = min(len(self.a) + len(self.cgio.ints()) + len(self.cgs.body) + 1, _MAX_INDEX)
 
         # Function types and constant references.
         kinds = np.unique(self.kind)
@@ -1366,13 +1571,12 @@ class _Reader:
             if opdefs[k] is None:
                 self._cg_fail(int(np.flatnonzero(self.kind == k)[0]), f"unknown function type {k}")
         self.kind = self.kind.astype(np.int32, copy=False)
-        if n_ops and self.is_const.any():
-            cref = self.const_ref[self.is_const]
-            bad = (cref < 0) | (cref >= nconst)
+        if len(self.const_ops):
+            bad = (self.const_ref < 0) | (self.const_ref >= nconst)
             if bad.any():
-                op = int(np.flatnonzero(self.is_const)[np.flatnonzero(bad)[0]])
-                self._cg_fail(op, f"constant record {int(self.const_ref[op])} does not exist "
-                                  f"({self.cgc.path} has {nconst} constants)")
+                k = int(np.flatnonzero(bad)[0])
+                self._cg_fail(int(self.const_ops[k]), f"constant record {int(self.const_ref[k])} does not exist "
+                                                      f"({self.cgc.path} has {nconst} constants)")
 
         # Metadata counts against the files.
         if header is not None:
@@ -1387,13 +1591,10 @@ class _Reader:
                 self._meta_fail(f"index_base {base!r} (0 or 1)")
 
         # Variable indices of .cg in range.
-        for ids, ptr, role in ((self.in_ids, self.in_ptr, "input"), (self.out_ids, self.out_ptr, "output")):
-            if len(ids):
-                bad = (ids < 0) | (ids >= limit)
-                if bad.any():
-                    k = int(np.flatnonzero(bad)[0])
-                    op = int(np.searchsorted(ptr, k, side="right") - 1)
-                    self._cg_fail(op, f"{role} variable {int(ids[k])} is out of range")
+        for ptr, role in ((self.in_ptr, "input"), (self.out_ptr, "output")):
+            if role in self.bad_ids:  # found while the ids were read
+                k, v = self.bad_ids[role]
+                self._cg_fail(int(np.searchsorted(ptr, k, side="right") - 1), f"{role} variable {v} is out of range")
         for ids, recs, what in ((self.copy_src, self.copy_rec, "copy source"),
                                 (self.copy_dst, self.copy_rec, "copy destination")):
             bad = (ids < 0) | (ids >= limit)
@@ -1410,9 +1611,7 @@ class _Reader:
                     self._sym_fail(i, f"variable index {idx} is out of range")
                 n_ref = max(n_ref, idx + 1)
 
-        # Producers (each variable at most once); ids are int32 from here on.
-        self.in_ids = self.in_ids.astype(np.int32, copy=False)
-        self.out_ids = self.out_ids.astype(np.int32, copy=False)
+        # Producers (each variable at most once).
         out_ids, n_out = self.out_ids, self.n_out
         single = n_ops > 0 and n_out.min() == 1 and n_out.max() == 1
         producer = np.full(n_ref, -1, dtype=np.int32)
@@ -1428,8 +1627,8 @@ class _Reader:
             del rows, clash
         produced = producer >= 0
         const_out = np.zeros(n_ref, dtype=bool)
-        if len(out_ids) and self.is_const.any():
-            const_out[out_ids[self.out_ptr[:-1][self.is_const]]] = True
+        if len(out_ids) and len(self.const_ops):
+            const_out[out_ids[self.out_ptr[self.const_ops]]] = True
 
         # Index base of set/get gateways.
         if header is not None:
@@ -1530,7 +1729,7 @@ class _Reader:
             fm["cg_text_encoding"] = self.text_encoding
 
         self.where.at(self.cg.path, 0, 1)
-        g = Graph(
+        return Graph(
             op_kind=self.kind, op_attr=op_attr, op_version=op_version,
             in_ptr=self.in_ptr, in_ids=self.in_ids,
             out_ptr=self.out_ptr, out_ids=self.out_ids,
@@ -1541,8 +1740,6 @@ class _Reader:
             else np.zeros((0, 2), np.int32),
             symbols=symbols, file_meta=fm,
         )
-        self._verify(g)
-        return g
 
     def _explain_io(self, produced: np.ndarray, limit: int) -> NoReturn:
         """Neither index base fits: report the first gateway that fails 0-based reading."""
@@ -1577,10 +1774,10 @@ class _Reader:
         attrs: list[Attrs] = [(("index", i),) for i in range(len(self.constants))]
         op_attr = np.zeros(n_ops, dtype=np.int32)
         op_version = np.zeros(n_ops, dtype=np.int32)
-        if self.is_const.any():
-            cref = self.const_ref[self.is_const]
-            op_attr[self.is_const] = cref
-            value_type[self.out_ids[self.out_ptr[:-1][self.is_const]]] = const_tid[cref]
+        if len(self.const_ops):
+            cref = self.const_ref
+            op_attr[self.const_ops] = cref
+            value_type[self.out_ids[self.out_ptr[self.const_ops]]] = const_tid[cref]
         attr_ids: dict[Any, int] = {}
         tc = np.zeros(n_ops, dtype=bool)
         for k, opdef in opdefs.items():
@@ -1647,8 +1844,14 @@ class _Reader:
         # Attributes must be what the kind's schema gives (const ops: exactly their .cg constant).
         if n_ops:
             width = len(attrs) + 1
-            key = self.kind.astype(np.int64) * width + op_attr
-            for kk in np.unique(key).tolist():
+
+            def keys(lo: int) -> np.ndarray:
+                return self.kind[lo:lo + _CHUNK].astype(np.int64) * width + op_attr[lo:lo + _CHUNK]
+
+            distinct: set[int] = set()
+            for lo in range(0, n_ops, _CHUNK):  # in chunks: the temporaries stay small
+                distinct.update(np.unique(keys(lo)).tolist())
+            for kk in sorted(distinct):
                 k, aid = divmod(kk, width)
                 a = attrs[aid]
                 if k == CONST.id:
@@ -1661,18 +1864,19 @@ class _Reader:
                 else:
                     why = f"normalises to {norm!r}"[:200]
                 if not ok:
-                    op = int(np.flatnonzero(key == kk)[0])
+                    op = next(lo + int(np.flatnonzero(keys(lo) == kk)[0])
+                              for lo in range(0, n_ops, _CHUNK) if (keys(lo) == kk).any())
                     self._meta_fail(f"attributes {a!r} of record {op} ({opdefs[k].name}) are not valid: {why}"[:400])
-            if self.is_const.any():
+            if len(self.const_ops):
                 lut = np.full(len(attrs), -1, dtype=np.int64)
                 for aid, a in enumerate(attrs):
                     if len(a) == 1 and a[0][0] == "index" and type(a[0][1]) is int:
                         lut[aid] = a[0][1]
-                got = lut[op_attr[self.is_const]]
-                bad = got != self.const_ref[self.is_const]
+                bad = lut[op_attr[self.const_ops]] != self.const_ref
                 if bad.any():
-                    op = int(np.flatnonzero(self.is_const)[np.flatnonzero(bad)[0]])
-                    self._meta_fail(f"record {op} is a constant function of constant {int(self.const_ref[op])} "
+                    k = int(np.flatnonzero(bad)[0])
+                    op = int(self.const_ops[k])
+                    self._meta_fail(f"record {op} is a constant function of constant {int(self.const_ref[k])} "
                                     f"but its attribute says {attrs[int(op_attr[op])]!r}"[:300])
         return types, attrs, op_attr, op_version, value_type
 
@@ -1720,7 +1924,7 @@ class _Reader:
     def _problem(self, problem: str, count: int) -> NoReturn:
         more = f" (and {count - 1} more problem(s))" if count > 1 else ""
         m = re.search(r"\bop (\d+)", problem)
-        if m and int(m.group(1)) < len(self.starts):
+        if m and int(m.group(1)) < self.n_ops:
             self._cg_fail(int(m.group(1)), f"{problem}{more}")
         if self.metadata is not None:
             self._meta_fail(f"{problem}{more}")

@@ -44,7 +44,7 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph, Value
 from opgraph.core.registry import get_op
-from opgraph.core.types import TensorType
+from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
 from opgraph.io.dag import Constant, _hashable, _keep_name, to_tuple_dag
 
@@ -214,8 +214,12 @@ class _Importer:
         value = self.materialize(self.expr(expr, key))
         name = _keep_name(key)
         if isinstance(value, Value) and name is not None and value.name is None:
-            self.b.name(value, name)
+            self._name(value.id, name)
         self.env[key] = value
+
+    def _name(self, vid: int, name: str) -> None:
+        self.b._touch()
+        self.b._set_name(vid, name)
 
     def expr(self, e: Any, where: Hashable) -> Any:
         if _is_key(e, self.dsk):
@@ -275,14 +279,81 @@ class _Importer:
     def concrete(self, x: Any) -> Any:
         """``x`` with every opgraph value replaced by its computed array (for a call in Python)."""
         if isinstance(x, Value):
-            if x.id not in self._computed:  # each run freezes the builder: compute a value once
-                self._computed[x.id] = self.b.run(self.feeds, [x])[0]
-            return self._computed[x.id]
+            hit = self._computed.get(x.id)
+            if hit is None:
+                self._evaluate(x.id)
+                hit = self._computed[x.id]
+            return hit
         if isinstance(x, list):
             return [self.concrete(a) for a in x]
         if isinstance(x, tuple):
             return tuple(self.concrete(a) for a in x)
         return x
+
+    def _evaluate(self, vid: int) -> None:
+        """Compute value ``vid`` with opgraph's executor, running only ops not computed before.
+
+        Each call costs the ops it newly runs, not the size of the builder: freezing the
+        whole builder for every Python call made a chain of n Python tasks O(n^2).
+        Constants and fed inputs are known without running anything.
+        """
+        b, computed = self.b, self._computed
+
+        def producer(v: int) -> int:
+            op = b.producer_of(v)
+            return -1 if op is None else op.id
+
+        def known(v: int) -> bool:
+            if v in computed:
+                return True
+            p = producer(v)
+            if p < 0:
+                computed[v] = np.asarray(self.feeds[v])
+                return True
+            if b.kind_of(p) == "const":
+                arr = b._constants[b.attrs_of(p)["index"]].view()
+                arr.flags.writeable = False  # as Graph.run hands out constants
+                computed[v] = arr
+                return True
+            return False
+
+        if known(vid):
+            return
+        # The ops to run, dependencies first (iterative: the builder may hold a deep chain).
+        ops: list[int] = []
+        seen: set[int] = set()
+        stack: list[tuple[int, bool]] = [(producer(vid), False)]
+        while stack:
+            op, finish = stack.pop()
+            if finish:
+                ops.append(op)
+                continue
+            if op in seen:
+                continue
+            seen.add(op)
+            stack.append((op, True))
+            stack.extend((producer(v), False) for v in reversed(b.op_inputs(op)) if not known(v))
+        # A graph of just those ops; every value they read that is already known is one of its inputs.
+        ins = [b.op_inputs(op) for op in ops]
+        outs = [b.op_outputs(op) for op in ops]
+        boundary = list(dict.fromkeys(v for vs in ins for v in vs if v in computed))
+        values = boundary + [v for vs in outs for v in vs]
+        local = {v: k for k, v in enumerate(values)}
+        types: dict[ValueType, int] = {}
+        n_in = len(boundary)
+        sub = Graph(
+            op_kind=[get_op(b.kind_of(op)).id for op in ops],
+            op_attr=range(len(ops)), attrs=[tuple(b.attrs_of(op).items()) for op in ops],
+            op_version=[b.op_version[op] for op in ops],
+            in_ptr=np.cumsum([0] + [len(vs) for vs in ins]), in_ids=[local[v] for vs in ins for v in vs],
+            out_ptr=np.cumsum([0] + [len(vs) for vs in outs]), out_ids=range(n_in, len(values)),
+            value_type=[types.setdefault(b.type_of(v), len(types)) for v in values],
+            value_producer=[-1] * n_in + [k for k, vs in enumerate(outs) for _ in vs],
+            value_index=[0] * n_in + [j for vs in outs for j in range(len(vs))],
+            types=list(types), constants=[], inputs=range(n_in),
+        )
+        results = sub.run({k: computed[v] for k, v in enumerate(boundary)}, list(range(n_in, len(values))))
+        computed.update(zip(values[n_in:], results, strict=True))
 
     def op(self, kind: str, args: list[Any], attrs: dict[str, Any], where: Hashable) -> Any:
         if kind in ("sum", "prod", "max", "min", "mean", "any", "all") and "keepdims" in attrs:
