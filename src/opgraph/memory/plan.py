@@ -604,6 +604,77 @@ class _Gaps:
             self._add(off, end - off)
 
 
+class _ArenaGaps:
+    """The arena's free byte ranges while packing in schedule order: best fit by size buckets.
+
+    Like :class:`_Gaps` with ``cap=None``, but the gaps are kept in one heap of
+    offsets per gap size (entries of gaps since taken or merged are dropped
+    when they come up), so a fragmented arena of millions of gaps costs
+    O(log n) per operation instead of a list insertion.
+    """
+
+    __slots__ = ("buckets", "by_end", "by_start", "sizes", "tail")
+
+    def __init__(self) -> None:
+        self.by_start: dict[int, int] = {}  # gap offset -> size
+        self.by_end: dict[int, int] = {}  # gap end -> offset
+        self.buckets: dict[int, list[int]] = {}  # gap size -> heap of offsets (some stale)
+        self.sizes: list[int] = []  # sorted sizes with a bucket
+        self.tail = 0
+
+    def _add(self, off: int, size: int) -> None:
+        self.by_start[off] = size
+        self.by_end[off + size] = off
+        bucket = self.buckets.get(size)
+        if bucket is None:
+            bucket = self.buckets[size] = []
+            insort(self.sizes, size)
+        heapq.heappush(bucket, off)
+
+    def _remove(self, off: int) -> int:
+        size = self.by_start.pop(off)
+        del self.by_end[off + size]
+        return size
+
+    def best(self, size: int) -> int | None:
+        """Offset of the smallest gap that holds ``size`` bytes (the lowest offset among equals), or None."""
+        sizes, by_start = self.sizes, self.by_start
+        i = bisect_left(sizes, size)
+        while i < len(sizes):
+            z = sizes[i]
+            bucket = self.buckets[z]
+            while bucket and by_start.get(bucket[0]) != z:
+                heapq.heappop(bucket)
+            if bucket:
+                return bucket[0]
+            del self.buckets[z]
+            del sizes[i]
+        return None
+
+    def take(self, off: int, size: int) -> None:
+        """Occupy ``size`` bytes at the start of the gap at ``off`` (or of the tail)."""
+        if off == self.tail:
+            self.tail = off + size
+            return
+        gap = self._remove(off)
+        if gap > size:
+            self._add(off + size, gap - size)
+
+    def free(self, off: int, size: int) -> None:
+        """Give ``size`` bytes at ``off`` back, merged with the free ranges next to them."""
+        end = off + size
+        if end in self.by_start:
+            end += self._remove(end)
+        before = self.by_end.get(off)
+        if before is not None:
+            self._remove(before)
+            off = before
+        if end == self.tail:
+            self.tail = off
+        else:
+            self._add(off, end - off)
+
+
 FIXED_BIN_PROBES = 32
 """Packing in schedule order, how many fitting gaps of output/state buffers are tried (smallest first)
 before the arena: a buffer's gap is usable only by values that die before the buffer's owner is born."""
@@ -621,8 +692,8 @@ def _pack_in_schedule_order(gs: list[int], ge: list[int], gz: list[int], gbin: l
     n = len(gs)
     where_bin, where_off = [0] * n, [0] * n
     shared: list[tuple[int, int, int]] = []
-    arena = _Gaps(None, 0, [])
-    gaps = [arena] + [_Gaps(b.size, i, shared) for i, b in enumerate(bins) if i > 0]
+    arena = _ArenaGaps()
+    gaps: list[Any] = [arena] + [_Gaps(b.size, i, shared) for i, b in enumerate(bins) if i > 0]
     inf = float("inf")
     owner_start = [inf] * len(bins)
     for i in range(n):
@@ -654,8 +725,8 @@ def _pack_in_schedule_order(gs: list[int], ge: list[int], gz: list[int], gbin: l
                     b, off = gb, go
                     break
         if off < 0:
-            i_best = bisect_left(arena.sorted, (size, -1, -1))
-            off = arena.sorted[i_best][2] if i_best < len(arena.sorted) else arena.tail
+            best = arena.best(size)
+            off = arena.tail if best is None else best
             if off + size > bins[0].size:
                 bins[0].size = off + size
         gaps[b].take(off, size)
