@@ -104,9 +104,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import functools
-import gc
 import io
 import itertools
 import json
@@ -124,6 +122,7 @@ import numpy as np
 
 from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import as_dtype
+from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, Symbols
 from opgraph.core.registry import CONST, OpDef, get_op
 from opgraph.core.types import VOID, TensorType, ValueType, VoidType
@@ -896,7 +895,7 @@ def save_json(graph: Graph, path: str | os.PathLike[str], *, inline_limit: int =
     >>> load_json(p).equals(g, check_names=True)
     True
     """
-    with atomic_files([path]) as (f,), _gc_paused():
+    with atomic_files([path]) as (f,), paused_gc():
         try:
             for part in _json_lines(graph, inline_limit, ascii_only=False):
                 f.write(part.encode("utf-8"))
@@ -1211,19 +1210,9 @@ def _stream_document(text: _Text, doc: _Doc) -> None:
                 _stream_array(text, doc.stream(key))
             else:
                 doc.value(key, text.value())
-            text.ws()
-            c = text.peek()
-            if c == "}":
-                text.i += 1
+            if _item_ends(text, "}"):
                 break
-            if c != ",":
-                raise text.malformed("Expecting ',' delimiter", text.i)
-            comma = text.i
-            text.i += 1
-            text.ws()
             if text.peek() != '"':
-                if _TRAILING_COMMA and text.peek() == "}":
-                    raise text.malformed("Illegal trailing comma before end of object", comma)
                 raise text.malformed("Expecting property name enclosed in double quotes", text.i)
     if len(set(keys)) != len(keys):
         _no_duplicates([(k, None) for k in keys])
@@ -1242,18 +1231,30 @@ def _stream_array(text: _Text, take: Callable[[int, Any], None]) -> None:
     while True:
         take(k, text.value())
         k += 1
-        text.ws()
-        c = text.peek()
-        if c == "]":
-            text.i += 1
+        if _item_ends(text, "]"):
             return
-        if c != ",":
-            raise text.malformed("Expecting ',' delimiter", text.i)
-        comma = text.i
+
+
+def _item_ends(text: _Text, close: str) -> bool:
+    """After an object member or array element: True past the closing ``close``, else False past the comma.
+
+    Errors as json.loads gives them: a missing delimiter, and (where this Python's json rejects it
+    with its own message) a trailing comma before ``close``.
+    """
+    text.ws()
+    c = text.peek()
+    if c == close:
         text.i += 1
-        text.ws()
-        if _TRAILING_COMMA and text.peek() == "]":
-            raise text.malformed("Illegal trailing comma before end of array", comma)
+        return True
+    if c != ",":
+        raise text.malformed("Expecting ',' delimiter", text.i)
+    comma = text.i
+    text.i += 1
+    text.ws()
+    if _TRAILING_COMMA and text.peek() == close:
+        what = "object" if close == "}" else "array"
+        raise text.malformed(f"Illegal trailing comma before end of {what}", comma)
+    return False
 
 
 # ----------------------------------------------------------------------------- reading: the document
@@ -1945,7 +1946,7 @@ def loads_json(text: str | bytes, *, source: str = "<string>", verify: bool = Tr
 def _load(source_data: str | bytes | BinaryIO, source: str, verify: bool) -> Graph:
     doc = _Doc()
     text = _Text(source_data, _SCANNER)
-    with _gc_paused():
+    with paused_gc():
         try:
             try:
                 _stream_document(text, doc)
@@ -1966,19 +1967,6 @@ def _load(source_data: str | bytes | BinaryIO, source: str, verify: bool) -> Gra
             return doc.graph(source, verify)
         except _Bad as exc:
             raise FormatError(f"{source}: {_where(exc.path)}: {exc.message}") from None
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsing makes millions of acyclic objects and
-    the collections it would trigger cost more than the parse itself."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _reject_constant(name: str) -> Any:

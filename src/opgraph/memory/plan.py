@@ -131,7 +131,7 @@ class ValueMap(Mapping[int, int]):
         return int(np.count_nonzero(self.array >= 0))
 
 
-class PlacementMap(Mapping[int, tuple[int, int]]):
+class PlacementMap(ValueMap):
     """A read-only ``value id -> (bin, offset)`` mapping kept as two arrays over all values (bin -1: none).
 
     >>> m = PlacementMap(np.array([-1, 0]), np.array([0, 128]))
@@ -139,32 +139,24 @@ class PlacementMap(Mapping[int, tuple[int, int]]):
     {1: (0, 128)}
     """
 
-    __slots__ = ("bins", "offsets")
+    __slots__ = ("offsets",)
 
     def __init__(self, bins: np.ndarray, offsets: np.ndarray) -> None:
-        self.bins = bins
+        super().__init__(bins)
         self.offsets = offsets
 
-    def __getitem__(self, v: int) -> tuple[int, int]:
-        if 0 <= v < len(self.bins):
-            b = int(self.bins[v])
-            if b >= 0:
-                return b, int(self.offsets[v])
-        raise KeyError(v)
+    @property
+    def bins(self) -> np.ndarray:
+        """The bin of every value (-1 where it has none)."""
+        return self.array
 
-    def __contains__(self, v: object) -> bool:
-        return isinstance(v, int | np.integer) and 0 <= v < len(self.bins) and bool(self.bins[v] >= 0)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(np.flatnonzero(self.bins >= 0).tolist())
-
-    def __len__(self) -> int:
-        return int(np.count_nonzero(self.bins >= 0))
+    def __getitem__(self, v: int) -> tuple[int, int]:  # type: ignore[override]
+        return super().__getitem__(v), int(self.offsets[v])
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(values, bins, offsets) of every entry, as arrays: for callers that go over all of them."""
-        vs = np.flatnonzero(self.bins >= 0)
-        return vs, self.bins[vs], self.offsets[vs]
+        vs = np.flatnonzero(self.array >= 0)
+        return vs, self.array[vs], self.offsets[vs]
 
 
 class Triples(Sequence[tuple[int, int, int]]):
@@ -542,47 +534,44 @@ def _owl_blocks(graph: Graph, schedule: np.ndarray, kind: np.ndarray, size: np.n
 
 
 # ----------------------------------------------------------------------------- packing
-class _Gaps:
+class _FreeRanges:
     """The free byte ranges of one bin while packing in schedule order (an online best-fit allocator).
 
     Freed ranges merge with their free neighbours. A bin of fixed ``cap`` keeps
     its free range at the top as an ordinary gap; the arena (``cap=None``) has
     an unbounded free tail from ``tail`` up, used only when no gap fits (so the
-    arena grows only when it must).
+    arena grows only when it must). Subclasses index the gaps for best fit
+    (:meth:`_index`, :meth:`_unindex`).
     """
 
-    __slots__ = ("bin", "by_end", "by_start", "cap", "sorted", "tail")
+    __slots__ = ("by_end", "by_start", "cap", "tail")
 
-    def __init__(self, cap: int | None, bin: int, shared: list[tuple[int, int, int]]) -> None:
+    def __init__(self, cap: int | None) -> None:
         self.cap = cap
-        self.bin = bin
         self.by_start: dict[int, int] = {}  # gap offset -> size
         self.by_end: dict[int, int] = {}  # gap end -> offset
-        # (size, bin, offset) of every gap, shared by the fixed bins: best fit over all of them is one bisect
-        self.sorted = shared
         self.tail = 0
-        if cap:
-            self._add(0, cap)
+
+    def _index(self, off: int, size: int) -> None:
+        raise NotImplementedError
+
+    def _unindex(self, off: int, size: int) -> None:
+        raise NotImplementedError
 
     def _add(self, off: int, size: int) -> None:
         self.by_start[off] = size
         self.by_end[off + size] = off
-        insort(self.sorted, (size, self.bin, off))
+        self._index(off, size)
 
     def _remove(self, off: int) -> int:
         size = self.by_start.pop(off)
         del self.by_end[off + size]
-        del self.sorted[bisect_left(self.sorted, (size, self.bin, off))]
+        self._unindex(off, size)
         return size
-
-    def retire(self) -> None:
-        """Drop every gap of this bin from the shared list (its owner holds the whole bin from now on)."""
-        for off in list(self.by_start):
-            self._remove(off)
 
     def take(self, off: int, size: int) -> None:
         """Occupy ``size`` bytes at the start of the gap at ``off`` (or of the arena's tail)."""
-        if off == self.tail and self.cap is None:
+        if self.cap is None and off == self.tail:
             self.tail = off + size
             return
         gap = self._remove(off)
@@ -604,37 +593,55 @@ class _Gaps:
             self._add(off, end - off)
 
 
-class _ArenaGaps:
-    """The arena's free byte ranges while packing in schedule order: best fit by size buckets.
+class _BufferGaps(_FreeRanges):
+    """The gaps of an output or state buffer, indexed in a sorted ``(size, bin, offset)`` list shared by
+    all such buffers, so the best fit over all of them is one bisection."""
 
-    Like :class:`_Gaps` with ``cap=None``, but the gaps are kept in one heap of
-    offsets per gap size (entries of gaps since taken or merged are dropped
-    when they come up), so a fragmented arena of millions of gaps costs
-    O(log n) per operation instead of a list insertion.
+    __slots__ = ("bin", "sorted")
+
+    def __init__(self, cap: int, bin: int, shared: list[tuple[int, int, int]]) -> None:
+        super().__init__(cap)
+        self.bin = bin
+        self.sorted = shared
+        if cap:
+            self._add(0, cap)
+
+    def _index(self, off: int, size: int) -> None:
+        insort(self.sorted, (size, self.bin, off))
+
+    def _unindex(self, off: int, size: int) -> None:
+        del self.sorted[bisect_left(self.sorted, (size, self.bin, off))]
+
+    def retire(self) -> None:
+        """Drop every gap of this bin from the shared list (its owner holds the whole bin from now on)."""
+        for off in list(self.by_start):
+            self._remove(off)
+
+
+class _ArenaGaps(_FreeRanges):
+    """The arena's gaps, in one heap of offsets per gap size.
+
+    Entries of gaps since taken or merged are dropped when they come up, so a
+    fragmented arena of millions of gaps costs O(log n) per operation, not a
+    list insertion.
     """
 
-    __slots__ = ("buckets", "by_end", "by_start", "sizes", "tail")
+    __slots__ = ("buckets", "sizes")
 
     def __init__(self) -> None:
-        self.by_start: dict[int, int] = {}  # gap offset -> size
-        self.by_end: dict[int, int] = {}  # gap end -> offset
+        super().__init__(None)
         self.buckets: dict[int, list[int]] = {}  # gap size -> heap of offsets (some stale)
         self.sizes: list[int] = []  # sorted sizes with a bucket
-        self.tail = 0
 
-    def _add(self, off: int, size: int) -> None:
-        self.by_start[off] = size
-        self.by_end[off + size] = off
+    def _index(self, off: int, size: int) -> None:
         bucket = self.buckets.get(size)
         if bucket is None:
             bucket = self.buckets[size] = []
             insort(self.sizes, size)
         heapq.heappush(bucket, off)
 
-    def _remove(self, off: int) -> int:
-        size = self.by_start.pop(off)
-        del self.by_end[off + size]
-        return size
+    def _unindex(self, off: int, size: int) -> None:
+        pass  # stale heap entries are skipped by best()
 
     def best(self, size: int) -> int | None:
         """Offset of the smallest gap that holds ``size`` bytes (the lowest offset among equals), or None."""
@@ -650,29 +657,6 @@ class _ArenaGaps:
             del self.buckets[z]
             del sizes[i]
         return None
-
-    def take(self, off: int, size: int) -> None:
-        """Occupy ``size`` bytes at the start of the gap at ``off`` (or of the tail)."""
-        if off == self.tail:
-            self.tail = off + size
-            return
-        gap = self._remove(off)
-        if gap > size:
-            self._add(off + size, gap - size)
-
-    def free(self, off: int, size: int) -> None:
-        """Give ``size`` bytes at ``off`` back, merged with the free ranges next to them."""
-        end = off + size
-        if end in self.by_start:
-            end += self._remove(end)
-        before = self.by_end.get(off)
-        if before is not None:
-            self._remove(before)
-            off = before
-        if end == self.tail:
-            self.tail = off
-        else:
-            self._add(off, end - off)
 
 
 FIXED_BIN_PROBES = 32
@@ -693,7 +677,7 @@ def _pack_in_schedule_order(gs: list[int], ge: list[int], gz: list[int], gbin: l
     where_bin, where_off = [0] * n, [0] * n
     shared: list[tuple[int, int, int]] = []
     arena = _ArenaGaps()
-    gaps: list[Any] = [arena] + [_Gaps(b.size, i, shared) for i, b in enumerate(bins) if i > 0]
+    gaps: list[Any] = [arena] + [_BufferGaps(b.size, i, shared) for i, b in enumerate(bins) if i > 0]
     inf = float("inf")
     owner_start = [inf] * len(bins)
     for i in range(n):
