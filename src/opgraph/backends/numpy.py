@@ -32,6 +32,8 @@ without ``out=``); results that are views of planned memory are copied.
 
 from __future__ import annotations
 
+import keyword
+import linecache
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -142,6 +144,13 @@ class CompiledGraph:
         }
         self._needed_inputs = self._find_needed_inputs()
         self._dynamic = [v for v, k in enumerate(p.kind) if k == DYNAMIC]
+        self._gen: list[Callable[..., Any] | None] = [None, None]  # the generated program, per state parity
+        self._sigs: dict[tuple[Any, ...], list[tuple[int, int, np.dtype, tuple[int, ...] | None]]] = {}
+        taken: set[int] = set()
+        self._update_plan: list[tuple[int, bool]] = []  # (destination, takes the source's buffer itself)
+        for src, dst in self.updates:
+            self._update_plan.append((dst, src in self._swap and src not in taken))
+            taken.add(src)
 
     # ------------------------------------------------------------------ building
     def _build_program(self) -> list[Step]:
@@ -222,6 +231,64 @@ class CompiledGraph:
         used |= set(self.plan.targets)
         return [int(v) for v in g.inputs.tolist() if int(v) in used]
 
+    # ------------------------------------------------------------------ code generation
+    def _generated(self, parity: int) -> Callable[..., Any] | None:
+        """The straight-line function running the whole program with state buffers of ``parity``
+        (built on first use; None for programs longer than :data:`CODEGEN_LIMIT`, which the loop in
+        :meth:`_execute` runs)."""
+        fn = self._gen[parity]
+        if fn is None and len(self.program) <= CODEGEN_LIMIT:
+            fn = self._gen[parity] = _Codegen(self, parity).build()
+        return fn
+
+    def _signature(self, keys: tuple[Any, ...]) -> list[tuple[int, int, np.dtype, tuple[int, ...] | None]]:
+        """For feed keys in this order: (value id, position among the needed inputs or -1, dtype, static shape)."""
+        g = self.graph
+        pos = {v: i for i, v in enumerate(self._needed_inputs)}
+        sig = []
+        for k in keys:
+            v = _value_id(g, k)
+            if g.value_producer[v] != -1:
+                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
+            t = g.type_of(v)
+            static = t.shape if t.shape is not None and None not in t.shape else None  # type: ignore[union-attr]
+            sig.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
+        return sig
+
+    def _run_generated(self, fn: Callable[..., Any], feeds: Mapping[Any, Any]) -> list[np.ndarray]:
+        keys = tuple(feeds)
+        sig = self._sigs.get(keys)
+        if sig is None:
+            sig = self._signature(keys)
+            if len(self._sigs) < 64:
+                self._sigs[keys] = sig
+        state = self._state
+        args = [state.get(v, _MISSING) for v in self._needed_inputs]
+        g = self.graph
+        for (v, pos, dt, shape), data in zip(sig, feeds.values(), strict=True):
+            if not (type(data) is np.ndarray and data.dtype == dt and data.shape == shape):
+                data = coerce_feed(g, v, data)
+            if pos >= 0:
+                args[pos] = data
+        for v, a in zip(self._needed_inputs, args, strict=True):
+            if a is _MISSING:
+                raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
+        try:
+            outs, sources = fn(*args)
+        except GraphError:
+            raise
+        except Exception as exc:
+            op = _failing_op(exc, fn)
+            if op is None:
+                raise
+            raise ExecutionError(f"op {op} ({g.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
+        self.kernel_calls += len(self.program)
+        for (dst, take), x in zip(self._update_plan, sources, strict=True):
+            state[dst] = x if take else np.array(x, copy=True)
+        if self._swap:
+            self._parity ^= 1
+        return list(outs)
+
     # ------------------------------------------------------------------ running
     def __call__(self, feeds: Mapping[Any, Any] | None = None, **named: Any) -> list[np.ndarray]:
         """Run the program on ``feeds`` (ids, names or Values to arrays; names also as keywords).
@@ -230,9 +297,31 @@ class CompiledGraph:
         previous call (it must be fed on the first call).
         """
         with self._lock:
-            return self._run({**(feeds or {}), **named})
+            feeds = {**(feeds or {}), **named} if named else (feeds or {})
+            fn = self._generated(self._parity)
+            if fn is None:
+                return self._run(feeds)
+            return self._run_generated(fn, feeds)
 
     run = __call__
+
+    @property
+    def code(self) -> str:
+        """The Python source a call runs (generated on first use; see :class:`_Codegen`).
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.op("exp", x))
+        >>> print(CompiledGraph(b.freeze()).code.strip())
+        def _program(v0):
+            v1 = _empty((2,), d8)
+            u9(v0, out=v1)
+            return (v1,), ()
+        """
+        with self._lock:
+            fn = self._generated(self._parity)
+        if fn is None:
+            return f"# {len(self.program)} kernels: run by a loop over the program (more than CODEGEN_LIMIT)\n"
+        return fn.source  # type: ignore[attr-defined,no-any-return]
 
     def _run(self, feeds: Mapping[Any, Any]) -> list[np.ndarray]:
         g = self.graph
@@ -388,6 +477,209 @@ class CompiledGraph:
 
 def _shares_planned(x: np.ndarray, slots: list[Any], ins: Sequence[int]) -> bool:
     return any(isinstance(slots[i], np.ndarray) and np.shares_memory(x, slots[i]) for i in ins)
+
+
+CODEGEN_LIMIT = 20_000
+"""Programs of at most this many kernels run as one generated Python function; longer ones run in a loop
+over the program (generating and compiling the source of a very long function costs more than it saves)."""
+
+_MISSING = object()
+
+
+def _copy(a: Any) -> np.ndarray:
+    return np.array(a, copy=True)
+
+
+def _own(x: Any, ins: tuple[Any, ...]) -> np.ndarray:
+    """A result the kernel allocated, copied if it is a view of one of the op's inputs (planned memory)."""
+    x = np.asarray(x)
+    if not x.flags.owndata and any(isinstance(i, np.ndarray) and np.shares_memory(x, i) for i in ins):
+        x = x.copy()
+    return x
+
+
+def _failing_op(exc: BaseException, fn: Callable[..., Any]) -> int | None:
+    """The op whose line of the generated function ``fn`` raised ``exc`` (None if it was not raised there)."""
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code is fn.__code__:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    ops: list[int] = fn.line_op  # type: ignore[attr-defined]
+    return ops[line - 1] if line is not None and 0 < line <= len(ops) and ops[line - 1] >= 0 else None
+
+
+class _Codegen:
+    """Writes a compiled program as one straight-line Python function, as torch.fx emits code.
+
+    A kernel may offer ``kernel.specialize(in_types, out_types, attrs)``, returning ``(call, kwargs)``
+    where ``call(*inputs, out=out, **kwargs)`` writes the op's result into ``out`` for inputs of exactly
+    these types (a reduction's ``ufunc.reduce``), or None; the generated line then calls it directly.
+
+    Everything that is the same on every call is bound once, as a global of the function: each kernel
+    (a NumPy ufunc itself where the op's kernel is a plain ufunc), its attributes, the arena views, the
+    constants, the state buffers of one parity, and the results of view ops on any of these (a reshape
+    of an arena buffer is computed here, not per call). What remains per call is one line per kernel:
+    ``k3(v1, s7, out=s9)``. Locals are the fed inputs, the fresh output buffers and values the kernels
+    allocate; they die when the function returns. Line numbers map back to ops for error messages.
+    """
+
+    def __init__(self, cg: CompiledGraph, parity: int) -> None:
+        self.cg = cg
+        self.parity = parity
+        self.ns: dict[str, Any] = {"_copyto": np.copyto, "_empty": np.empty, "_aligned_empty": aligned_empty,
+                                   "_asarray": np.asarray, "_own": _own, "_copy": _copy, "_tuple": tuple,
+                                   "_zip": zip}
+        self.static: dict[int, Any] = {}
+        self.names: dict[int, str] = {}
+        self.lines: list[str] = []
+        self.line_op: list[int] = [-1]  # line 1 is the def
+        self._bound: dict[int, str] = {}
+
+    def bind(self, prefix: str, obj: Any) -> str:
+        """A global of the generated function holding ``obj`` (one per object)."""
+        name = self._bound.get(id(obj))
+        if name is None:
+            name = self._bound[id(obj)] = f"{prefix}{len(self.ns)}"
+            self.ns[name] = obj
+        return name
+
+    def emit(self, line: str, op: int = -1) -> None:
+        self.lines.append("    " + line)
+        self.line_op.append(op)
+
+    def ref(self, v: int) -> str:
+        return self.names[v]
+
+    def set_static(self, v: int, arr: Any) -> None:
+        self.static[v] = arr
+        self.names[v] = self.bind("s", arr)
+
+    def kwargs(self, attrs: Mapping[str, Any]) -> str:
+        parts = []
+        for k, val in attrs.items():
+            if k.isidentifier() and not keyword.iskeyword(k):
+                parts.append(f", {k}={self.bind('a', val)}")
+            else:  # not a Python name: passed through a bound dict
+                return f", **{self.bind('a', dict(attrs))}"
+        return "".join(parts)
+
+    def build(self) -> Callable[..., Any]:
+        cg, p = self.cg, self.cg.plan
+        for v, s in enumerate(cg._slots):
+            if s is not None:
+                self.set_static(v, s)
+        for v, view in cg._state_views[self.parity].items():
+            self.set_static(v, view)
+        params = []
+        for v in cg._needed_inputs:
+            self.static.pop(v, None)
+            self.names[v] = f"v{v}"
+            params.append(f"v{v}")
+        for b in cg._output_bins:
+            entries = cg._bin_values.get(b, [])
+            if len(entries) == 1 and entries[0][1] == 0:
+                v, _off, _nb, dt, shape = entries[0]
+                self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
+                self.names[v] = f"v{v}"
+                continue
+            self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})")
+            same: dict[tuple[int, np.dtype, tuple[int, ...]], str] = {}  # an in-place chain shares one view
+            for v, off, nb, dt, shape in entries:
+                name = same.get((off, dt, tuple(shape)))
+                if name is None:
+                    name = same[off, dt, tuple(shape)] = f"v{v}"
+                    self.emit(f"v{v} = _b{b}[{off}:{off + nb}].view({self.bind('d', dt)}).reshape({tuple(shape)!r})")
+                self.names[v] = name
+        for fn, ins, outs, attrs, op, mode in cg.program:
+            self.step(fn, ins, outs, attrs, op, mode)
+        outputs = [self.ref(v) if v in cg._own_output else f"_copy({self.ref(v)})" for v in cg.outputs]
+        sources = [self.ref(src) for src, _dst in cg.updates]
+        self.emit(f"return {_tuple_expr(outputs)}, {_tuple_expr(sources)}")
+        src = f"def _program({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
+        filename = f"<opgraph program {id(cg):x}.{self.parity}>"
+        code = compile(src, filename, "exec")
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        # The source holds only names made here, integers and shapes; every value from the graph
+        # (attributes, constants, dtypes) is bound as a global, never written into the text.
+        exec(code, self.ns)
+        fn = self.ns["_program"]
+        fn.line_op = self.line_op
+        fn.source = src
+        return fn  # type: ignore[no-any-return]
+
+    def step(self, fn: Callable[..., Any], ins: tuple[int, ...], outs: tuple[int, ...], attrs: dict[str, Any],
+             op: int, mode: int) -> None:
+        cg = self.cg
+        args = ", ".join(self.ref(i) for i in ins)
+        direct = getattr(fn, "ufunc", None)
+        if mode == 1 and isinstance(direct, np.ufunc) and not attrs:
+            # a ufunc given out= always writes into it and returns it
+            self.emit(f"{self.bind('u', direct)}({args}, out={self.ref(outs[0])})", op)
+            return
+        specialize = getattr(fn, "specialize", None)
+        if mode == 1 and specialize is not None:
+            g = cg.graph
+            got = specialize([g.type_of(i) for i in ins], [g.type_of(v) for v in outs], attrs)
+            if got is not None:  # a call that writes into out, for exactly these types
+                call, kwargs = got
+                self.emit(f"{self.bind('r', call)}({args}, out={self.ref(outs[0])}{self.kwargs(kwargs)})", op)
+                return
+        k, kw = self.bind("k", fn), self.kwargs(attrs)
+        if mode == 1:
+            o = self.ref(outs[0])
+            self.emit(f"_r = {k}({args}, out={o}{kw})", op)
+            self.emit(f"if _r is not {o}: _copyto({o}, _r, casting='unsafe')", op)
+        elif mode == 4:
+            if all(i in self.static for i in ins) and self.precompute(fn, ins, outs, attrs):
+                return
+            for v in outs:
+                self.names[v] = f"v{v}"
+            target = f"v{outs[0]}" if len(outs) == 1 else ", ".join(f"v{v}" for v in outs) + ","
+            self.emit(f"{target} = {k}({args}{kw})", op)
+        elif mode == 3:
+            o, x = self.ref(outs[0]), self.ref(ins[0])
+            rest = "".join(f", {self.ref(i)}" for i in ins[1:])
+            self.emit(f"for _sl in {self.bind('c', cg._chunks[op])}:", op)
+            self.emit(f"    _p = {o}[_sl]; _r = {k}({x}[_sl]{rest}, out=_p{kw})", op)
+            self.emit("    if _r is not _p: _copyto(_p, _r, casting='unsafe')", op)
+        elif mode == 2:
+            self.emit(f"_os = {_tuple_expr([self.ref(v) for v in outs])}; _r = {k}({args}, out=_os{kw})", op)
+            self.emit("for _o, _x in _zip(_os, _r):", op)
+            self.emit("    if _x is not _o: _copyto(_o, _x, casting='unsafe')", op)
+        else:
+            self.emit(f"_r = {k}({args}{kw})", op)
+            results = ["_r"]
+            if len(outs) != 1:
+                self.emit("_r = _tuple(_r)", op)
+                results = [f"_r[{i}]" for i in range(len(outs))]
+            for v, x in zip(outs, results, strict=True):
+                if cg.plan.kind[v] == PLANNED:
+                    self.emit(f"_copyto({self.ref(v)}, _asarray({x}), casting='unsafe')", op)
+                else:
+                    self.names[v] = f"v{v}"
+                    self.emit(f"v{v} = _own({x}, {_tuple_expr([self.ref(i) for i in ins])})", op)
+
+    def precompute(self, fn: Callable[..., Any], ins: tuple[int, ...], outs: tuple[int, ...],
+                   attrs: dict[str, Any]) -> bool:
+        """Compute a view op on fixed buffers once; False where the kernel copies (a view must stay a view)."""
+        srcs = [self.static[i] for i in ins]
+        try:
+            r = fn(*srcs, **attrs)
+        except Exception:  # run it per call instead, where the error names the op
+            return False
+        rs = (r,) if len(outs) == 1 else tuple(r)
+        views = [a for a in srcs if isinstance(a, np.ndarray)]
+        if not all(isinstance(x, np.ndarray) and any(np.may_share_memory(x, a) for a in views) for x in rs):
+            return False
+        for v, x in zip(outs, rs, strict=True):
+            self.set_static(v, x)
+        return True
+
+
+def _tuple_expr(items: Sequence[str]) -> str:
+    return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")" if items else "()"
 
 
 class EvalContext:

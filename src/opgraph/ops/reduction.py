@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,15 +104,38 @@ def _reduce_infer(name: str) -> Callable[[tuple[ValueType, ...], dict[str, Any]]
     return infer
 
 
+_UFUNC_OF = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+             "any": np.logical_or, "all": np.logical_and}
+_MEAN_DIRECT = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+
+
 def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    ufunc = _UFUNC_OF.get(name)
+
     def kernel(x: np.ndarray, out: np.ndarray | None = None, *, axis: tuple[int, ...] | None,
                keepdims: bool) -> np.ndarray:
         if out is not None and x.dtype == np.float16:
             # NumPy accumulates float16 in float32 only when it allocates the result itself.
             return write_out(fn(x, axis=axis, keepdims=keepdims), out)
+        if out is not None and ufunc is not None:
+            # what np.sum & co. call after ~1 us of argument handling; the accumulator dtype is out's,
+            # which is the dtype NumPy's function gives (result_dtype)
+            return ufunc.reduce(x, axis=axis, out=out, keepdims=keepdims)  # type: ignore[no-any-return]
+        if out is not None and name == "mean" and x.dtype in _MEAN_DIRECT and out.dtype == x.dtype:
+            # np.mean's own steps for these dtypes: a sum in x's dtype, then a division in place
+            np.add.reduce(x, axis=axis, out=out, keepdims=keepdims)
+            count = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
+            return np.true_divide(out, count, out=out)  # type: ignore[no-any-return]
         return _arr(fn(x, axis=axis, keepdims=keepdims, out=out), out)
 
+    def specialize(in_types: Sequence[Any], out_types: Sequence[Any],
+                   attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+        if ufunc is None or in_types[0].dtype == np.float16:
+            return None
+        return ufunc.reduce, {"axis": attrs["axis"], "keepdims": attrs["keepdims"]}
+
     kernel.__name__ = f"{name}_numpy"
+    kernel.specialize = specialize  # type: ignore[attr-defined]
     return kernel
 
 
