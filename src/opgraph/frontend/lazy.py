@@ -357,8 +357,9 @@ def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
 
 
 def _build(nodes: list[_Node], builder: GraphBuilder, as_input: set[int],
-           input_order: Sequence[_Node] | None = None) -> dict[int, tuple[Any, ...]]:
-    values: dict[int, tuple[Any, ...]] = {}
+           input_order: Sequence[_Node] | None = None,
+           bound: dict[int, tuple[Any, ...]] | None = None) -> dict[int, tuple[Any, ...]]:
+    values: dict[int, tuple[Any, ...]] = dict(bound or {})
     if input_order is not None:
         for node in input_order:
             values[id(node)] = (builder.input(node.types[0], name=node.name),)
@@ -407,6 +408,28 @@ def to_graph(outputs: Sequence[LazyArray], inputs: Sequence[LazyArray] | None = 
     values = _build(nodes, b, set(), order)
     b.output(*(values[id(o._node)][o._index] for o in outputs))
     return b.freeze()
+
+
+def append_to(builder: GraphBuilder, outputs: Sequence[LazyArray],
+              bound: Sequence[tuple[LazyArray, Any]] = ()) -> list[Any]:
+    """Append the ops computing lazy ``outputs`` to ``builder``; return the builder values of the outputs.
+
+    ``bound`` pairs a lazy array used by the outputs (a placeholder, or a
+    constant to be turned into a parameter) with the builder value standing
+    for it; other placeholders become new inputs (with their names).
+
+    >>> import numpy as np, opgraph, opgraph.numpy as onp
+    >>> x = onp.placeholder((2,), name="x")
+    >>> b = opgraph.GraphBuilder()
+    >>> w = b.input(("float64", (2,)), name="w")
+    >>> (y,) = append_to(b, [x * onp.asarray([1.0, 2.0])], bound=[(x, w)])
+    >>> b.run({"w": np.ones(2)}, [y])[0]
+    array([1., 2.])
+    """
+    outputs = [as_lazy(o) for o in outputs]
+    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    values = _build(nodes, builder, set(), bound={id(a._node): (v,) for a, v in bound})
+    return [values[id(o._node)][o._index] for o in outputs]
 
 
 def _evaluate(target: _Node) -> None:
