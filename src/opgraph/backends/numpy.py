@@ -35,6 +35,7 @@ from __future__ import annotations
 import keyword
 import linecache
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -600,7 +601,8 @@ class _Codegen:
         src = f"def _program({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
         filename = f"<opgraph program {id(cg):x}.{self.parity}>"
         code = compile(src, filename, "exec")
-        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the line
+        weakref.finalize(cg, linecache.cache.pop, filename, None)
         # The source holds only names made here, integers and shapes; every value from the graph
         # (attributes, constants, dtypes) is bound as a global, never written into the text.
         exec(code, self.ns)
