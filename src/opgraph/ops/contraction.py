@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,23 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) 
         np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, shape[-1]))
         return out
     return np.asarray(np.matmul(a, b, out=out))
+
+
+def _matmul_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
+                       attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+    """np.matmul itself (a ufunc: it writes into ``out``) where no N-D @ 2-D reshaping can apply.
+
+    >>> from opgraph.core.types import TensorType
+    >>> _matmul_specialize([TensorType("f8", (2, 3)), TensorType("f8", (3, 4))], [], {})[0] is np.matmul
+    True
+    """
+    a, b = in_types
+    if a.shape is None or b.shape is None or (len(a.shape) >= 3 and len(b.shape) == 2):
+        return None
+    return np.matmul, {}
+
+
+_matmul_kernel.specialize = _matmul_specialize  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- gradient rules
