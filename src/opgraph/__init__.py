@@ -15,15 +15,23 @@ tracing decorator), check its types and shapes, and run it::
     >>> f(np.eye(2), np.ones((2, 2)))
     array([[0.76159416, 0.76159416],
            [0.76159416, 0.76159416]])
+
+``import opgraph`` loads the core IR and little else: op families, the
+NumPy-style namespace, passes, autodiff, the runtime, formats and drawing are
+imported the first time they are used (``opgraph.optimize``,
+``import opgraph.io``, a graph that holds a ``conv2d``, ...).
 """
 
-# Some modules fill registries and hooks of the layers below them when they are imported (DESIGN.md, "Layers"):
-# opgraph.ops the op registry, opgraph.runtime.executor Graph.run, opgraph.autodiff GraphBuilder.build_grad_ops,
-# opgraph.viz Graph._repr_svg_, opgraph.numpy the Array API namespace of lazy arrays. Python runs this module
-# before any opgraph.* module, so importing them all here makes those work whatever the user imports.
-from opgraph import numpy, ops  # noqa: F401
+from __future__ import annotations
+
+import importlib
+import types
+from typing import TYPE_CHECKING, Any
+
+# The core IR is what every use needs first, and the layers above fill its registry and hooks from here (Python
+# runs this module before any opgraph.* module, so they are filled whatever the user imports first).
+from opgraph import ops as _ops  # noqa: F401  (announces the built-in op kinds; each family loads on first use)
 from opgraph._version import __version__ as __version__
-from opgraph.autodiff import grad, value_and_grad, vjp
 from opgraph.core import (
     VOID,
     Attr,
@@ -39,6 +47,7 @@ from opgraph.core import (
     get_op,
     register_op,
 )
+from opgraph.core import hooks as _hooks
 from opgraph.errors import (
     ExecutionError,
     FormatError,
@@ -47,11 +56,26 @@ from opgraph.errors import (
     OpTypeError,
     VerifyError,
 )
-from opgraph.frontend.trace import function, trace
-from opgraph.passes import optimize
-from opgraph.runtime import executor as _executor  # noqa: F401
-from opgraph.runtime.compiled import compile
-from opgraph.viz import draw
+from opgraph.frontend import lazy as _lazy
+
+if TYPE_CHECKING:
+    from opgraph import autodiff as autodiff
+    from opgraph import backends as backends
+    from opgraph import cli as cli
+    from opgraph import frontend as frontend
+    from opgraph import io as io
+    from opgraph import memory as memory
+    from opgraph import nn as nn
+    from opgraph import numpy as numpy
+    from opgraph import optim as optim
+    from opgraph import passes as passes
+    from opgraph import runtime as runtime
+    from opgraph import viz as viz
+    from opgraph.autodiff import grad, value_and_grad, vjp
+    from opgraph.frontend.trace import function, trace
+    from opgraph.passes import optimize
+    from opgraph.runtime.compiled import compile
+    from opgraph.viz import draw
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FormatError", "Graph", "GraphBuilder", "GraphError", "Op",
@@ -59,3 +83,67 @@ __all__ = [
     "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "optimize", "register_op", "trace",
     "value_and_grad", "vjp",
 ]
+
+# Public names that live in layers imported on first use: name -> module that defines it.
+_LAZY_NAMES = {
+    "compile": "opgraph.runtime.compiled",
+    "draw": "opgraph.viz",
+    "function": "opgraph.frontend.trace",
+    "grad": "opgraph.autodiff",
+    "optimize": "opgraph.passes",
+    "trace": "opgraph.frontend.trace",
+    "value_and_grad": "opgraph.autodiff",
+    "vjp": "opgraph.autodiff",
+}
+_SUBMODULES = frozenset({"autodiff", "backends", "cli", "core", "errors", "frontend", "io", "memory", "nn", "numpy",
+                         "ops", "optim", "passes", "runtime", "viz"})
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: import the layer behind a public name or submodule the first time it is used."""
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups are ordinary attribute lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    # The public names and submodules, loaded or not (not the helpers this module imports for itself).
+    return sorted(set(__all__) | _SUBMODULES | {n for n in globals() if n.startswith("__")})
+
+
+def _fill_on_first_use(hook: _hooks.Hook[Any], module: str, attr: str) -> None:
+    """Fill ``hook`` with a stand-in that imports ``module`` (which fills the hook with ``attr``) and calls it."""
+    if hook.is_set:
+        return
+
+    def first_use(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    hook.set(first_use)
+
+
+_fill_on_first_use(_hooks.RUN, "opgraph.runtime.executor", "execute")
+_fill_on_first_use(_hooks.GRAD, "opgraph.autodiff.reverse", "build_grad_ops")
+_fill_on_first_use(_hooks.SVG, "opgraph.viz", "graph_repr_svg")
+
+
+class _ModuleOnFirstUse(types.ModuleType):
+    """Stands for a module not imported yet: the first attribute read imports it (through the import system, so
+    threads wait for one another) and reads the attribute there."""
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self.__name__), attr)
+
+    def __dir__(self) -> list[str]:
+        return dir(importlib.import_module(self.__name__))
+
+
+# LazyArray.__array_namespace__ returns opgraph.numpy, which wraps every op kind (so it imports every family). Until
+# that module is imported (it then puts itself in the hook), the hook holds a stand-in that imports it when used.
+if not _lazy.ARRAY_NAMESPACE.is_set:
+    _lazy.ARRAY_NAMESPACE.set(_ModuleOnFirstUse(f"{__name__}.numpy"))

@@ -46,7 +46,6 @@ cache once per op; a value with many consumers moves its chain to a dict.
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -679,7 +678,11 @@ class GraphBuilder:
         key = None
         if self._cse_head is not None and name is None:
             data = arr.tobytes()
-            digest = data if len(data) <= 64 else hashlib.blake2b(data, digest_size=20).digest()
+            if len(data) > 64:
+                import hashlib  # here, not at the top: it loads OpenSSL (~3 MB), which `import opgraph` need not
+
+                data = hashlib.blake2b(data, digest_size=20).digest()
+            digest = data
             key = (arr.dtype.str, arr.shape, digest)
             hit = self._const_keys.get(key)
             if hit is not None and np.array_equal(self._constants[hit[1]], arr):

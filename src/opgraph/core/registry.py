@@ -1,9 +1,11 @@
 """The op registry: every op kind, its attributes, type rule, versions and kernels.
 
 An op kind is an :class:`OpDef`. Families under ``opgraph.ops`` define the
-built-in kinds and register them when that package is imported (``import
-opgraph`` does so); this module only keeps and looks up what was registered,
-since ops sit above core in the layers. Users register their own kinds with
+built-in kinds and register them when imported; since ops sit above core in
+the layers, this module only keeps and looks up what was registered, plus a
+table of announced kinds (:func:`defer_ops`, filled by ``opgraph.ops``, which
+``import opgraph`` imports) so that a family is imported the first time one
+of its kinds is looked up. Users register their own kinds with
 :func:`register_op`::
 
     >>> import numpy as np
@@ -299,6 +301,63 @@ class OpDef:
 _BY_NAME: dict[str, OpDef] = {}
 _BY_ID: dict[int, OpDef] = {}
 
+# Op kinds announced but not registered yet: name or id -> the module that defines them. A layer above fills
+# these with defer_ops (opgraph.ops announces its families this way), so `import opgraph` need not import
+# every family: the first lookup of a kind imports its module. An entry leaves when its kind registers.
+_DEFERRED_BY_NAME: dict[str, str] = {}
+_DEFERRED_BY_ID: dict[int, str] = {}
+_IMPORTERS: dict[str, Callable[[str], object]] = {}
+
+
+def defer_ops(table: Mapping[str, tuple[int, str]], import_module: Callable[[str], object]) -> None:
+    """Announce op kinds that a module registers when it is imported, without importing it.
+
+    ``table`` maps a kind's name to ``(id, module)``; ``import_module(module)``
+    imports one (core imports nothing from the layers above, so the layer that
+    owns the modules passes its importer). :func:`get_op` imports the module on
+    the first lookup of one of its kinds, :func:`all_ops` imports every
+    announced module, and :func:`register_op` imports the module that owns a
+    name or id before registering another kind under it, so the clash is
+    reported as if everything had been imported.
+
+    >>> def import_module(module):  # stands for importlib.import_module
+    ...     print("importing", module)
+    ...     register_op(OpDef(name="doc_later", id=50003, arity=1, infer=lambda t, a: t))
+    >>> defer_ops({"doc_later": (50003, "doc.family")}, import_module)
+    >>> get_op(50003).name
+    importing doc.family
+    'doc_later'
+    >>> get_op("doc_later").id
+    50003
+    """
+    for name, (op_id, module) in table.items():
+        _IMPORTERS[module] = import_module
+        if name not in _BY_NAME:
+            _DEFERRED_BY_NAME[name] = module
+        if op_id not in _BY_ID:
+            _DEFERRED_BY_ID[op_id] = module
+
+
+_LOADING: set[str] = set()
+
+
+def _load(module: str, *, wait: bool = True) -> None:
+    # wait=True (a lookup): always ask the importer, which returns at once for an imported module and waits for
+    # another thread that is importing it. wait=False (a registration): not for a module imported or being
+    # imported, since that is usually the module registering its own kinds.
+    if not wait and (module in sys.modules or module in _LOADING):
+        return
+    _LOADING.add(module)
+    try:
+        _IMPORTERS[module](module)
+    finally:
+        _LOADING.discard(module)
+
+
+def _load_all() -> None:
+    for module in sorted(set(_DEFERRED_BY_NAME.values()) | set(_DEFERRED_BY_ID.values())):
+        _load(module)
+
 
 def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
     """Add an op kind to the registry and return it.
@@ -312,6 +371,8 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
     >>> d.id
     50002
     """
+    for owner in {_DEFERRED_BY_NAME.get(opdef.name), _DEFERRED_BY_ID.get(opdef.id)} - {None}:
+        _load(owner, wait=False)  # type: ignore[arg-type]
     old_name = _BY_NAME.get(opdef.name)
     old_id = _BY_ID.get(opdef.id)
     if not replace and (old_name is not None or old_id is not None):
@@ -324,11 +385,13 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
         raise ValueError(f"op id {opdef.id} out of range")
     _BY_NAME[opdef.name] = opdef
     _BY_ID[opdef.id] = opdef
+    _DEFERRED_BY_NAME.pop(opdef.name, None)
+    _DEFERRED_BY_ID.pop(opdef.id, None)
     return opdef
 
 
 def get_op(kind: str | int | OpDef) -> OpDef:
-    """Look up an op kind by name or id.
+    """Look up an op kind by name or id, importing the module that defines it on first use.
 
     >>> get_op("matmul").name, get_op(get_op("matmul").id).name
     ('matmul', 'matmul')
@@ -336,18 +399,35 @@ def get_op(kind: str | int | OpDef) -> OpDef:
     if isinstance(kind, OpDef):
         return kind
     found = _BY_NAME.get(kind) if isinstance(kind, str) else _BY_ID.get(int(kind))
+    return found if found is not None else _get_deferred(kind)
+
+
+def _get_deferred(kind: str | int) -> OpDef:
+    # get_op's miss path: import the module that the kind was announced from, then look again.
+    table, deferred = (_BY_NAME, _DEFERRED_BY_NAME) if isinstance(kind, str) else (_BY_ID, _DEFERRED_BY_ID)
+    key = kind if isinstance(kind, str) else int(kind)
+    owner = deferred.get(key)  # type: ignore[call-overload]
+    if owner is not None:
+        _load(owner)
+    found = table.get(key)  # type: ignore[call-overload]
+    if found is None and (_DEFERRED_BY_NAME or _DEFERRED_BY_ID):
+        # Not announced, or its module did not register it (an announcement table behind its module): the answer
+        # must not depend on what happened to be imported, so look again with every announced module imported.
+        _load_all()
+        found = table.get(key)  # type: ignore[call-overload]
     if found is None:
-        hint = "" if "opgraph.ops" in sys.modules else " (the built-in ops are registered by importing opgraph)"
+        hint = "" if _IMPORTERS else " (the built-in ops are announced by importing opgraph)"
         raise KeyError(f"unknown op kind {kind!r}{hint}")
     return found
 
 
 def all_ops() -> list[OpDef]:
-    """Every registered op kind, by id.
+    """Every op kind, by id (importing every module announced with :func:`defer_ops`).
 
     >>> any(d.name == "add" for d in all_ops())
     True
     """
+    _load_all()
     return sorted(_BY_ID.values(), key=lambda d: d.id)
 
 
