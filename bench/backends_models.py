@@ -1,13 +1,18 @@
-"""Real architectures built in PyTorch, exported to ONNX, run by opgraph (``backend="auto"``) or ONNX Runtime.
+"""Real architectures built in PyTorch, exported to ONNX, run by opgraph (``backend="auto"`` or the numpy
+engine) or ONNX Runtime.
 
-    python bench/backends_models.py --model resnet18|bert|gpt2|encoder --lib export|opgraph-auto|onnxruntime
+    python bench/backends_models.py --model MODEL --lib export|torch|opgraph-auto|opgraph-numpy|onnxruntime
+        [--level N]
 
-``--lib export`` builds the model with random weights (no downloads), exports it with
+``--lib torch`` times PyTorch eager again in a process of its own (the same model: seed 0; the saved
+inputs). ``--lib export`` builds the model with random weights (no downloads), exports it with
 ``torch.onnx.export(..., dynamo=False)`` at batch 1 with static shapes, and saves the ONNX file, the
 inputs and PyTorch's output in a cache directory (``$OPGRAPH_BENCH_CACHE``, default a folder in the
-system temp dir); it also times PyTorch eager on the same inputs. The other two read that file:
+system temp dir); it also times PyTorch eager on the same inputs. The others read that file:
 ``opgraph-auto`` imports it with ``opgraph.io.onnx.from_onnx`` and compiles it with ``backend="auto"``
-(which times every installed backend on the inputs and keeps the fastest), ``onnxruntime`` runs it in
+(which times every installed backend on the inputs and keeps the fastest), ``opgraph-numpy`` compiles it
+with ``backend="numpy"`` (after ``opgraph.optimize(graph, level=N)`` when ``--level`` is given; the JSON
+then also has the optimisation seconds and the op counts), ``onnxruntime`` runs it in
 a plain ``InferenceSession`` with one intra/inter-op thread. Each prints one JSON line: the median
 seconds of ``--repeat`` calls after a warm-up, the preparation time (import + choice, or session
 creation), peak RSS in MiB and the largest difference from PyTorch's output.
@@ -16,6 +21,10 @@ Models: ResNet-18 (torchvision's architecture, written out in plain torch: torch
 here), 224x224; with the ``transformers`` package, a small BERT (4 layers, hidden 256, 4 heads) and a
 small GPT-2 (4 layers, 256, 4 heads) from configs with random weights, sequence 128; without it, a
 hand-written transformer encoder block (``encoder``: 4 layers of the same size) stands in.
+MobileNetV3-Small/Large and EfficientNet-B0 are torchvision's architectures written out in
+bench/cnn_archs.py; ViT-B/16, ConvNeXt-T and Swin-T are ``transformers`` models (ViTModel,
+ConvNextModel, SwinModel) from their default configs (which are those sizes) with random weights; all
+224x224, batch 1.
 """
 
 from __future__ import annotations
@@ -37,7 +46,12 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("resnet18", "bert", "gpt2", "encoder")
+MODELS = ("resnet18", "bert", "gpt2", "encoder", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
+          "vit_b16", "convnext_t", "swin_t")
+TORCH_NATIVE = ("resnet18", "encoder", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0")
+"""Models called with positional tensors (the others are transformers models, called with keywords)."""
+IMAGE_MODELS = ("resnet18", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "vit_b16",
+                "convnext_t", "swin_t")
 SEQ, HIDDEN, LAYERS, HEADS, VOCAB = 128, 256, 4, 4, 8192
 AUTO_BUDGET = 30.0  # seconds opgraph's auto may spend timing the candidates
 
@@ -155,14 +169,47 @@ def gpt2() -> Any:
     return GPT2Model(cfg)
 
 
-def export(name: str, repeat: int) -> dict[str, Any]:
-    """Build ``name``, export it and its inputs and output to the cache; time PyTorch eager on the same inputs."""
+def vit_b16() -> Any:
+    """ViT-B/16 at 224x224 (ViTConfig's defaults: 12 layers, hidden 768, 12 heads, patch 16)."""
+    from transformers import ViTConfig, ViTModel
+
+    return ViTModel(ViTConfig(attn_implementation="eager"), add_pooling_layer=False)
+
+
+def convnext_t() -> Any:
+    """ConvNeXt-T (ConvNextConfig's defaults: depths 3-3-9-3, widths 96-192-384-768)."""
+    from transformers import ConvNextConfig, ConvNextModel
+
+    return ConvNextModel(ConvNextConfig())
+
+
+def swin_t() -> Any:
+    """Swin-T at 224x224 (SwinConfig's defaults: embed 96, depths 2-2-6-2, heads 3-6-12-24, window 7)."""
+    from transformers import SwinConfig, SwinModel
+
+    return SwinModel(SwinConfig(attn_implementation="eager"), add_pooling_layer=False)
+
+
+def factory(name: str) -> Callable[[], Any]:
+    """The function building model ``name`` (random weights)."""
+    if name in ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0"):
+        import cnn_archs
+
+        return getattr(cnn_archs, name)  # type: ignore[no-any-return]
+    return {"resnet18": resnet18, "bert": bert, "gpt2": gpt2, "encoder": encoder, "vit_b16": vit_b16,
+            "convnext_t": convnext_t, "swin_t": swin_t}[name]
+
+
+def build(name: str) -> tuple[Any, dict[str, Any]]:
+    """Model ``name`` (seed 0, eval mode) wrapped to return one tensor, and its inputs (torch tensors)."""
     import torch
 
     torch.manual_seed(0)
-    model = {"resnet18": resnet18, "bert": bert, "gpt2": gpt2, "encoder": encoder}[name]().eval()
-    if name == "resnet18":
+    model = factory(name)().eval()
+    if name in TORCH_NATIVE and name in IMAGE_MODELS:
         inputs = {"x": torch.randn(1, 3, 224, 224)}
+    elif name in IMAGE_MODELS:
+        inputs = {"pixel_values": torch.randn(1, 3, 224, 224)}
     else:
         inputs = {"input_ids": torch.randint(0, VOCAB, (1, SEQ))}
         if name in ("bert", "gpt2"):
@@ -174,13 +221,21 @@ def export(name: str, repeat: int) -> dict[str, Any]:
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            if name in ("resnet18", "encoder"):
+            if name in TORCH_NATIVE:
                 out = self.model(*args)
             else:
                 out = self.model(**dict(zip(inputs, args, strict=True)))
             return out if isinstance(out, torch.Tensor) else out[0]
 
-    wrapped = Wrapped().eval()
+    return Wrapped().eval(), inputs
+
+
+def export(name: str, repeat: int) -> dict[str, Any]:
+    """Build ``name``, export it and its inputs and output to the cache; time PyTorch eager on the same inputs."""
+    import torch
+
+    wrapped, inputs = build(name)
+    model = wrapped.model
     args = tuple(inputs.values())
     with torch.inference_mode():
         ref = wrapped(*args)
@@ -216,12 +271,14 @@ def timed(call: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, choices=MODELS)
-    ap.add_argument("--lib", required=True, choices=("export", "opgraph-auto", "onnxruntime"))
+    ap.add_argument("--lib", required=True,
+                    choices=("export", "torch", "opgraph-auto", "opgraph-numpy", "onnxruntime"))
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--level", type=int, default=None, help="opgraph-numpy: opgraph.optimize at this level first")
     args = ap.parse_args()
     if args.repeat < 5:
         ap.error("--repeat must be at least 5")
-    if args.lib != "onnxruntime":
+    if args.lib not in ("onnxruntime", "opgraph-numpy"):  # the numpy engine's process does not load torch
         try:
             import torch
         except ImportError:
@@ -232,6 +289,17 @@ def main() -> None:
             torch.set_num_interop_threads(1)
     if args.lib == "export":
         result = export(args.model, args.repeat)
+    elif args.lib == "torch":  # eager again, in a process of its own (after an export)
+        wrapped, _ = build(args.model)
+        saved = np.load(cache_dir() / f"{args.model}.npz")
+        tensors = tuple(torch.from_numpy(saved[k]) for k in saved.files if k != "__ref__")
+
+        def eager() -> Any:
+            with torch.inference_mode():
+                return wrapped(*tensors).numpy()
+
+        median, out = timed(eager, args.repeat)
+        result = {"run": median, "max_error": float(np.max(np.abs(out.astype(np.float64) - saved["__ref__"])))}
     else:
         path = cache_dir() / f"{args.model}.onnx"
         saved = np.load(cache_dir() / f"{args.model}.npz")
@@ -253,8 +321,18 @@ def main() -> None:
 
             graph = from_onnx(str(path))
             result["import"] = time.perf_counter() - t0
-            fn = opgraph.compile(graph, backend="auto", example_inputs=feeds, budget=AUTO_BUDGET)
-            result.update(choice=fn.choice.backend, timings=fn.choice.timings, failures=fn.choice.failures)
+            if args.lib == "opgraph-numpy":
+                result["ops"] = graph.num_ops
+                if args.level is not None:
+                    t1 = time.perf_counter()
+                    graph = opgraph.optimize(graph, level=args.level)
+                    result.update(optimize=time.perf_counter() - t1, ops_optimized=graph.num_ops)
+                t1 = time.perf_counter()
+                fn = opgraph.compile(graph, backend="numpy")
+                result["compile"] = time.perf_counter() - t1
+            else:
+                fn = opgraph.compile(graph, backend="auto", example_inputs=feeds, budget=AUTO_BUDGET)
+                result.update(choice=fn.choice.backend, timings=fn.choice.timings, failures=fn.choice.failures)
 
             def call() -> Any:
                 return fn(feeds)[0]
