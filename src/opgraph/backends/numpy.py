@@ -315,7 +315,7 @@ class CompiledGraph:
         >>> print(CompiledGraph(b.freeze()).code.strip())
         def _program(v0):
             v1 = _empty((2,), d8)
-            u9(v0, out=v1)
+            u9(v0, v1)
             return (v1,), ()
         """
         with self._lock:
@@ -514,9 +514,10 @@ def _failing_op(exc: BaseException, fn: Callable[..., Any]) -> int | None:
 class _Codegen:
     """Writes a compiled program as one straight-line Python function, as torch.fx emits code.
 
-    A kernel may offer ``kernel.specialize(in_types, out_types, attrs)``, returning ``(call, kwargs)``
-    where ``call(*inputs, out=out, **kwargs)`` writes the op's result into ``out`` for inputs of exactly
-    these types (a reduction's ``ufunc.reduce``), or None; the generated line then calls it directly.
+    A kernel may offer ``kernel.specialize(in_types, out_types, attrs)``, returning ``(call, before, after)``
+    where ``call(*inputs, *before, out, *after)`` (all positional: keywords cost a NumPy call a quarter of
+    its time on small arrays) writes the op's result into ``out`` for inputs of exactly these types, e.g.
+    ``np.add.reduce(x, axis, None, out, keepdims)``; or None. The generated line then calls it directly.
 
     Everything that is the same on every call is bound once, as a global of the function: each kernel
     (a NumPy ufunc itself where the op's kernel is a plain ufunc), its attributes, the arena views, the
@@ -617,16 +618,18 @@ class _Codegen:
         args = ", ".join(self.ref(i) for i in ins)
         direct = getattr(fn, "ufunc", None)
         if mode == 1 and isinstance(direct, np.ufunc) and not attrs:
-            # a ufunc given out= always writes into it and returns it
-            self.emit(f"{self.bind('u', direct)}({args}, out={self.ref(outs[0])})", op)
+            # a ufunc given out always writes into it; out as a positional argument is parsed faster
+            self.emit(f"{self.bind('u', direct)}({args}, {self.ref(outs[0])})", op)
             return
         specialize = getattr(fn, "specialize", None)
         if mode == 1 and specialize is not None:
             g = cg.graph
             got = specialize([g.type_of(i) for i in ins], [g.type_of(v) for v in outs], attrs)
             if got is not None:  # a call that writes into out, for exactly these types
-                call, kwargs = got
-                self.emit(f"{self.bind('r', call)}({args}, out={self.ref(outs[0])}{self.kwargs(kwargs)})", op)
+                call, before, after = got
+                parts = [args, *(self.bind("a", x) for x in before), self.ref(outs[0]),
+                         *(self.bind("a", x) for x in after)]
+                self.emit(f"{self.bind('r', call)}({', '.join(parts)})", op)
                 return
         k, kw = self.bind("k", fn), self.kwargs(attrs)
         if mode == 1:

@@ -105,7 +105,7 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) 
 
 
 def _matmul_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
-                       attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+                       attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[()], tuple[()]] | None:
     """np.matmul itself (a ufunc: it writes into ``out``) where no N-D @ 2-D reshaping can apply.
 
     >>> from opgraph.core.types import TensorType
@@ -115,7 +115,7 @@ def _matmul_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
     a, b = in_types
     if a.shape is None or b.shape is None or (len(a.shape) >= 3 and len(b.shape) == 2):
         return None
-    return np.matmul, {}
+    return np.matmul, (), ()
 
 
 _matmul_kernel.specialize = _matmul_specialize  # type: ignore[attr-defined]

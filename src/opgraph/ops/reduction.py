@@ -129,10 +129,10 @@ def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         return _arr(fn(x, axis=axis, keepdims=keepdims, out=out), out)
 
     def specialize(in_types: Sequence[Any], out_types: Sequence[Any],
-                   attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+                   attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...], tuple[Any, ...]] | None:
         if ufunc is None or in_types[0].dtype == np.float16:
             return None
-        return ufunc.reduce, {"axis": attrs["axis"], "keepdims": attrs["keepdims"]}
+        return ufunc.reduce, (attrs["axis"], None), (attrs["keepdims"],)  # reduce(x, axis, dtype, out, keepdims)
 
     kernel.__name__ = f"{name}_numpy"
     kernel.specialize = specialize  # type: ignore[attr-defined]
