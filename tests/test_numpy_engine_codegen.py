@@ -120,15 +120,18 @@ def test_views_of_fixed_buffers_are_computed_once_and_follow_the_data() -> None:
     x = b.input(("float64", (2, 3)), name="x")
     e = b.op("exp", x)
     t = b.op("permute_dims", e, axes=(1, 0))
-    b.output(b.op("sum", b.op("reshape", t, shape=(6,)), axis=(0,)), b.op("multiply", t, 2.0))
+    flat_t = b.op("reshape", t, shape=(6,))  # a copy (t is transposed): never computed ahead
+    b.output(b.op("sum", b.op("reshape", e, shape=(6,)), axis=(0,)), b.op("multiply", t, 2.0), flat_t)
     f = CompiledGraph(b.freeze())
     body = f.code.splitlines()[1:-1]  # between the def and the return
-    assert len([line for line in body if "_empty" not in line]) == 3  # exp, sum, multiply; the views bound once
+    # exp, sum, multiply and the copying reshape; the transpose and the other reshape are bound once
+    assert len([line for line in body if "_empty" not in line]) == 4
     for k in range(3):
-        x0 = np.full((2, 3), float(k))
-        total, twice = f(x=x0)
+        x0 = np.arange(6.0).reshape(2, 3) * k
+        total, twice, flat = f(x=x0)
         np.testing.assert_allclose(total, np.exp(x0).sum())
         np.testing.assert_allclose(twice, 2 * np.exp(x0).T)
+        np.testing.assert_allclose(flat, np.exp(x0).T.reshape(6))
 
 
 def test_feeds_checked_once_per_signature_but_every_call() -> None:
