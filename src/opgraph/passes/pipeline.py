@@ -15,15 +15,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from opgraph.core.graph import Graph
-from opgraph.passes.base import PassResult, merge_counts
+from opgraph.core.registry import get_op
+from opgraph.core.types import TensorType
+from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.dce import cse, dce
-from opgraph.passes.rewrite import FOLD_LIMIT, rewrite
+from opgraph.passes.rewrite import FOLD_LIMIT, Rule, RuleSet, rewrite
 from opgraph.passes.rules import FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
 
 PassFn = Callable[[Graph], PassResult]
@@ -97,8 +101,155 @@ LEVELS = {
 }
 
 
-def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_LIMIT) -> Pipeline:
-    """The pipeline :func:`optimize` runs at ``level``.
+COMPUTE_BOUND = frozenset({
+    "exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos",
+    "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "divide", "floor_divide",
+    "remainder", "fmod", "power", "atan2", "hypot", "logaddexp", "reciprocal"})
+"""Elementwise kinds whose NumPy loops compute for longer than they move memory (transcendental functions,
+division): in float64 fusing them gains nothing (measured: 0.98-1.03x), so only the other steps count."""
+
+
+@dataclass(frozen=True)
+class FusionCost:
+    """When ``fuse_elementwise`` fuses a region of elementwise ops: the NumPy engine's cost model.
+
+    A region is what the fusion rules would make one ``fused_elementwise`` op: an elementwise op
+    with its single-use elementwise producers, transitively. The NumPy kernel of a fused op runs its
+    steps block by block in cache (``opgraph.ops.fused.BLOCK_BYTES``); that pays only where the
+    unfused ops would stream their arrays through memory several times: a result of at least
+    ``min_bytes`` bytes and at least ``min_steps`` steps. For elements wider than ``narrow_itemsize``
+    bytes only the memory-bound steps count (those not in ``COMPUTE_BOUND``): float64 transcendental
+    loops are slow enough that memory traffic does not matter. Unless ``broadcast``, every operand of
+    the region has the result's shape or one element: an operand broadcast to the result (a bias
+    of shape (1, C, 1, 1)) makes the blocks strided and the fused kernel no faster (measured 0.99-1.02x
+    on a CNN's bias + residual + relu). Elsewhere each unfused op already
+    runs in place on planned memory as fast, and the fused kernel's per-call and per-block work
+    makes it slower (measured in docs/optimizer.md). ``None`` as the cost of :func:`optimize`
+    fuses every region (for engines that compile fused ops themselves, and for tests).
+
+    >>> FusionCost().pays(20, 0, 16 << 20, 4), FusionCost().pays(2, 2, 16 << 20, 4)
+    (True, False)
+    >>> FusionCost().pays(20, 0, 16 << 20, 8), FusionCost().pays(3, 3, 16 << 20, 8)
+    (False, True)
+    """
+
+    min_steps: int = 3
+    min_bytes: int = 4 << 20
+    narrow_itemsize: int = 4
+    broadcast: bool = False
+
+    def pays(self, steps: int, memory_bound: int, nbytes: int, itemsize: int) -> bool:
+        """True when a region of ``steps`` steps (``memory_bound`` of them not compute-bound) and a
+        result of ``nbytes`` bytes, ``itemsize`` bytes an element, is worth fusing."""
+        counted = steps if itemsize <= self.narrow_itemsize else memory_bound
+        return counted >= self.min_steps and nbytes >= self.min_bytes
+
+
+NUMPY_COST = FusionCost()
+"""The cost model :func:`optimize` uses by default (the NumPy engine's)."""
+
+
+def fusion_regions(graph: Graph, cost: FusionCost) -> np.ndarray:
+    """Per op, True when it belongs to an elementwise region that ``cost`` says is worth fusing.
+
+    Regions follow the edges the fusion rules inline: a value that is the only output of a fusable
+    op (or of a ``fused_elementwise`` op), used once, by a fusable op. A region's steps are its ops
+    (a ``fused_elementwise`` op counts its program's steps); its result is its last op's output.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> h = x = b.input(("float32", (1 << 21,)))
+    >>> for _ in range(8):
+    ...     h = b.op("sin", h)
+    >>> c = b.op("cos", x)                      # used twice: a region of its own, one step
+    >>> b.output(b.op("add", h, c), c)
+    >>> fusion_regions(b.freeze(), FusionCost()).tolist()
+    [True, True, True, True, True, True, True, True, False, True]
+    """
+    from opgraph.ops.fused import fusable
+
+    no = graph.num_ops
+    fused_id = get_op("fused_elementwise").id
+    kinds = np.unique(graph.op_kind).tolist()
+    ok_kind = {k for k in kinds if k == fused_id or fusable(get_op(k).name)}
+    is_fus = np.isin(graph.op_kind, sorted(ok_kind))
+    weight = is_fus.astype(np.int64)
+    light = np.isin(graph.op_kind, sorted(k for k in ok_kind if get_op(k).name not in COMPUTE_BOUND)) & is_fus
+    light = light.astype(np.int64)
+    for op in np.flatnonzero(graph.op_kind == fused_id).tolist():
+        program = graph.attrs_of(op)["program"]
+        weight[op] = len(program)
+        light[op] = sum(step[0] not in COMPUTE_BOUND for step in program)
+    # parent[p] = the op that inlines p's output (-1: p ends its region)
+    parent = np.full(no, -1, dtype=np.int64)
+    uses = use_counts(graph)
+    n_out = np.diff(graph.out_ptr)
+    cons = np.repeat(np.arange(no), np.diff(graph.in_ptr))
+    v = graph.in_ids.astype(np.int64)
+    prod = graph.value_producer[v].astype(np.int64)
+    edge = (prod >= 0) & is_fus[cons] & (uses[v] == 1)
+    edge[edge] &= is_fus[prod[edge]] & (n_out[prod[edge]] == 1) & (graph.value_index[v[edge]] == 0)
+    parent[prod[edge]] = cons[edge]
+    root = np.where(parent >= 0, parent, np.arange(no))
+    while True:  # pointer jumping: O(n log depth), vectorised
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            break
+        root = nxt
+    steps = np.bincount(root, weights=weight, minlength=no).astype(np.int64)
+    mem = np.bincount(root, weights=light, minlength=no).astype(np.int64)
+    keep = np.zeros(no, dtype=bool)
+    shape_of: dict[int, Any] = {}
+    for r in np.flatnonzero((steps >= cost.min_steps) & is_fus & (parent < 0)).tolist():
+        t = graph.type_of(int(graph.out_ids[graph.out_ptr[r]]))
+        if isinstance(t, TensorType) and t.is_static and cost.pays(
+                int(steps[r]), int(mem[r]), t.size * t.dtype.itemsize, t.dtype.itemsize):
+            keep[r] = True
+            shape_of[r] = t.shape
+    if not cost.broadcast and keep.any():
+        # operands of kept regions (inputs not inlined): the result's shape or one element, else not kept
+        for s in np.flatnonzero(keep[root[cons]] & is_fus[cons] & ~edge).tolist():
+            r = int(root[cons[s]])
+            t = graph.type_of(int(v[s]))
+            if not (isinstance(t, TensorType) and t.shape is not None and (t.shape == shape_of[r] or t.size == 1)):
+                keep[r] = False
+    return keep[root] & is_fus
+
+
+def _where_also(rules: RuleSet, pred: Callable[[Any], bool]) -> RuleSet:
+    out = RuleSet()
+    for r in rules:
+        w = r.where
+        out.add(Rule(r.name, r.pattern, r.replace, r.exact, r.flag,
+                     pred if w is None else (lambda m, w=w: w(m) and pred(m))))
+    return out
+
+
+def fuse_elementwise(graph: Graph, *, cost: FusionCost | None = NUMPY_COST, flags: Iterable[str] = ()) -> PassResult:
+    """The ``fuse_elementwise`` pass: the ``FUSE_ELEMENTWISE`` rules, on the regions ``cost`` says pay.
+
+    Regions are decided on the whole graph before any rule fires (:func:`fusion_regions`), so a
+    region is fused entirely or not at all, and a graph the pass returns is a fixed point of it.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (1000,)))
+    >>> b.output(b.op("exp", b.op("sin", x)))
+    >>> g = b.freeze()
+    >>> fuse_elementwise(g).graph is g, fuse_elementwise(g, cost=None).counts
+    (True, {'fuse_elementwise.exp': 1})
+    """
+    if cost is None:
+        return rewrite(graph, FUSE_ELEMENTWISE, flags=flags)
+    allowed = fusion_regions(graph, cost)
+    if not allowed.any():
+        return PassResult(graph, {})
+    return rewrite(graph, _where_also(FUSE_ELEMENTWISE, lambda m: bool(allowed[m.e.root])), flags=flags)
+
+
+def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_LIMIT,
+                 cost: FusionCost | None = NUMPY_COST) -> Pipeline:
+    """The pipeline :func:`optimize` runs at ``level`` (``cost``: when to fuse elementwise regions).
 
     >>> [n for n, _ in pipeline_for(2).passes]
     ['dce', 'cse', 'simplify', 'fuse_updates', 'fuse', 'layout']
@@ -113,19 +264,20 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
                    ("fuse", partial(rewrite, rules=FUSE, flags=flags)),
                    ("layout", partial(rewrite, rules=LAYOUT, flags=flags))]
     if level >= 3:
-        passes += [("fuse_elementwise", partial(rewrite, rules=FUSE_ELEMENTWISE, flags=flags))]
+        passes += [("fuse_elementwise", partial(fuse_elementwise, cost=cost, flags=flags))]
     return Pipeline(passes)
 
 
 def optimize(graph: Graph, level: int = 2, *, report: bool | str = False, fast_math: bool = False,
-             fold_limit: int = FOLD_LIMIT) -> Any:
+             fold_limit: int = FOLD_LIMIT, cost: FusionCost | None = NUMPY_COST) -> Any:
     """Optimise ``graph`` (never mutated) and return the new graph.
 
     ``level`` 0 to 3 (see ``LEVELS``). ``fast_math`` allows rules exact
     only outside IEEE special cases (x * 0 -> 0 for floats, log(exp(x)) -> x,
     ...). ``report=True`` prints ops and values before and after and how often
     each rule fired; ``report="data"`` returns the :class:`OptimizeReport`
-    (its ``graph`` is the result) instead of the graph.
+    (its ``graph`` is the result) instead of the graph. ``cost`` (a :class:`FusionCost`) says which
+    elementwise regions level 3 fuses; the default is the NumPy engine's, None fuses them all.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -136,7 +288,7 @@ def optimize(graph: Graph, level: int = 2, *, report: bool | str = False, fast_m
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
-    rep = pipeline_for(level, fast_math=fast_math, fold_limit=fold_limit).run(graph)
+    rep = pipeline_for(level, fast_math=fast_math, fold_limit=fold_limit, cost=cost).run(graph)
     if report == "data":
         return rep
     if report:
