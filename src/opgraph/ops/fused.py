@@ -179,9 +179,9 @@ def _adagrad_kernel(p: np.ndarray, acc: np.ndarray, g: np.ndarray, out: Any = No
                     lr: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
     dt = p.dtype
     # g is read in full before an output is written: the planner may give either output g's buffer.
-    step = np.multiply(_scalar(lr, dt), g)
+    step = np.multiply(_scalar(lr, dt), g, out=np.empty(g.shape, dt))  # an array even when 0-d (written below)
     acc2 = np.add(acc, np.multiply(g, g), out=None if out is None else out[1])
-    den = np.sqrt(acc2)
+    den = np.sqrt(acc2, out=np.empty(g.shape, dt))
     np.add(den, _scalar(eps, dt), out=den)
     np.divide(step, den, out=step)
     p2 = np.subtract(p, step, out=None if out is None else out[0])
@@ -200,9 +200,10 @@ def _adam_core(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, bc1: 
                lr: float, b1: float, c1: float, b2: float, c2: float, eps: float,
                square_first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dt = p.dtype
-    o = (None, None, None) if out is None else out
+    # every buffer written below is an array, also for 0-d parameters (NumPy returns scalars for those)
+    o = (None, np.empty(p.shape, dt), np.empty(p.shape, dt)) if out is None else out
     m2 = np.multiply(_scalar(b1, dt), m, out=o[1])
-    tmp = np.multiply(_scalar(c1, dt), g)
+    tmp = np.multiply(_scalar(c1, dt), g, out=np.empty(p.shape, dt))
     np.add(m2, tmp, out=m2)
     v2 = np.multiply(_scalar(b2, dt), v, out=o[2])
     if square_first:  # v' = b2 * v + (g * g) * c2
@@ -212,7 +213,7 @@ def _adam_core(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, bc1: 
         np.multiply(_scalar(c2, dt), g, out=tmp)
         np.multiply(tmp, g, out=tmp)
     np.add(v2, tmp, out=v2)
-    den = np.divide(v2, bc2)
+    den = np.divide(v2, bc2, out=np.empty(p.shape, dt))
     np.sqrt(den, out=den)
     np.add(den, _scalar(eps, dt), out=den)
     np.divide(m2, bc1, out=tmp)
