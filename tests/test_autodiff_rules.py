@@ -59,6 +59,7 @@ for _n in ("negative", "positive", "abs", "exp", "expm1", "log", "log1p", "log2"
     CASES[_n] = [C(dom(*S) if dom else S)]
 for _n in ("add", "subtract", "multiply", "maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "logaddexp"):
     CASES[_n] = [C(S, S), C((2, 1), (3,))]
+CASES["gelu"] = [C(S), C(S, approximate="tanh")]
 CASES["divide"] = [C(S, pos(*S)), C((3,), pos(2, 1))]
 CASES["power"] = [C(pos(*S), S), C(pos(2, 3), const(2.0))]
 CASES["copysign"] = [C(S, const(np.array([1.0, -1.0, 2.0])))]

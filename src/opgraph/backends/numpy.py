@@ -58,9 +58,10 @@ Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any
 
 
 WORKSPACE_LIMIT = 4 * 2**20
-"""Bytes of kernel workspace (conv2d's im2col columns) above which a batched op runs on slices of the batch."""
-BATCH_SLICED = frozenset({"conv2d", "max_pool2d", "avg_pool2d"})
-"""Ops computed sample by sample along axis 0 of their first input (other inputs whole)."""
+"""Bytes of kernel workspace above which a batched op runs on slices of the batch."""
+BATCH_SLICED = frozenset({"max_pool2d", "avg_pool2d"})
+"""Ops computed sample by sample along axis 0 of their first input (other inputs whole). The convolution
+kernel (``opgraph.ops.nn.conv_nd``) bounds its own im2col workspace, so it is not among them."""
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
@@ -198,7 +199,7 @@ class CompiledGraph:
         return prog
 
     def _batch_chunks(self, op: int, ins: tuple[int, ...], out: int, attrs: dict[str, Any]) -> list[slice] | None:
-        """Batch slices for an op whose kernel's temporary scales with the batch (conv2d's im2col columns).
+        """Batch slices for an op whose kernel's temporaries scale with the batch (pooling's padded windows).
 
         Run on slices of the batch, the kernel's workspace stays under :data:`WORKSPACE_LIMIT`;
         the results are the same (each sample is computed independently).
@@ -213,13 +214,7 @@ class CompiledGraph:
         n = int(xt.shape[0])  # type: ignore[union-attr,index,arg-type]
         if n < 2:
             return None
-        if kind == "conv2d":
-            wt = g.type_of(ins[1])
-            _o, cg, kh, kw = wt.shape  # type: ignore[union-attr,misc]
-            groups = int(attrs.get("groups", 1))
-            per_sample = cg * groups * kh * kw * int(np.prod(ot.shape[2:])) * 4 + self.plan.nbytes[out] // n  # type: ignore[union-attr,index,operator]
-        else:
-            per_sample = 2 * ((self.plan.nbytes[ins[0]] or 0) + (self.plan.nbytes[out] or 0)) // n
+        per_sample = 2 * ((self.plan.nbytes[ins[0]] or 0) + (self.plan.nbytes[out] or 0)) // n
         pieces = min(n, -(-per_sample * n // WORKSPACE_LIMIT))
         if pieces < 2:
             return None

@@ -4,9 +4,10 @@ conv, conv_transpose, max_pool, max_pool_argmax, avg_pool, lp_pool, lrn, resize 
 Layouts follow PyTorch: images are ``(N, C, H, W)`` (or unbatched
 ``(C, H, W)``), convolution weights ``(O, C // groups, kH, kW)``; output
 sizes, padding and ``count_include_pad`` mean what they mean in
-``torch.nn.functional``. Kernels are vectorised NumPy: windows come from
-``sliding_window_view`` and a convolution is one matrix product per group
-(im2col); pooling combines the kH*kW strided taps of the padded input.
+``torch.nn.functional``. Kernels are vectorised NumPy: conv2d and conv share
+one kernel (:func:`conv_nd`) that copies each tap's strided window into im2col
+columns in the layout the matrix product wants, a chunk at a time (no
+transpose-copy); pooling combines the kH*kW strided taps of the padded input.
 Ids 800-899.
 
     >>> import numpy as np, opgraph
@@ -53,6 +54,9 @@ pools, as in ONNX):
 
 from __future__ import annotations
 
+import functools
+import itertools
+import os
 from typing import Any
 
 import numpy as np
@@ -350,8 +354,9 @@ def _softmax_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
 def _shifted(x: np.ndarray, axis: int, out: np.ndarray | None) -> np.ndarray:
     """``x - max(x, axis)`` (a non-finite max is replaced by 0, as SciPy does), in the work dtype."""
     work = _work_dtype(x.dtype)
-    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf).astype(work, copy=False)
-    m[~np.isfinite(m)] = 0
+    m = np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf).astype(work, copy=False)
+    if m.size and not (np.isfinite(np.maximum.reduce(m, axis=None)) and np.isfinite(np.minimum.reduce(m, axis=None))):
+        m[~np.isfinite(m)] = 0  # rows of infinities or NaN: two reductions check every row at once
     if out is not None and out.dtype == work:
         return np.subtract(x, m, out=out)
     return np.subtract(x, m, dtype=work)
@@ -367,14 +372,15 @@ def _finish(result: np.ndarray, dtype: np.dtype, out: Any) -> np.ndarray:
 def _softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
     e = _shifted(x, axis, out)
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
     return _finish(e, x.dtype, out)
 
 
 def _log_softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
     s = _shifted(x, axis, out)
     if s.size:
-        s -= np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+        total = np.add.reduce(np.exp(s), axis=axis, keepdims=True)
+        s -= np.log(total, out=total)
     return _finish(s, x.dtype, out)
 
 
@@ -389,6 +395,210 @@ register_op(OpDef(
     kernels={"numpy": _log_softmax_kernel}, inplace=(0,), family=FAMILY, grad=_log_softmax_grad,
     doc="log_softmax(x, axis=-1): x - logsumexp(x) along axis, stabilised by subtracting the max; float only",
 ))
+
+
+# ---------------------------------------------------------------- the convolution kernel (conv2d and conv)
+# One N-d kernel serves conv2d and conv (and so ONNX Conv). Nothing is transposed: each kernel tap's
+# strided input window is copied straight into im2col columns laid out as the matrix product wants them,
+# (samples, G, Cg * taps, P), a chunk of about a MiB at a time (a few samples, a block of groups of one
+# sample, or a band of output rows), and one stacked matmul writes (samples, G, M/G, P) into the output.
+# A depthwise convolution (Cg == 1) is thus, per channel, a (1, taps) x (taps, P) product: measured
+# faster than kh*kw multiply-adds of shifted views. A 1x1 stride-1 convolution is the matmul on the
+# input itself. With a threaded BLAS, groups == 1 takes several samples per product (fewer threaded
+# calls). Padding is never materialised: a tap copies the part of its window inside the input, and its
+# other columns stay zero; except for grouped stride-1 convolutions (depthwise ones above all), where a
+# block of channels is padded into flat rows so every tap's columns are one long contiguous copy
+# (short image rows made the per-row copies the cost: 1.2-1.6x faster measured).
+_COLS_BYTES = 1 << 20
+"""im2col columns per chunk: samples are grouped until their columns reach this many bytes."""
+_WIDE_COLS_BYTES = 1 << 22
+"""im2col columns per chunk with a threaded BLAS (groups == 1): one product for several samples, so
+a convolution makes a few threaded BLAS calls (each a rendezvous of the BLAS threads, slow on a busy
+machine) rather than one per sample."""
+_MIN_GEMM_COLUMNS = 384
+"""A band of output rows has at least this many positions (narrower GEMMs run well below peak)."""
+
+_AxisTap = tuple[int, int, slice]  # (first output index, end output index, input slice) of one tap on one axis
+
+
+def _axis_taps(size: int, out: int, kernel: int, stride: int, pad_lo: int, dilation: int) -> list[_AxisTap]:
+    """Per kernel offset along one axis: the output range whose inputs lie inside the unpadded input."""
+    taps = []
+    for t in range(kernel):
+        shift = t * dilation - pad_lo  # output o reads input o * stride + shift
+        lo = min(out, max(0, -(shift // stride)))
+        hi = max(lo, min(out, -(-(size - shift) // stride)))
+        start = lo * stride + shift
+        taps.append((lo, hi, slice(start, start + (hi - lo - 1) * stride + 1 if hi > lo else start, stride)))
+    return taps
+
+
+def conv_nd(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, *, stride: tuple[int, ...],
+            padding: PadPairs, dilation: tuple[int, ...], groups: int = 1) -> np.ndarray:
+    """N-d cross-correlation of ``x`` (N, C, *spatial) with ``w`` (M, C // groups, *kernel), as in PyTorch.
+
+    ``padding`` is one ``(begin, end)`` pair of zeros per spatial axis. The
+    result has dtype ``np.result_type(x, w)`` (float16 is computed in
+    float32); it is written into ``out`` when given.
+
+    >>> x = np.arange(8.0).reshape(1, 2, 4)
+    >>> conv_nd(x, np.ones((1, 2, 2)), stride=(1,), padding=((1, 0),), dilation=(1,))
+    array([[[ 4., 10., 14., 18.]]])
+    """
+    dtype = np.result_type(x.dtype, w.dtype)
+    work = _work_dtype(dtype)
+    x, w = x.astype(work, copy=False), w.astype(work, copy=False)
+    n, c, *sizes = x.shape
+    m, cg, *kernel = w.shape
+    outs = tuple(conv_output_size(s, k, st, pb, pe, d)
+                 for s, k, st, (pb, pe), d in zip(sizes, kernel, stride, padding, dilation, strict=True))
+    direct = (out is not None and out.dtype == work and out.shape == (n, m, *outs)
+              and out.flags.c_contiguous)
+    res = out if direct else np.empty((n, m, *outs), work)
+    axes = [_axis_taps(s, o, k, st, pb, d)
+            for s, o, k, st, (pb, _pe), d in zip(sizes, outs, kernel, stride, padding, dilation, strict=True)]
+    taps = list(itertools.product(*axes))
+    per_sample = max(1, c * len(taps) * int(np.prod(outs)) * x.itemsize)  # one sample's im2col columns
+    if n == 0 or 0 in outs:
+        pass
+    elif all(k == 1 for k in kernel) and not any(p for pair in padding for p in pair) and all(s == 1 for s in stride):
+        # 1x1: the input already is the column matrix.
+        np.matmul(w.reshape(groups, m // groups, cg), x.reshape(n, groups, cg, -1),
+                  out=res.reshape(n, groups, m // groups, -1))
+    elif groups == 1 and n > 1 and _blas_threads() > 1 and 2 * per_sample <= _WIDE_COLS_BYTES:
+        _conv_im2col_wide(x, w, res, taps, min(n, _WIDE_COLS_BYTES // per_sample))
+    elif groups > 1 and all(st == 1 for st in stride):
+        _conv_flat_shift(x, w, res, padding, dilation, groups)
+    else:
+        _conv_im2col(x, w, res, taps, groups)
+    if direct:
+        return res
+    if out is not None:
+        return write_out(res, out)
+    return res.astype(dtype, copy=False)
+
+
+def _conv_flat_shift(x: np.ndarray, w: np.ndarray, res: np.ndarray, padding: PadPairs, dilation: tuple[int, ...],
+                     groups: int) -> None:
+    """Grouped stride-1 convolutions (depthwise ones above all): a block of groups of one sample is padded
+    into a flat scratch row per channel, where every tap's window is one contiguous run of it (the
+    positions from the first output row to the last, whole padded rows), so each column copy is a
+    long contiguous one; the product covers the padded rows' extra columns, which are dropped after."""
+    n, _c, *sizes = x.shape
+    m, cg, *kernel = w.shape
+    og, outs = m // groups, res.shape[2:]
+    padded = tuple(s + pb + pe for s, (pb, pe) in zip(sizes, padding, strict=True))
+    steps = [int(np.prod(padded[a + 1:])) for a in range(len(padded))]  # flat stride of each padded axis
+    length = outs[0] * steps[0]  # flat positions from the first output row through the last
+    offsets = [sum(t * d * st for t, d, st in zip(tap, dilation, steps, strict=True))
+               for tap in itertools.product(*(range(k) for k in kernel))]
+    ntaps = len(offsets)
+    gb = max(1, min(groups, _COLS_BYTES // max(cg * ntaps * length * x.itemsize, 1)))
+    # One row per channel, long enough for the last tap's run (it overruns the padded image by less than
+    # one padded row).
+    flat = np.zeros((gb * cg, max(offsets) + length), x.dtype)
+    image = flat[:, :int(np.prod(padded))].reshape(gb * cg, *padded)
+    inside = (slice(None), *(slice(pb, pb + s) for s, (pb, _pe) in zip(sizes, padding, strict=True)))
+    cols = np.empty((gb * cg, ntaps, length), x.dtype)
+    prod = np.empty((gb, og, length), x.dtype)
+    wg = w.reshape(groups, og, cg * ntaps)
+    valid = (slice(None), slice(None), *(slice(0, o) for o in outs))
+    for s in range(n):
+        for g0 in range(0, groups, gb):
+            g1 = min(groups, g0 + gb)
+            k = (g1 - g0) * cg
+            image[:k][inside] = x[s, g0 * cg:g1 * cg]
+            for t, off in enumerate(offsets):
+                cols[:k, t] = flat[:k, off:off + length]
+            part = prod[:g1 - g0]
+            np.matmul(wg[g0:g1], cols[:k].reshape(g1 - g0, cg * ntaps, length), out=part)
+            res[s, g0 * og:g1 * og].reshape(g1 - g0, og, *outs)[...] = part.reshape(
+                g1 - g0, og, outs[0], *padded[1:])[valid]
+
+
+def _conv_im2col_wide(x: np.ndarray, w: np.ndarray, res: np.ndarray, taps: list[tuple[_AxisTap, ...]],
+                      nb: int) -> None:
+    """groups == 1 with a threaded BLAS: columns (C, taps, nb, *outs) for ``nb`` samples at once and one
+    (M, C * taps) x (C * taps, nb * P) product per chunk, whose (M, nb, P) result is copied into res."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    outs = res.shape[2:]
+    npos, ntaps = int(np.prod(outs)), len(taps)
+    clipped = any(hi - lo != o for tap in taps for (lo, hi, _), o in zip(tap, outs, strict=True))
+    cols = (np.zeros if clipped else np.empty)((c, ntaps, nb, *outs), x.dtype)
+    tmp = np.empty((m, nb, npos), res.dtype)
+    wm = w.reshape(m, c * ntaps)
+    places = [((slice(None), t, slice(None), *(slice(lo, hi) for lo, hi, _ in tap)),
+               (slice(None), slice(None), *(src for _, _, src in tap))) for t, tap in enumerate(taps)]
+    for s in range(0, n, nb):
+        e = min(n, s + nb)
+        xs, chunk, part = x[s:e].swapaxes(0, 1), cols[:, :, :e - s], tmp[:, :e - s]
+        for dst, src in places:
+            chunk[dst] = xs[src]
+        np.matmul(wm, chunk.reshape(c * ntaps, (e - s) * npos), out=part.reshape(m, (e - s) * npos))
+        res[s:e].reshape(e - s, m, npos)[...] = part.swapaxes(0, 1)
+
+
+@functools.cache
+def _blas_threads() -> int:
+    """Threads NumPy's BLAS runs a product on, by OpenBLAS's rule (read once)."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        val = os.environ.get(var, "").split(",")[0].strip()
+        if val.isdigit() and int(val) > 0:
+            return int(val)
+    return os.cpu_count() or 1
+
+
+def _conv_im2col(x: np.ndarray, w: np.ndarray, res: np.ndarray, taps: list[tuple[_AxisTap, ...]],
+                 groups: int) -> None:
+    """res (N, M, *outs) = w (M, Cg, *kernel) applied to x (N, C, *spatial) through im2col columns, a
+    chunk at a time: several samples when one sample's columns are small, else a block of groups of
+    one sample (depthwise convolutions: a block of channels, each a (1, taps) x (taps, P) product), else
+    a band of output rows of one sample (large images)."""
+    n = x.shape[0]
+    m, cg = w.shape[:2]
+    og, outs = m // groups, res.shape[2:]
+    ho, rest, ntaps = outs[0], int(np.prod(outs[1:])), len(taps)
+    per_group = cg * ntaps * ho * rest * x.itemsize
+    nb = max(1, min(n, _COLS_BYTES // max(groups * per_group, 1)))
+    gb = groups if nb > 1 else max(1, min(groups, _COLS_BYTES // max(per_group, 1)))
+    rb = ho
+    if gb == 1 and per_group > _COLS_BYTES:
+        # Bands keep the columns in cache, as long as the GEMM stays wide enough to run at full speed.
+        rb = min(ho, max(_COLS_BYTES // (cg * ntaps * rest * x.itemsize), -(-_MIN_GEMM_COLUMNS // rest)))
+    # (samples, channels, taps, rows, *outs[1:]): a tap's columns outside its window are zeroed once here
+    # and never written (along the banded axis, where the window moves from band to band, per band).
+    clipped = any(hi - lo != o for tap in taps for (lo, hi, _), o in zip(tap, outs, strict=True))
+    cols = (np.zeros if clipped else np.empty)((nb, gb * cg, ntaps, rb, *outs[1:]), x.dtype)
+    wg = w.reshape(groups, og, cg * ntaps)
+    rg = res.reshape(n, groups, og, ho, rest)
+    every = (slice(None), slice(None))
+    bands = []
+    for r0 in range(0, ho, rb):
+        r1 = min(ho, r0 + rb)
+        copies, zeros = [], []
+        for t, ((lo, hi, src), *others) in enumerate(taps):
+            a, b = max(lo, r0), min(hi, r1)
+            if rb < ho:
+                zeros += [(*every, t, slice(0, max(a, r0) - r0)), (*every, t, slice(max(a, b) - r0, r1 - r0))]
+            if b > a:
+                rows = slice(src.start + (a - lo) * src.step, src.start + (b - lo - 1) * src.step + 1, src.step)
+                copies.append(((*every, t, slice(a - r0, b - r0), *(slice(lo_, hi_) for lo_, hi_, _ in others)),
+                               (*every, rows, *(sl for _, _, sl in others))))
+        bands.append((r0, r1, copies, [z for z in zeros if z[-1].stop > z[-1].start]))
+    for s in range(0, n, nb):
+        e = min(n, s + nb)
+        for g0 in range(0, groups, gb):
+            g1 = min(groups, g0 + gb)
+            xs = x[s:e, g0 * cg:g1 * cg]
+            for r0, r1, copies, zeros in bands:
+                chunk = cols[:e - s, :(g1 - g0) * cg, :, :r1 - r0]
+                for z in zeros:
+                    chunk[z] = 0
+                for dst, src in copies:
+                    chunk[dst] = xs[src]
+                np.matmul(wg[g0:g1], chunk.reshape(e - s, g1 - g0, cg * ntaps, (r1 - r0) * rest),
+                          out=rg[s:e, g0:g1, :, r0:r1].reshape(e - s, g1 - g0, og, (r1 - r0) * rest))
 
 
 # ---------------------------------------------------------------- conv2d
@@ -422,29 +632,13 @@ def _conv2d_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 def _conv2d_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, stride: Pair, padding: Padding,
                    dilation: Pair, groups: int) -> np.ndarray:
-    dtype = np.result_type(x.dtype, w.dtype)
-    work = _work_dtype(dtype)
-    unbatched = x.ndim == 3
-    xb = x[None] if unbatched else x
-    xp = _pad_hw(xb.astype(work, copy=False), pad4(padding), 0)
-    n = xp.shape[0]
-    o, cg, kh, kw = w.shape
-    (sh, sw), (dh, dw) = stride, dilation
-    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
-    # (N, C, Ho, Wo, kH, kW) view of every (dilated, strided) window.
-    win = sliding_window_view(xp, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-    ho, wo = win.shape[2:4]
-    og, k = o // groups, cg * kh * kw
-    # im2col: (G, Cg*kH*kW, N*Ho*Wo) columns, then one matrix product per group with the
-    # (G, O/G, Cg*kH*kW) weights; the (G, O/G, N, Ho, Wo) product is permuted to (N, O, Ho, Wo).
-    cols = win.reshape(n, groups, cg, ho, wo, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4).reshape(groups, k, n * ho * wo)
-    prod = np.matmul(w.astype(work, copy=False).reshape(groups, og, k), cols)
-    res = prod.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
-    if unbatched:
-        res = res[0]
-    if out is not None:
-        return write_out(res, out)
-    return np.ascontiguousarray(res).astype(dtype, copy=False)
+    top, bottom, left, right = pad4(padding)
+    if x.ndim == 3:  # unbatched (C, H, W)
+        res = conv_nd(x[None], w, None if out is None else out[None], stride=stride,
+                      padding=((top, bottom), (left, right)), dilation=dilation, groups=groups)
+        return out if out is not None else res[0]
+    return conv_nd(x, w, out, stride=stride, padding=((top, bottom), (left, right)), dilation=dilation,
+                   groups=groups)
 
 
 register_op(OpDef(
@@ -729,31 +923,8 @@ def _conv_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 
 def _conv_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, stride: tuple[int, ...] | None,
                  padding: PadPairs | None, dilation: tuple[int, ...] | None, groups: int) -> np.ndarray:
-    dtype = np.result_type(x.dtype, w.dtype)
-    work = _work_dtype(dtype)
     geo = _Geometry({"stride": stride, "padding": padding, "dilation": dilation}, x.ndim - 2)
-    nsp = geo.nsp
-    xp = x.astype(work, copy=False)
-    if any(p for pair in geo.pads for p in pair):
-        xp = np.pad(xp, geo.pad_width())
-    n = xp.shape[0]
-    m, cg, *kernel = w.shape
-    spatial = tuple(range(2, 2 + nsp))
-    # (N, C, *out, *kernel): every strided window, with the dilated taps picked out of its span.
-    win = sliding_window_view(xp, geo.spans(tuple(kernel)), axis=spatial)
-    win = win[(slice(None), slice(None), *(slice(None, None, s) for s in geo.stride),
-               *(slice(None, None, d) for d in geo.dilation))]
-    outs = win.shape[2:2 + nsp]
-    taps = cg * int(np.prod(kernel))
-    # im2col: (G, Cg * K, N * P) columns times the (G, M/G, Cg * K) weights, one matmul per group.
-    win = win.reshape(n, groups, cg, *outs, *kernel)
-    order = (1, 2, *range(3 + nsp, 3 + 2 * nsp), 0, *range(3, 3 + nsp))
-    cols = win.transpose(order).reshape(groups, taps, n * int(np.prod(outs)))
-    prod = np.matmul(w.astype(work, copy=False).reshape(groups, m // groups, taps), cols)
-    res = np.moveaxis(prod.reshape(m, n, *outs), 0, 1)
-    if out is not None:
-        return write_out(res, out)
-    return np.ascontiguousarray(res).astype(dtype, copy=False)
+    return conv_nd(x, w, out, stride=geo.stride, padding=geo.pads, dilation=geo.dilation, groups=groups)
 
 
 def _conv_transpose_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
