@@ -157,12 +157,16 @@ def main() -> None:
     ap.add_argument("--case", required=True, choices=("demo", "tiny"))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--target-ms", type=float, default=30.0)
+    ap.add_argument("--level", type=int, default=2,
+                    help="optimize(level=) before compiling, as the demo's runner and opgraph.optim's do (default 2)")
     args = ap.parse_args()
     if args.rounds < 5:
         ap.error("--rounds must be at least 5")
     import opgraph
 
     graph, first, later, numpy_step = demo_case() if args.case == "demo" else tiny_case()
+    if args.level:
+        graph = opgraph.optimize(graph, level=args.level)
     fn = opgraph.compile(graph, backend="numpy")
     fn(dict(first))
     calls_before = getattr(fn, "kernel_calls", None)
@@ -180,7 +184,7 @@ def main() -> None:
         bare.append(sum(t.timeit(n) / n for t in timers))
     med = {k: statistics.median(v) for k, v in (("opgraph", og), ("numpy", ref), ("bare", bare))}
     print(json.dumps({
-        "case": args.case, "opgraph_ms": med["opgraph"] * 1e3, "numpy_ms": med["numpy"] * 1e3,
+        "case": args.case, "level": args.level, "opgraph_ms": med["opgraph"] * 1e3, "numpy_ms": med["numpy"] * 1e3,
         "bare_ms": med["bare"] * 1e3, "kernels": len(timers), "kernels_executed": executed,
         "overhead_us": (med["opgraph"] - med["bare"]) / len(timers) * 1e6,
         "ratio": med["opgraph"] / med["numpy"], "calls_per_round": n, "rounds": args.rounds,

@@ -89,7 +89,7 @@ class CompiledRunner:
     def __init__(self, step: TrainingStep, params: dict[str, np.ndarray]) -> None:
         from opgraph.runtime.compiled import compile
 
-        self.fn = compile(step.graph)
+        self.fn = compile(opgraph.optimize(step.graph))  # a step runs many times: optimised once (level 2)
         self.first: dict[str, np.ndarray] | None = {**step.state, **params}
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

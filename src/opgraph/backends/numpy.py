@@ -57,6 +57,10 @@ Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any
 0: some output not planned (the kernel allocates)."""
 
 
+_Signature = tuple[list[tuple[int, int, np.dtype, "tuple[int, ...] | None"]], list[tuple[int, int]]]
+"""Per feed-key order: (value id, argument position or -1, dtype, static shape) of each feed, and the
+(argument position, input) of the needed inputs that take their update-edge state."""
+
 WORKSPACE_LIMIT = 4 * 2**20
 """Bytes of kernel workspace above which a batched op runs on slices of the batch."""
 BATCH_SLICED = frozenset({"max_pool2d", "avg_pool2d"})
@@ -147,12 +151,14 @@ class CompiledGraph:
         self._needed_inputs = self._find_needed_inputs()
         self._dynamic = [v for v, k in enumerate(p.kind) if k == DYNAMIC]
         self._gen: list[Callable[..., Any] | None] = [None, None]  # the generated program, per state parity
-        self._sigs: dict[tuple[Any, ...], list[tuple[int, int, np.dtype, tuple[int, ...] | None]]] = {}
+        self._sigs: dict[tuple[Any, ...], _Signature] = {}
         taken: set[int] = set()
         self._update_plan: list[tuple[int, bool]] = []  # (destination, takes the source's buffer itself)
         for src, dst in self.updates:
             self._update_plan.append((dst, src in self._swap and src not in taken))
             taken.add(src)
+        self._update_dsts = [dst for dst, _take in self._update_plan]
+        self._updates_take_all = all(take for _dst, take in self._update_plan)
 
     # ------------------------------------------------------------------ building
     def _build_program(self) -> list[Step]:
@@ -237,19 +243,21 @@ class CompiledGraph:
             fn = self._gen[parity] = _Codegen(self, parity).build()
         return fn
 
-    def _signature(self, keys: tuple[Any, ...]) -> list[tuple[int, int, np.dtype, tuple[int, ...] | None]]:
-        """For feed keys in this order: (value id, position among the needed inputs or -1, dtype, static shape)."""
+    def _signature(self, keys: tuple[Any, ...]) -> _Signature:
+        """How feeds given with these keys (in this order) become the generated function's arguments."""
         g = self.graph
         pos = {v: i for i, v in enumerate(self._needed_inputs)}
-        sig = []
+        checks = []
         for k in keys:
             v = _value_id(g, k)
             if g.value_producer[v] != -1:
                 raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
             t = g.type_of(v)
             static = t.shape if t.shape is not None and None not in t.shape else None  # type: ignore[union-attr]
-            sig.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
-        return sig
+            checks.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
+        fed = {c[0] for c in checks}
+        from_state = [(i, v) for i, v in enumerate(self._needed_inputs) if v not in fed]
+        return checks, from_state
 
     def _run_generated(self, fn: Callable[..., Any], feeds: Mapping[Any, Any]) -> list[np.ndarray]:
         keys = tuple(feeds)
@@ -258,17 +266,20 @@ class CompiledGraph:
             sig = self._signature(keys)
             if len(self._sigs) < 64:
                 self._sigs[keys] = sig
+        checks, from_state = sig
         state = self._state
-        args = [state.get(v, _MISSING) for v in self._needed_inputs]
+        args: list[Any] = [None] * len(self._needed_inputs)
         g = self.graph
-        for (v, pos, dt, shape), data in zip(sig, feeds.values(), strict=True):
+        for pos, v in from_state:
+            a = state.get(v)
+            if a is None:
+                raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
+            args[pos] = a
+        for (v, pos, dt, shape), data in zip(checks, feeds.values(), strict=True):
             if not (type(data) is np.ndarray and data.dtype == dt and data.shape == shape):
                 data = coerce_feed(g, v, data)
             if pos >= 0:
                 args[pos] = data
-        for v, a in zip(self._needed_inputs, args, strict=True):
-            if a is _MISSING:
-                raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
         try:
             outs, sources = fn(*args)
         except GraphError:
@@ -279,8 +290,11 @@ class CompiledGraph:
                 raise
             raise ExecutionError(f"op {op} ({g.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
         self.kernel_calls += len(self.program)
-        for (dst, take), x in zip(self._update_plan, sources, strict=True):
-            state[dst] = x if take else np.array(x, copy=True)
+        if self._updates_take_all:  # every source's buffer becomes its destination's state (double-buffered)
+            state.update(zip(self._update_dsts, sources, strict=True))
+        else:
+            for (dst, take), x in zip(self._update_plan, sources, strict=True):
+                state[dst] = x if take else np.array(x, copy=True)
         if self._swap:
             self._parity ^= 1
         return list(outs)
@@ -479,7 +493,10 @@ CODEGEN_LIMIT = 20_000
 """Programs of at most this many kernels run as one generated Python function; longer ones run in a loop
 over the program (generating and compiling the source of a very long function costs more than it saves)."""
 
-_MISSING = object()
+SMALL_OUTPUT_BIN = 1 << 16
+"""An output buffer of at most this many bytes that the plan shares between several values (values that die
+before the output is computed) is allocated per value instead: a few small arrays cost less per call than
+views of one buffer."""
 
 
 def _copy(a: Any) -> np.ndarray:
@@ -581,13 +598,19 @@ class _Codegen:
                 self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
                 self.names[v] = f"v{v}"
                 continue
-            self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})")
+            small = p.bins[b].size <= SMALL_OUTPUT_BIN
+            if not small:
+                self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})")
             same: dict[tuple[int, np.dtype, tuple[int, ...]], str] = {}  # an in-place chain shares one view
             for v, off, nb, dt, shape in entries:
                 name = same.get((off, dt, tuple(shape)))
                 if name is None:
                     name = same[off, dt, tuple(shape)] = f"v{v}"
-                    self.emit(f"v{v} = _b{b}[{off}:{off + nb}].view({self.bind('d', dt)}).reshape({tuple(shape)!r})")
+                    if small:  # its own small array: cheaper than a view of a shared buffer, and always safe
+                        self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
+                    else:
+                        self.emit(f"v{v} = _b{b}[{off}:{off + nb}].view({self.bind('d', dt)})"
+                                  f".reshape({tuple(shape)!r})")
                 self.names[v] = name
         for fn, ins, outs, attrs, op, mode in cg.program:
             self.step(fn, ins, outs, attrs, op, mode)
