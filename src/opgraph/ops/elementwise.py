@@ -17,7 +17,7 @@ Ids: unary 1-199, binary 200-399, others 400-499.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,15 +163,16 @@ def _sigmoid_finish(e: Any, o: Any, one: Any, big: Any) -> None:
         o[i] = v / (one + v)
 
 
-def _compiled(n: int) -> Any:
-    """The compiled loops for an array of ``n`` elements, or None to run the NumPy passes."""
+def _compiled(n: int, *, load: bool = False) -> Any:
+    """The compiled loops for an array of ``n`` elements, or None to run the NumPy passes (``load``: load
+    numba for any array that would use the loops, as a compiled program does once, when it is built)."""
     global _numba
     from opgraph.core import _accel
 
     if not _accel.enabled or n < _NUMBA_MIN:
         return None
     if _numba is None:
-        if n < _NUMBA_LOAD_MIN and "numba" not in sys.modules:
+        if n < _NUMBA_LOAD_MIN and not load and "numba" not in sys.modules:
             return None
         _numba = False
         try:
@@ -278,6 +279,19 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _SIGMOID(x, out=out)  # type: ignore[no-any-return]
 
 
+def _prepare_compiled_loops(in_types: Sequence[Any], out_types: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    """At compile time (the runtime asks every kernel to specialise): load numba for a float32 input large enough
+    to use the compiled loops, so a compiled program pays the import once, when it is built; the kernel stays.
+
+    >>> from opgraph.core.types import TensorType
+    >>> _prepare_compiled_loops([TensorType("f4", (4,))], [], {}) is None
+    True
+    """
+    t = in_types[0]
+    if t.dtype == _F32 and t.shape is not None and None not in t.shape:
+        _compiled(int(np.prod(t.shape)), load=True)
+
+
 _ERF = _FastUfunc(_scipy_ufunc("erf"), _erf_block, _erf_block_nb)
 _SIGMOID = _FastUfunc(_scipy_ufunc("expit"), _sigmoid_block, _sigmoid_block_nb)
 
@@ -299,6 +313,8 @@ def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
         return ufunc(x, out=out)  # type: ignore[operator]
 
     kernel = fast_kernel if isinstance(ufunc, _FastUfunc) else ufunc_kernel
+    if isinstance(ufunc, _FastUfunc) and ufunc.compiled_body is not None:
+        kernel.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
     kernel.__name__ = f"{name}_numpy"
     if isinstance(ufunc, np.ufunc):  # runtimes may call the ufunc itself (the wrapper only adds a call)
         kernel.ufunc = ufunc  # type: ignore[attr-defined]
@@ -674,6 +690,7 @@ def _attr_approximate(v: Any) -> str:
     return v
 
 
+gelu.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
 register_op(OpDef(
     name="gelu", id=44, arity=1, infer=_gelu_infer,
     attrs={"approximate": Attr(_attr_approximate, "none", doc="'none' (x * Phi(x), through erf) or 'tanh'")},
