@@ -3,6 +3,8 @@
     python bench/numpy_levels.py --workload chain|cnn|mlp --impl IMPL [--repeat N] [--warmup N]
 
 IMPL is ``level0`` .. ``level3`` (``opgraph.compile(optimize(graph, level=L))`` on the numpy backend),
+``level3-fast`` (level 3 with ``fast_math=True``: fused float32 chains may run numba's compiled loop, a few ulp
+from NumPy's results),
 ``numpy`` (NumPy eager: one expression per op, each result a fresh array) or ``numpy-inplace``
 (hand-written NumPy writing every op into one preallocated buffer with ``out=``; the chain only). The
 workloads are those of ``bench/backends_workloads.py``: ``chain`` (20 elementwise ops on 4M float32),
@@ -13,7 +15,8 @@ The JSON line has ``median`` (seconds, median of ``--repeat`` >= 5 timed calls a
 BLAS/OpenMP thread), ``peak_bytes`` (tracemalloc's peak during one call, counted from before the callable
 was built: what the variant holds (arena, constants, state) plus what a call allocates, its result
 included; the input data and what a dry run imported or cached for good are not counted), ``result_bytes``
-(the result's size), ``rss_mb`` (the process's maximum RSS) and ``check`` (the result summed in float64, to
+(the result's size), ``first_call`` (seconds of the very first call in the process: graph compilation, and
+numba's for ``level3-fast``), ``rss_mb`` (the process's maximum RSS) and ``check`` (the result summed in float64, to
 compare implementations). Run each variant in a fresh process: peak memory is per process.
 
     >>> main(["--workload", "chain", "--impl", "numpy-inplace", "--repeat", "5", "--warmup", "0", "--n", "1000"])
@@ -46,7 +49,7 @@ from backends_workloads import CHAIN, chain_input, cnn_graph, mlp_graph
 from training_common import data, numpy_step
 
 WORKLOADS = ("chain", "cnn", "mlp")
-IMPLS = ("level0", "level1", "level2", "level3", "numpy", "numpy-inplace")
+IMPLS = ("level0", "level1", "level2", "level3", "level3-fast", "numpy", "numpy-inplace")
 _UFUNCS = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "exp": np.exp, "abs": np.abs, "log": np.log,
            "add": np.add, "subtract": np.subtract, "multiply": np.multiply}
 
@@ -83,7 +86,7 @@ def numpy_chain(x: np.ndarray, inplace: bool) -> Callable[[], Any]:
     return in_place if inplace else eager
 
 
-def opgraph_call(workload: str, level: int, x: np.ndarray) -> Callable[[], Any]:
+def opgraph_call(workload: str, level: int, x: np.ndarray, fast_math: bool = False) -> Callable[[], Any]:
     """The compiled optimised graph as a no-argument call (the MLP feeds its initial parameters first)."""
     import opgraph
     from opgraph.passes import optimize
@@ -97,7 +100,7 @@ def opgraph_call(workload: str, level: int, x: np.ndarray) -> Callable[[], Any]:
     else:
         graph, feeds = chain_graph(x), {"x": x}
         first = feeds
-    fn = opgraph.compile(optimize(graph, level=level), backend="numpy")
+    fn = opgraph.compile(optimize(graph, level=level, fast_math=fast_math), backend="numpy")
     state = {"first": True}
 
     def call() -> Any:
@@ -112,7 +115,7 @@ def opgraph_call(workload: str, level: int, x: np.ndarray) -> Callable[[], Any]:
 def build(workload: str, impl: str, x: np.ndarray) -> Callable[[], Any] | str:
     """The call to measure (``x``: the chain's input), or the reason there is none."""
     if impl.startswith("level"):
-        return opgraph_call(workload, int(impl[len("level"):]), x)
+        return opgraph_call(workload, int(impl[len("level")]), x, fast_math=impl.endswith("-fast"))
     if workload == "chain":
         return numpy_chain(x, impl == "numpy-inplace")
     if workload == "mlp" and impl == "numpy":
@@ -138,7 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     if isinstance(call, str):
         print(json.dumps({**head, "skipped": call}))
         return
+    t0 = time.perf_counter()
     call()  # a dry run first: whatever it imports or caches for good is not the variant's memory
+    first_call = time.perf_counter() - t0
     del call
     tracemalloc.start()
     call = build(args.workload, args.impl, x)
@@ -160,8 +165,8 @@ def main(argv: list[str] | None = None) -> None:
         times.append(time.perf_counter() - t)
         del out
     out = call()
-    print(json.dumps({**head, "median": statistics.median(times), "min": min(times), "peak_bytes": peak,
-                      "result_bytes": result_bytes,
+    print(json.dumps({**head, "median": statistics.median(times), "min": min(times), "first_call": first_call,
+                      "peak_bytes": peak, "result_bytes": result_bytes,
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "check": float(np.sum(np.asarray(out, dtype=np.float64))), "repeat": args.repeat}))
 

@@ -152,18 +152,18 @@ def _scalar(x: float, dtype: np.dtype) -> np.ndarray:
 
 def _momentum_kernel(p: np.ndarray, v: np.ndarray, g: np.ndarray, out: Any = None, *,
                      lr: float, mu: float) -> tuple[np.ndarray, np.ndarray]:
-    dt = p.dtype
     o0, o1 = (None, None) if out is None else out
     # Each product goes straight into its output's buffer, unless that buffer is an operand still to be
-    # read (the planner may give the outputs the memory of p, v or g).
+    # read (the planner may give the outputs the memory of p, v or g). lr and mu are Python floats: NumPy
+    # (>= 2) computes with them in the arrays' dtype, as with a scalar of that dtype, without making one.
     if o1 is not None and not np.may_share_memory(o1, g):
-        v2 = np.add(np.multiply(_scalar(mu, dt), v, out=o1), g, out=o1)
+        v2 = np.add(np.multiply(mu, v, o1), g, o1)
     else:
-        v2 = np.add(np.multiply(_scalar(mu, dt), v), g, out=o1)
+        v2 = np.add(np.multiply(mu, v), g, out=o1)
     if o0 is not None and not np.may_share_memory(o0, p):
-        p2 = np.subtract(p, np.multiply(_scalar(lr, dt), v2, out=o0), out=o0)
+        p2 = np.subtract(p, np.multiply(lr, v2, o0), o0)
     else:
-        p2 = np.subtract(p, np.multiply(_scalar(lr, dt), v2), out=o0)
+        p2 = np.subtract(p, np.multiply(lr, v2), out=o0)
     return p2, v2
 
 
@@ -561,9 +561,285 @@ def _overlap(out: np.ndarray, xs: tuple[np.ndarray, ...]) -> int:
     return found
 
 
-def _fused_kernel(*xs: np.ndarray, out: np.ndarray | None = None, program: tuple[tuple[Any, ...], ...]) -> Any:
+# ---------------------------------------------------------------- fused_elementwise: the compiled float32 loop
+# With ``approx`` (set by ``optimize(..., fast_math=True)``) and numba installed (the ``fast`` extra), a float32
+# program runs as one compiled kernel: sub-blocks of APPROX_SUB elements (L1-resident scratch), a few vectorised
+# loops per sub-block (each of at most _NB_GROUP steps, one of them approximated), transcendental steps by
+# branch-free polynomial approximations evaluated with explicit fused multiply-adds (llvm.fma: one rounding, no
+# fastmath flags). Not numba's own np.sin & co.: those call the scalar libm once per element and do not
+# vectorise (measured: the 20-op chain 15x slower than NumPy eager). An input outside an approximation's
+# checked range (sin/cos |x| > 6000, exp outside [-87, 88], log outside the positive normal floats, tanh of
+# nan) ends the compiled run: NumPy's kernels compute the rest of the result.
+APPROX_MIN = 1 << 16
+"""Results of at least this many elements run the compiled loop (smaller ones: NumPy, whose calls cost less)."""
+_APPROX_LOAD_MIN = 1 << 21
+"""Results of at least this many elements load numba (importing it costs about 0.4 s) when no one has yet."""
+APPROX_SUB = 2048
+"""Elements of one sub-block of the compiled loop (each scratch buffer: 8 KiB, in L1). 1024 to 4096 measured
+the same on the 20-op chain."""
+_NB_GROUP = 4
+"""Steps in one loop of a sub-block at most (3 to 8 measured the same; all 20 in one loop ran 2x slower)."""
+APPROX_ULP = {"exp": 3, "log": 4, "sin": 3, "cos": 3, "tanh": 5}
+"""Largest distance, in float32 ulps, between a compiled step's result and NumPy's for the same input, measured
+on every 7th float32 of the step's checked range (tests/test_numpy_engine_fused_numba.py checks every 61st). The
+other compiled kinds (arithmetic, sqrt, floor/ceil/trunc, maximum/minimum/relu) round exactly as NumPy does."""
+
+# float32 scalar expressions of the compiled kinds over operands {0}, {1}, {2} (names or loads)
+_NB_EXPR = {
+    "negative": "-{0}", "positive": "{0}", "abs": "abs({0})", "square": "{0} * {0}", "reciprocal": "_ONE / {0}",
+    "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "divide": "{0} / {1}",
+    "maximum": "{0} if ({0} >= {1}) | ({0} != {0}) else {1}", "minimum": "{0} if ({0} <= {1}) | ({0} != {0}) else {1}",
+    "relu": "{0} if ({0} >= _ZERO) | ({0} != {0}) else _ZERO", "fma": "{0} * {1} + {2}", "sqrt": "np.sqrt({0})",
+    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
+    "exp": "_nb_exp({0})", "log": "_nb_log({0})", "sin": "_nb_sincos({0}, 0)", "cos": "_nb_sincos({0}, 1)",
+    "tanh": "_nb_tanh({0})",
+}
+# per approximated kind: the condition on its argument under which the approximation is not used
+_NB_OUTSIDE = {
+    "exp": "not (({0} >= _F(-87.0)) & ({0} <= _F(88.0)))",
+    "log": "not (({0} >= _F(1.1754944e-38)) & ({0} <= _F(3.4028235e38)))",
+    "sin": "not (abs({0}) <= _F(6000.0))", "cos": "not (abs({0}) <= _F(6000.0))", "tanh": "{0} != {0}",
+}
+
+# Stand-ins for the numba intrinsics the helpers below call (bound when numba loads; the helpers only run compiled).
+_fma: Any = None   # fused multiply-add of three float32
+_i2f: Any = None   # int32 bits as float32
+_f2i: Any = None   # float32 bits as int32
+_F, _I = np.float32, np.int32
+_ROUND = np.float32(12582912.0)  # 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
+
+
+def _nb_exp(x: Any) -> Any:  # pragma: no cover - compiled by numba
+    """Cephes' expf: exp(x) = 2**k exp(r), |r| <= ln(2)/2, for x in [-87, 88]."""
+    k = _fma(x, _F(1.44269504088896341), _ROUND) - _ROUND
+    r = _fma(k, _F(-0.693359375), x)
+    r = _fma(k, _F(2.12194440e-4), r)
+    p = _fma(_fma(_fma(_fma(_fma(_fma(_F(1.9875691500e-4), r, _F(1.3981999507e-3)), r, _F(8.3334519073e-3)), r,
+                                 _F(4.1665795894e-2)), r, _F(1.6666665459e-1)), r, _F(5.0000001201e-1)),
+             r * r, r + _F(1.0))
+    return p * _i2f((_I(k) + _I(127)) << _I(23))
+
+
+def _nb_log(x: Any) -> Any:  # pragma: no cover - compiled by numba
+    """Cephes' logf: log(m 2**e) with m in [sqrt(1/2), sqrt(2)), for positive normal x."""
+    b = _f2i(x)
+    e = _F(((b >> _I(23)) & _I(0xff)) - _I(126))
+    m = _i2f((b & _I(0x007fffff)) | _I(0x3f000000))
+    low = m < _F(0.707106781186547524)
+    e = e - _F(1.0) if low else e
+    m = (m + m - _F(1.0)) if low else (m - _F(1.0))
+    z = m * m
+    y = _fma(_fma(_fma(_fma(_fma(_fma(_fma(_fma(_F(7.0376836292e-2), m, _F(-1.1514610310e-1)), m,
+                                           _F(1.1676998740e-1)), m, _F(-1.2420140846e-1)), m, _F(1.4249322787e-1)),
+                               m, _F(-1.6668057665e-1)), m, _F(2.0000714765e-1)), m, _F(-2.4999993993e-1)),
+             m, _F(3.3333331174e-1)) * m * z
+    y = _fma(_F(-2.12194440e-4), e, y)
+    y = _fma(_F(-0.5), z, y)
+    return _fma(_F(0.693359375), e, m + y)
+
+
+def _nb_sincos(x: Any, q: int) -> Any:  # pragma: no cover - compiled by numba
+    """sin(x) (q = 0) or cos(x) (q = 1) for |x| <= 6000: x - k pi/2 by a four-part Cody-Waite reduction
+    (the first three parts of 12 bits, so k * part is exact), then Cephes' sinf/cosf polynomials."""
+    k = _fma(x, _F(0.636619772367581343), _ROUND) - _ROUND
+    r = _fma(k, _F(-1.57080078125), x)
+    r = _fma(k, _F(4.453584551811218e-06), r)
+    r = _fma(k, _F(8.706138032721356e-10), r)
+    r = _fma(k, _F(-6.223371969669989e-14), r)
+    n = (_I(k) + _I(q)) & _I(3)
+    z = r * r
+    s = _fma(_fma(_fma(_F(-1.9515295891e-4), z, _F(8.3321608736e-3)), z, _F(-1.6666654611e-1)) * z, r, r)
+    c = _fma(_fma(_fma(_F(2.443315711809948e-5), z, _F(-1.388731625493765e-3)), z, _F(4.166664568298827e-2)) * z, z,
+             _fma(_F(-0.5), z, _F(1.0)))
+    v = s if (n & _I(1)) == 0 else c
+    return -v if (n & _I(2)) != 0 else v
+
+
+def _nb_tanh(x: Any) -> Any:  # pragma: no cover - compiled by numba
+    """Eigen's float tanh: a 13/6 rational function on x clamped to +-7.9 (where tanh rounds to +-1)."""
+    c = min(max(x, _F(-7.90531110763549805)), _F(7.90531110763549805))
+    z = c * c
+    p = _fma(_fma(_fma(_fma(_fma(_fma(_F(-2.76076847742355e-16), z, _F(2.00018790482477e-13)), z,
+                                 _F(-8.60467152213735e-11)), z, _F(5.12229709037114e-08)), z,
+                       _F(1.48572235717979e-05)), z, _F(6.37261928875436e-04)), z, _F(4.89352455891786e-03)) * c
+    q = _fma(_fma(_fma(_F(1.19825839466702e-06), z, _F(1.18534705686654e-04)), z, _F(2.26843463243900e-03)), z,
+             _F(4.89352518554385e-03))
+    return x if abs(x) < _F(0.0004) else p / q
+
+
+_nb: Any = None  # None: not tried yet; False: numba missing or unusable; else the namespace compiled kernels see
+_NB_KERNELS: dict[Any, Any] = {}
+
+
+def _nb_namespace() -> dict[str, Any] | None:
+    """numba's njit and the helpers above compiled against its intrinsics (None: numba missing or in
+    pure-Python ``NUMBA_DISABLE_JIT`` mode)."""
+    import contextlib
+    import types as pytypes
+
+    try:
+        import numba
+        from llvmlite import ir
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+    except Exception:  # missing, or broken against this NumPy: the NumPy path is always there
+        return None
+    if numba.config.DISABLE_JIT:
+        return None
+    nt = numba.types
+
+    def fma_codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.FloatType(), [ir.FloatType()] * 3),
+                                            "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    def fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
+        return nt.float32(nt.float32, nt.float32, nt.float32), fma_codegen
+
+    def i2f(typingctx: Any, v: Any) -> Any:
+        return nt.float32(nt.int32), lambda ctx, builder, sig, args: builder.bitcast(args[0], ir.FloatType())
+
+    def f2i(typingctx: Any, v: Any) -> Any:
+        return nt.int32(nt.float32), lambda ctx, builder, sig, args: builder.bitcast(args[0], ir.IntType(32))
+
+    def wide_codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        # LLVM's tuning for recent Intel cores prefers 256-bit vectors; the kernel's loops are pure arithmetic,
+        # and 512-bit ones ran the 20-op chain 1.5x faster (measured; ignored by CPUs without AVX-512). llvmlite
+        # checks function attributes against a list without string attributes, hence set.add.
+        with contextlib.suppress(Exception):
+            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    def wide(typingctx: Any) -> Any:
+        return nt.none(), wide_codegen
+
+    ns: dict[str, Any] = {"np": np, "_F": _F, "_I": _I, "_ROUND": _ROUND, "_ONE": _F(1.0), "_ZERO": _F(0.0),
+                          "_fma": intrinsic(fma), "_i2f": intrinsic(i2f), "_f2i": intrinsic(f2i),
+                          "_wide": intrinsic(wide), "numba": numba}
+    helper = numba.njit(inline="always", error_model="numpy")
+    for fn in (_nb_exp, _nb_log, _nb_sincos, _nb_tanh):
+        ns[fn.__name__] = helper(pytypes.FunctionType(fn.__code__, ns, fn.__name__))
+    return ns
+
+
+def _nb_source(program: tuple[tuple[Any, ...], ...], plan: _Plan, scalar: tuple[bool, ...], alias: bool) -> str:
+    """Python source of the compiled kernel ``_k(start, o, *operands) -> stop`` for ``program``.
+
+    It fills ``o[start:stop]``; ``stop < o.size`` where a sub-block holds an argument outside an
+    approximation's checked range (the caller computes the rest with NumPy). With ``alias`` (``o`` is an
+    operand's memory) no step but the last writes ``o``, and the last writes a sub-block of it only once
+    the sub-block's checks passed, so the caller's NumPy run still reads intact operands. Per sub-block, the steps run
+    in loops of at most one approximated step and :data:`_NB_GROUP` steps: longer loop bodies vectorise
+    badly (measured); a step's result is stored only when a later loop reads it.
+    """
+    nx = len(scalar)
+    n = len(program)
+    groups: list[list[int]] = []
+    for i, (kind, *_) in enumerate(program):
+        g = groups[-1] if groups else None
+        if g is None or len(g) >= _NB_GROUP or (kind in _NB_OUTSIDE and any(program[j][0] in _NB_OUTSIDE for j in g)):
+            groups.append([i])
+        else:
+            g.append(i)
+    group_of = [k for k, g in enumerate(groups) for _ in g]
+    stored = [i == n - 1 for i in range(n)]
+    for i, (_, *refs) in enumerate(program):
+        for r in refs:
+            if r >= 0 and group_of[r] != group_of[i]:
+                stored[r] = True
+    steps = plan.steps_alias if alias else plan.steps
+    slots = max([s for _, _, s in steps] + [-1]) + 1
+    sub = APPROX_SUB
+    lines = [f"def _k(start, o, {', '.join(f'a{j}' for j in range(nx))}):", "    _wide()", "    n = o.size"]
+    lines += [f"    t{s} = np.empty({sub}, np.float32)" for s in range(slots)]
+    lines += [f"    for lo in range(start, n, {sub}):", f"        m = min({sub}, n - lo)", "        ov = o[lo:lo + m]"]
+    lines += [f"        v{j} = a{j}[lo:lo + m]" for j in range(nx) if not scalar[j]]
+    buf = ["ov" if slot < 0 else f"t{slot}" for _, _, slot in steps]
+    if alias:
+        buf[-1] = "tr"
+        lines.insert(2, f"    tr = np.empty({sub}, np.float32)")
+    for g in groups:
+        checked = any(program[i][0] in _NB_OUTSIDE for i in g)
+        if checked:
+            lines.append("        bad = False")
+        lines.append("        for i in range(m):")
+        for i in g:
+            kind, *refs = program[i]
+            args = [(f"a{-r - 1}" if scalar[-r - 1] else f"v{-r - 1}[i]") if r < 0
+                    else (f"s{r}" if group_of[r] == group_of[i] else f"{buf[r]}[i]") for r in refs]
+            if kind in _NB_OUTSIDE:
+                lines.append(f"            bad |= {_NB_OUTSIDE[kind].format(*args)}")
+            lines.append(f"            s{i} = _F({_NB_EXPR[kind].format(*args)})")
+            if stored[i]:
+                lines.append(f"            {buf[i]}[i] = s{i}")
+        if checked:
+            lines += ["        if bad:", "            return lo"]
+    if alias:
+        lines.append("        ov[:] = tr[:m]")
+    lines.append("    return n")
+    return "\n".join(lines)
+
+
+def _nb_kernel(program: tuple[tuple[Any, ...], ...], plan: _Plan, xs: tuple[np.ndarray, ...], size: int,
+               alias: bool = False) -> Any:
+    """The compiled kernel of a float32 ``program`` on ``xs`` (into an operand's memory with ``alias``), or
+    None to run NumPy's kernels."""
+    global _nb
+    from opgraph.core import _accel
+
+    if not _accel.enabled or size < APPROX_MIN or plan.dtype != np.float32 \
+            or any(x.dtype != np.float32 for x in xs) or any(step[0] not in _NB_EXPR for step in program):
+        return None
+    if _nb is None:
+        import sys
+
+        if size < _APPROX_LOAD_MIN and "numba" not in sys.modules:
+            return None
+        _nb = _nb_namespace() or False
+    if not _nb:
+        return None
+    scalar = tuple(x.size == 1 for x in xs)
+    key = (program, scalar, alias)
+    fn = _NB_KERNELS.get(key)
+    if fn is None:
+        ns = dict(_nb)
+        exec(_nb_source(program, plan, scalar, alias), ns)  # source built from the templates above, not from input
+        fn = _NB_KERNELS[key] = _nb["numba"].njit(nogil=True, error_model="numpy")(ns["_k"])
+    return fn
+
+
+def _run_approx(plan: _Plan, program: tuple[tuple[Any, ...], ...], xs: tuple[np.ndarray, ...],
+                out: np.ndarray | None) -> np.ndarray | None:
+    """The compiled path of an ``approx`` program, or None when it does not apply (the NumPy path runs)."""
+    size = prod(plan.shape)
+    if not all(x.size == 1 or (x.shape == plan.shape and x.flags.c_contiguous) for x in xs):
+        return None  # broadcast or strided operands: NumPy's kernels
+    direct = out is not None and out.dtype == plan.dtype and out.shape == plan.shape and out.flags.c_contiguous
+    overlap = _overlap(out, xs) if direct else 0  # type: ignore[arg-type]
+    direct = direct and overlap < 2  # 1: the very elements of an operand (the planner's in-place choice)
+    fn = _nb_kernel(program, plan, xs, size, overlap == 1 and direct)
+    if fn is None:
+        return None
+    res = out if direct else np.empty(plan.shape, plan.dtype)
+    flat = res.reshape(-1)  # type: ignore[union-attr]
+    stop = fn(0, flat, *[x.reshape(-1)[0] if x.size == 1 else x.reshape(-1) for x in xs])
+    if stop < size:
+        _fused_kernel(*[x.reshape(()) if x.size == 1 else x.reshape(-1)[stop:] for x in xs], out=flat[stop:],
+                      program=program)
+    if out is not None and not direct:
+        np.copyto(out, res, casting="unsafe")
+        return out
+    return res  # type: ignore[return-value]
+
+
+def _fused_kernel(*xs: np.ndarray, out: np.ndarray | None = None, program: tuple[tuple[Any, ...], ...],
+                  approx: bool = False) -> Any:
     xs = tuple(x if isinstance(x, np.ndarray) else np.asarray(x) for x in xs)
     plan = _plan(program, xs)
+    if approx:
+        res = _run_approx(plan, program, xs, out)
+        if res is not None:
+            return res
     size = prod(plan.shape)
     overlap = 0 if out is None else _overlap(out, xs)
     if size < BLOCKED_MIN_BLOCKS * plan.block:
@@ -582,9 +858,14 @@ def _fused_kernel(*xs: np.ndarray, out: np.ndarray | None = None, program: tuple
 register_op(OpDef(
     name="fused_elementwise", id=1002, arity=None, min_inputs=1, infer=_fused_infer,
     attrs={"program": Attr(_program, doc="steps (kind, refs...): ref -k-1 is operand k, ref j >= 0 is step j; "
-                                         "the last step is the result")},
+                                         "the last step is the result"),
+           "approx": Attr(attr_bool, False, "results may differ from the unfused ops' by a few ulp (set by "
+                                            "optimize(..., fast_math=True)): float32 programs then run compiled")},
     kernels={"numpy": _fused_kernel}, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
-    doc="fused_elementwise(*xs, program): a chain of elementwise ops run as one kernel; each step calls the same "
-        "NumPy kernel as the unfused op; large results are computed block by block in cache-sized scratch "
-        "buffers, small ones whole, each step writing into the buffer of an intermediate it consumes last",
+    doc="fused_elementwise(*xs, program, approx): a chain of elementwise ops run as one kernel; each step calls the "
+        "same NumPy kernel as the unfused op (bit-identical results); large results are computed block by block in "
+        "cache-sized scratch buffers, small ones whole, each step writing into the buffer of an intermediate it "
+        "consumes last. With approx=True and numba installed, a large float32 program of the kinds in "
+        "opgraph.ops.fused._NB_EXPR runs as one compiled loop instead: exp, log, sin, cos, tanh by polynomial "
+        "approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded exactly as NumPy",
 ))

@@ -27,7 +27,7 @@ from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.dce import cse, dce
-from opgraph.passes.rewrite import FOLD_LIMIT, Rule, RuleSet, rewrite
+from opgraph.passes.rewrite import FOLD_LIMIT, P, Rule, RuleSet, rewrite
 from opgraph.passes.rules import FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
 
 PassFn = Callable[[Graph], PassResult]
@@ -225,6 +225,17 @@ def _where_also(rules: RuleSet, pred: Callable[[Any], bool]) -> RuleSet:
     return out
 
 
+def _approx(m: Any) -> int:
+    return m.op("fused_elementwise", *m.root_ins, program=m.root_attrs["program"], approx=True)  # type: ignore[no-any-return]
+
+
+APPROX = RuleSet().add(Rule(
+    "fused_elementwise_approx", P("fused_elementwise", attrs=lambda a: not a["approx"]), _approx, flag="fast_math",
+    exact="not exact: with approx the kernel may run a compiled float32 loop whose exp, log, sin, cos and tanh are "
+          "within a few ulp of NumPy's (opgraph.ops.fused.APPROX_ULP); fast_math only"))
+"""With ``fast_math``, every ``fused_elementwise`` op gets ``approx=True`` (see the op's doc)."""
+
+
 def fuse_elementwise(graph: Graph, *, cost: FusionCost | None = NUMPY_COST, flags: Iterable[str] = ()) -> PassResult:
     """The ``fuse_elementwise`` pass: the ``FUSE_ELEMENTWISE`` rules, on the regions ``cost`` says pay.
 
@@ -239,12 +250,21 @@ def fuse_elementwise(graph: Graph, *, cost: FusionCost | None = NUMPY_COST, flag
     >>> fuse_elementwise(g).graph is g, fuse_elementwise(g, cost=None).counts
     (True, {'fuse_elementwise.exp': 1})
     """
+    flags = frozenset(flags)
     if cost is None:
-        return rewrite(graph, FUSE_ELEMENTWISE, flags=flags)
-    allowed = fusion_regions(graph, cost)
-    if not allowed.any():
-        return PassResult(graph, {})
-    return rewrite(graph, _where_also(FUSE_ELEMENTWISE, lambda m: bool(allowed[m.e.root])), flags=flags)
+        res = rewrite(graph, FUSE_ELEMENTWISE, flags=flags)
+    else:
+        allowed = fusion_regions(graph, cost)
+        res = PassResult(graph, {}) if not allowed.any() else \
+            rewrite(graph, _where_also(FUSE_ELEMENTWISE, lambda m: bool(allowed[m.e.root])), flags=flags)
+    if "fast_math" not in flags:
+        return res
+    approx = rewrite(res.graph, APPROX, flags=flags)
+    if not approx.changed:
+        return res
+    counts = dict(res.counts)
+    merge_counts(counts, approx.counts)
+    return PassResult(approx.graph, counts)
 
 
 def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_LIMIT,
