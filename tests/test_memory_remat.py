@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,8 +10,6 @@ from opgraph.backends import numpy as compiled_mod
 from opgraph.memory import plan_memory
 from opgraph.memory.remat import rematerialize
 from opgraph.runtime.compiled import compile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 
 def forward_backward_chain(n: int, size: int = 1000) -> opgraph.Graph:
