@@ -57,9 +57,11 @@ Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any
 0: some output not planned (the kernel allocates)."""
 
 
-_Signature = tuple[list[tuple[int, int, np.dtype, "tuple[int, ...] | None"]], list[tuple[int, int]]]
-"""Per feed-key order: (value id, argument position or -1, dtype, static shape) of each feed, and the
-(argument position, input) of the needed inputs that take their update-edge state."""
+_Signature = tuple[list[tuple[int, int, np.dtype, "tuple[int, ...] | None"]], list[tuple[int, int]],
+                   list[tuple[int, int]], bool]
+"""Per feed-key order: (value id, argument position or -1, dtype, static shape) of each feed; the (argument
+position, input) of the inputs taken from the update-edge state, without and with the carried inputs; and
+whether a carried input is fed."""
 
 WORKSPACE_LIMIT = 4 * 2**20
 """Bytes of kernel workspace above which a batched op runs on slices of the batch."""
@@ -148,17 +150,27 @@ class CompiledGraph:
                   ((x, x) for x in self._bin_values.get(b, []))}
             for par in (0, 1)
         }
-        self._needed_inputs = self._find_needed_inputs()
         self._dynamic = [v for v, k in enumerate(p.kind) if k == DYNAMIC]
         self._gen: list[Callable[..., Any] | None] = [None, None]  # the generated program, per state parity
         self._sigs: dict[tuple[Any, ...], _Signature] = {}
         taken: set[int] = set()
         self._update_plan: list[tuple[int, bool]] = []  # (destination, takes the source's buffer itself)
+        carried_from: dict[int, int] = {}
         for src, dst in self.updates:
-            self._update_plan.append((dst, src in self._swap and src not in taken))
+            take = src in self._swap and src not in taken
+            self._update_plan.append((dst, take))
             taken.add(src)
+            if take:
+                carried_from[dst] = src
         self._update_dsts = [dst for dst, _take in self._update_plan]
         self._updates_take_all = all(take for _dst, take in self._update_plan)
+        # Inputs carried by a swapped state buffer come last: after a call, each is the buffer the other
+        # parity's generated function has as the default of that argument, so calls need not pass them.
+        needed = self._find_needed_inputs()
+        self._carried = {v: carried_from[v] for v in needed if v in carried_from}
+        self._needed_inputs = [v for v in needed if v not in self._carried] + list(self._carried)
+        self._n_head = len(needed) - len(self._carried)
+        self._carried_ready = False  # True once the last call left every carried buffer in place
 
     # ------------------------------------------------------------------ building
     def _build_program(self) -> list[Step]:
@@ -257,7 +269,8 @@ class CompiledGraph:
             checks.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
         fed = {c[0] for c in checks}
         from_state = [(i, v) for i, v in enumerate(self._needed_inputs) if v not in fed]
-        return checks, from_state
+        head = [(i, v) for i, v in from_state if i < self._n_head]
+        return checks, head, from_state, any(v in fed for v in self._carried)
 
     def _run_generated(self, fn: Callable[..., Any], feeds: Mapping[Any, Any]) -> list[np.ndarray]:
         keys = tuple(feeds)
@@ -266,10 +279,14 @@ class CompiledGraph:
             sig = self._signature(keys)
             if len(self._sigs) < 64:
                 self._sigs[keys] = sig
-        checks, from_state = sig
+        checks, head, from_state, carried_fed = sig
         state = self._state
-        args: list[Any] = [None] * len(self._needed_inputs)
         g = self.graph
+        if self._carried_ready and not carried_fed:  # the carried inputs take their defaults
+            args: list[Any] = [None] * self._n_head
+            from_state = head
+        else:
+            args = [None] * len(self._needed_inputs)
         for pos, v in from_state:
             a = state.get(v)
             if a is None:
@@ -297,6 +314,7 @@ class CompiledGraph:
                 state[dst] = x if take else np.array(x, copy=True)
         if self._swap:
             self._parity ^= 1
+        self._carried_ready = True
         return list(outs)
 
     # ------------------------------------------------------------------ running
@@ -474,6 +492,7 @@ class CompiledGraph:
         with self._lock:
             self._state.clear()
             self._parity = 0
+            self._carried_ready = False
 
     def context(self) -> EvalContext:
         """A new incremental evaluation context on this compiled graph (its own arena)."""
@@ -587,10 +606,13 @@ class _Codegen:
         for v, view in cg._state_views[self.parity].items():
             self.set_static(v, view)
         params = []
+        other = cg._state_views[self.parity ^ 1]
         for v in cg._needed_inputs:
             self.static.pop(v, None)
             self.names[v] = f"v{v}"
-            params.append(f"v{v}")
+            src = cg._carried.get(v)
+            # a carried input defaults to the buffer the previous call (of the other parity) wrote
+            params.append(f"v{v}" if src is None else f"v{v}={self.bind('s', other[src])}")
         for b in cg._output_bins:
             entries = cg._bin_values.get(b, [])
             if len(entries) == 1 and entries[0][1] == 0:
