@@ -60,6 +60,10 @@ for _n in ("negative", "positive", "abs", "exp", "expm1", "log", "log1p", "log2"
 for _n in ("add", "subtract", "multiply", "maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "logaddexp"):
     CASES[_n] = [C(S, S), C((2, 1), (3,))]
 CASES["gelu"] = [C(S), C(S, approximate="tanh")]
+CASES["silu"] = [C(S)]
+CASES["hard_swish"] = [C(S)]
+CASES["hard_sigmoid"] = [C(S), C(S, alpha=0.3, beta=0.4)]
+CASES["layer_norm"] = [C((2, 3, 4)), C((2, 3, 4), (4,), (4,)), C((2, 3, 4), (3, 4), (1, 4), axis=1, epsilon=1e-3)]
 CASES["divide"] = [C(S, pos(*S)), C((3,), pos(2, 1))]
 CASES["power"] = [C(pos(*S), S), C(pos(2, 3), const(2.0))]
 CASES["copysign"] = [C(S, const(np.array([1.0, -1.0, 2.0])))]

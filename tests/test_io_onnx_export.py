@@ -135,6 +135,8 @@ CASES: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("topk", (F,), {"k": 2, "axis": 1}),
     ("trilu", (F,), {"k": 1, "upper": False}),
     ("one_hot", (("int64", (3,)), ("float32", (2,))), {"depth": 5}),
+    ("silu", (F,), {}), ("hard_swish", (F,), {}), ("hard_sigmoid", (F,), {"alpha": 0.3, "beta": 0.4}),
+    ("layer_norm", (F, ("float32", (4,)), ("float32", (4,))), {"epsilon": 1e-3}),
 ]
 
 

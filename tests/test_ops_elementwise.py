@@ -24,6 +24,8 @@ NUMPY_REF = {
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "floor": np.floor, "ceil": np.ceil,
     "trunc": np.trunc, "round": np.round, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "erf": scipy.special.erf, "gelu": lambda x: x * scipy.special.ndtr(x),
+    "silu": lambda x: x * scipy.special.expit(x), "hard_swish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+    "hard_sigmoid": lambda x: np.clip(0.2 * x + 0.5, 0, 1),
     "erfc": scipy.special.erfc, "isnan": np.isnan, "isinf": np.isinf,
     "isfinite": np.isfinite, "logical_not": np.logical_not, "bitwise_invert": np.invert, "conj": np.conj,
     "signbit": np.signbit, "exp2": np.exp2, "cbrt": np.cbrt,

@@ -1099,3 +1099,24 @@ def test_lp_pool_grad(rng: np.random.Generator, p: float) -> None:
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_lrn_grad(rng: np.random.Generator, xs: tuple[int, ...], size: int) -> None:
     fd_grad_check("lrn", [xs], rng, size=size, alpha=0.3, beta=0.7, bias=1.5)
+
+
+# ---------------------------------------------------------------- "layer_norm" (more in test_numpy_engine_fused_ops.py)
+def layer_norm_ref(x: np.ndarray, scale: Any = None, bias: Any = None, axis: int = -1,
+                   epsilon: float = 1e-5) -> np.ndarray:
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    x64 = x.astype(np.float64)
+    d = x64 - x64.mean(axis=axes, keepdims=True)
+    y = d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + epsilon)
+    return (y * (1 if scale is None else scale) + (0 if bias is None else bias)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize(("xs", "axis"), [((3, 8), -1), ((2, 3, 4), 1), ((5,), 0), ((0, 4), -1)])
+def test_layer_norm(rng: np.random.Generator, dtype: str, xs: tuple[int, ...], axis: int) -> None:
+    x = rand(rng, xs, dtype)
+    norm = xs[axis % len(xs):]
+    s, b = rand(rng, norm, dtype), rand(rng, norm, dtype)
+    check_op("layer_norm", [x], lambda x: layer_norm_ref(x, axis=axis), **tol(dtype), axis=axis)
+    check_op("layer_norm", [x, s, b], lambda x, s, b: layer_norm_ref(x, s, b, axis, 1e-3), **tol(dtype), axis=axis,
+             epsilon=1e-3)

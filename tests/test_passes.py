@@ -212,7 +212,9 @@ def test_every_rule_has_a_case() -> None:
     covered = {c[0] for c in CASES} | {c[0] for c in UPDATE_CASES} | {"einsum_pairwise"} | {
         "adam_t_sq", "adam_t", "adam_sq"} | {  # test_training_steps_from_opgraph_optim, test_adam_variants
         "power_square", "power_reciprocal", "power_zero", "power_half", "power_small_int", "matmul_nd_2d",
-        "gelu"}  # tests/test_numpy_engine_kernels.py
+        "gelu"} | {  # tests/test_numpy_engine_kernels.py; below, tests/test_numpy_engine_fused_ops.py
+        "silu", "hard_sigmoid", "hard_swish", "hard_swish_relu6", "hard_swish_relu6_mul", "layer_norm",
+        "layer_norm_rsqrt", "layer_norm_scale", "layer_norm_bias", "layer_norm_bias_only"}
     names = {r[1] for r in rule_table() if not r[1].startswith("fuse_elementwise.")}
     assert names - covered == set()  # the fuse_elementwise.* family is one rule: test_fuse_elementwise_chain
 
@@ -252,7 +254,7 @@ def test_type_check_rejects_bad_replacement() -> None:
 
 
 def test_rules_are_data() -> None:
-    assert len(SIMPLIFY) > 20 and len(FUSE) == 6 and len(FUSE_UPDATES) == 6 and len(LAYOUT) == 2
+    assert len(SIMPLIFY) > 20 and len(FUSE) == 16 and len(FUSE_UPDATES) == 6 and len(LAYOUT) == 2
     for set_name, name, pattern, exact in rule_table():
         assert exact, f"{set_name}.{name} documents no exactness condition"
         assert "(" in pattern

@@ -19,12 +19,13 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
         "acos": 18, "atan": 19, "sinh": 20, "cosh": 21, "tanh": 22, "asinh": 23, "acosh": 24, "atanh": 25,
         "floor": 26, "ceil": 27, "trunc": 28, "round": 29, "sigmoid": 30, "erf": 31, "isnan": 32, "isinf": 33,
         "isfinite": 34, "logical_not": 35, "bitwise_invert": 36, "conj": 37, "signbit": 38, "exp2": 39, "cbrt": 40,
-        "erfc": 41, "real": 42, "imag": 43, "gelu": 44, "add": 200, "subtract": 201, "multiply": 202, "divide": 203,
-        "floor_divide": 204, "remainder": 205, "power": 206, "maximum": 207, "minimum": 208, "atan2": 209,
-        "hypot": 210, "logaddexp": 211, "copysign": 212, "nextafter": 213, "equal": 220, "not_equal": 221,
-        "less": 222, "less_equal": 223, "greater": 224, "greater_equal": 225, "logical_and": 230, "logical_or": 231,
-        "logical_xor": 232, "bitwise_and": 240, "bitwise_or": 241, "bitwise_xor": 242, "bitwise_left_shift": 243,
-        "bitwise_right_shift": 244, "fmax": 245, "fmin": 246, "fmod": 247, "where": 400, "cast": 401, "clip": 402,
+        "erfc": 41, "real": 42, "imag": 43, "gelu": 44, "silu": 45, "hard_sigmoid": 46, "hard_swish": 47, "add": 200,
+        "subtract": 201, "multiply": 202, "divide": 203, "floor_divide": 204, "remainder": 205, "power": 206,
+        "maximum": 207, "minimum": 208, "atan2": 209, "hypot": 210, "logaddexp": 211, "copysign": 212,
+        "nextafter": 213, "equal": 220, "not_equal": 221, "less": 222, "less_equal": 223, "greater": 224,
+        "greater_equal": 225, "logical_and": 230, "logical_or": 231, "logical_xor": 232, "bitwise_and": 240,
+        "bitwise_or": 241, "bitwise_xor": 242, "bitwise_left_shift": 243, "bitwise_right_shift": 244, "fmax": 245,
+        "fmin": 246, "fmod": 247, "where": 400, "cast": 401, "clip": 402,
     },
     "opgraph.ops.reduction": {
         "sum": 500, "prod": 501, "max": 502, "min": 503, "mean": 504, "any": 505, "all": 506, "var": 507, "std": 508,
@@ -41,7 +42,7 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
     "opgraph.ops.nn": {
         "relu": 800, "softmax": 801, "log_softmax": 802, "conv2d": 803, "max_pool2d": 804, "avg_pool2d": 805,
         "conv": 806, "conv_transpose": 807, "max_pool": 808, "max_pool_argmax": 809, "avg_pool": 810, "lp_pool": 811,
-        "lrn": 812, "resize": 813, "grid_sample": 814,
+        "lrn": 812, "resize": 813, "grid_sample": 814, "layer_norm": 815,
     },
     "opgraph.ops.linalg": {
         "eigh": 900, "qr": 901, "svd": 902, "cholesky": 903, "solve": 904, "inv": 905, "det": 906, "slogdet": 907,

@@ -4,7 +4,8 @@
 each rule exact: it computes the same values with more basic ops.
 
 * fused ops into their parts: ``fma`` -> ``multiply`` + ``add``; ``gelu`` ->
-  its erf (or tanh) formula;
+  its erf (or tanh) formula; ``silu``, ``hard_sigmoid``, ``hard_swish`` and
+  ``layer_norm`` -> their elementwise formulas and means;
   ``matmul_t`` -> ``permute_dims`` + ``matmul``; ``fused_elementwise`` -> its
   program's ops; the optimiser updates (``sgd_momentum_update``,
   ``adagrad_update``, ``adam_update``, ``adam_update_t``) -> their textbook
@@ -246,8 +247,63 @@ def _gelu(m: Match) -> int:
     return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))  # type: ignore[no-any-return]
 
 
+def _silu(m: Match) -> int:
+    (x,) = m.root_ins
+    e = m.e
+    s = e.op("sigmoid", x)
+    if e.type_of(s).dtype != e.type_of(x).dtype:  # type: ignore[union-attr]  # SciPy's expit widens float16
+        s = e.op("cast", s, dtype=e.type_of(x).dtype)  # type: ignore[union-attr]
+    return e.op("multiply", x, s)  # type: ignore[no-any-return]
+
+
+def _hard_sigmoid(m: Match) -> int:
+    (x,) = m.root_ins
+    e = m.e
+    c = lambda v: _scalar(m, v, x)  # noqa: E731
+    line = e.op("add", e.op("multiply", x, c(m.root_attrs["alpha"])), c(m.root_attrs["beta"]))
+    return e.op("clip", line, c(0.0), c(1.0))  # type: ignore[no-any-return]
+
+
+def _hard_swish(m: Match) -> int:
+    (x,) = m.root_ins
+    e = m.e
+    c = lambda v: _scalar(m, v, x)  # noqa: E731
+    relu6 = e.op("clip", e.op("add", x, c(3.0)), c(0.0), c(6.0))
+    return e.op("multiply", e.op("multiply", relu6, x), c(1 / 6))  # type: ignore[no-any-return]
+
+
+def _layer_norm(m: Match) -> int | None:
+    x, *rest = m.root_ins
+    e = m.e
+    t = e.type_of(x)
+    if not isinstance(t, TensorType) or t.rank is None:
+        return None
+    axis = m.root_attrs["axis"] % t.rank
+    axes = tuple(range(axis, t.rank))
+    xw = e.op("cast", x, dtype="float32") if t.dtype == np.float16 else x  # the kernel's float32 for float16
+    mean = e.op("mean", xw, axis=axes, keepdims=True)
+    d = e.op("subtract", xw, mean)
+    var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
+    y = e.op("divide", d, e.op("sqrt", e.op("add", var, _scalar(m, m.root_attrs["epsilon"], var))))
+    if xw != x:
+        y = e.op("cast", y, dtype=t.dtype)
+    if rest:
+        y = e.op("multiply", y, rest[0])
+    if len(rest) > 1:
+        y = e.op("add", y, rest[1])
+    return y  # type: ignore[no-any-return]
+
+
 LOWER.add(
     Rule("lower.fma", P("fma"), _fma, exact=_EXACT + " (fma is two roundings, as unfused)"),
+    Rule("lower.silu", P("silu"), _silu, exact="x * sigmoid(x): the same function, the backend's rounding"),
+    Rule("lower.hard_sigmoid", P("hard_sigmoid"), _hard_sigmoid,
+         exact="clip(alpha * x + beta, 0, 1), ONNX's HardSigmoid formula: the kernel's arithmetic"),
+    Rule("lower.hard_swish", P("hard_swish"), _hard_swish,
+         exact="clip(x + 3, 0, 6) * x * (1/6): the kernel's arithmetic in its order"),
+    Rule("lower.layer_norm", P("layer_norm"), _layer_norm,
+         exact="ONNX's LayerNormalization body (mean, centred square mean, divide by sqrt(var + eps)): the same "
+               "function; the kernel multiplies by 1 / sqrt(...) and sums rows by BLAS (rounding may differ)"),
     Rule("lower.gelu", P("gelu"), _gelu,
          exact="the textbook formula (ONNX's Gelu decomposition): the same function, not the same rounding as the "
                "gelu kernel (see its doc)"),

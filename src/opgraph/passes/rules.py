@@ -9,7 +9,9 @@ Every rule is a :class:`~opgraph.passes.rewrite.Rule` in one of three sets:
 * ``FUSE_UPDATES``: optimiser update patterns (SGD with momentum, Adagrad,
   Adam) written as plain elementwise ops, fused into one multi-output op.
 * ``FUSE``: fused multiply-add, transposes absorbed into matmul, GELU's formulas
-  into one ``gelu`` op, and ``power`` by 3, 4, -2, -3, -4 into multiplications
+  into one ``gelu`` op, x * sigmoid(x) into ``silu``, clip(a x + b, 0, 1) into
+  ``hard_sigmoid`` and x times it (or torch's x * relu6(x + 3) / 6) into ``hard_swish``,
+  and ``power`` by 3, 4, -2, -3, -4 into multiplications
   (last-bit differences documented per rule).
 * ``LAYOUT``: einsum split along its path; an N-D @ 2-D matmul as one 2-D GEMM.
 
@@ -648,3 +650,225 @@ def rule_table() -> list[tuple[str, str, str, str]]:
         for r in rs:
             rows.append((set_name, r.name, repr(r.pattern), r.exact + (f" [flag {r.flag}]" if r.flag else "")))
     return rows
+
+
+# ---------------------------------------------------------------- SiLU, hard sigmoid, hard swish
+# x * sigmoid(x) as EfficientNet's ONNX export writes SiLU (Sigmoid then Mul), and the hard activations as
+# hand-written code or older importers write them: clip(x / 6 + 1/2, 0, 1) (also after the fma rule made the
+# line one fma) and torch's x * relu6(x + 3) / 6.
+def _float_root(m: Match, x: int) -> bool:
+    t = m.e.type_of(x)
+    return isinstance(t, TensorType) and t.dtype.kind == "f" and t == m.root_types[0]
+
+
+FUSE.add(Rule(
+    "silu", P("multiply", X, P("sigmoid", X, one_use=True)),
+    lambda m: m.op("silu", "x") if _float_root(m, m["x"]) else None,
+    exact="not bitwise: the silu kernel computes sigmoid and the product per block (float32 within 5 ulp of "
+          "x * sigmoid(x), measured; the unfused pair rounds twice too); float64 the same two roundings"))
+
+
+def _scalar_of(m: Match, v: int) -> float | None:
+    c = m.e.const_value(v)
+    if c is None or c.size != 1 or c.dtype.kind not in "biuf":
+        return None
+    return float(c.reshape(()))
+
+
+def _line(m: Match, v: int) -> tuple[int, float, float] | None:
+    """(x, a, b) when the single-use value ``v`` is a * x + b with constant scalars a, b."""
+    e = m.e
+    op = e.vprod[v]
+    if op < 0 or e.uses[v] != 1:
+        return None
+    kind = get_op(e.kind[op]).name
+    ins = e.inputs_of(op)
+    if kind == "fma":
+        for i, j in ((0, 1), (1, 0)):
+            a, b = _scalar_of(m, ins[j]), _scalar_of(m, ins[2])
+            if a is not None and b is not None and _scalar_of(m, ins[i]) is None:
+                return ins[i], a, b
+        return None
+    if kind not in ("add", "subtract"):
+        return None
+    for i, j in ((0, 1), (1, 0)) if kind == "add" else ((0, 1),):
+        b = _scalar_of(m, ins[j])
+        if b is None:
+            continue
+        b = -b if kind == "subtract" else b
+        inner = e.vprod[ins[i]]
+        if inner < 0 or e.uses[ins[i]] != 1:
+            return ins[i], 1.0, b
+        k = get_op(e.kind[inner]).name
+        xs = e.inputs_of(inner)
+        if k == "multiply":
+            for p, q in ((0, 1), (1, 0)):
+                a = _scalar_of(m, xs[q])
+                if a is not None and _scalar_of(m, xs[p]) is None:
+                    return xs[p], a, b
+        if k == "divide" and (d := _scalar_of(m, xs[1])) not in (None, 0.0):
+            return xs[0], 1.0 / d, b  # type: ignore[operator]
+        return ins[i], 1.0, b
+    return None
+
+
+def _clip_bounds(m: Match) -> tuple[float, float] | None:
+    lo, hi = (_scalar_of(m, v) for v in m.root_ins[1:])
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 2e-6 * max(abs(b), 1e-30)
+
+
+def _hard_sigmoid(m: Match) -> int | None:
+    line = _line(m, m.root_ins[0])
+    if _clip_bounds(m) != (0.0, 1.0) or line is None or not _float_root(m, line[0]):
+        return None
+    return m.e.op("hard_sigmoid", line[0], alpha=line[1], beta=line[2])  # type: ignore[no-any-return]
+
+
+def _relu6_plus3(m: Match, v: int) -> int | None:
+    """x when the single-use value ``v`` is clip(x + 3, 0, 6)."""
+    e = m.e
+    op = e.vprod[v]
+    if op < 0 or e.uses[v] != 1 or get_op(e.kind[op]).name != "clip":
+        return None
+    ins = e.inputs_of(op)
+    line = _line(m, ins[0])
+    if (_scalar_of(m, ins[1]), _scalar_of(m, ins[2])) != (0.0, 6.0) or line is None or line[1:] != (1.0, 3.0):
+        return None
+    return line[0]
+
+
+def _hard_swish_relu6(m: Match) -> int | None:
+    # (x * relu6(x + 3)) / 6 and (x * relu6(x + 3)) * (1/6), relu6 as clip(x + 3, 0, 6)
+    e = m.e
+    a, b = m.root_ins
+    kind = get_op(m.root_kind).name
+    for u, c in ((a, b), (b, a)) if kind == "multiply" else ((a, b),):
+        k = _scalar_of(m, c)
+        if k is None or not _close(1 / k if kind == "divide" else k, 1 / 6):
+            continue
+        op = e.vprod[u]
+        if op < 0 or e.uses[u] != 1 or get_op(e.kind[op]).name != "multiply":
+            continue
+        p, q = e.inputs_of(op)
+        for x, r in ((p, q), (q, p)):
+            if _relu6_plus3(m, r) == x and _float_root(m, x):
+                return e.op("hard_swish", x)  # type: ignore[no-any-return]
+    return None
+
+
+def _is_hs_gate(a: dict[str, Any]) -> bool:
+    return _close(a["alpha"], 1 / 6) and _close(a["beta"], 0.5)
+
+
+FUSE.add(
+    Rule("hard_sigmoid", P("clip"), _hard_sigmoid,
+         exact="not bitwise where a * x + b was two roundings (x / d + b, a * x + b, fma(x, a, b)): the kernel "
+               "rounds a * x then + b; clip to [0, 1] as the unfused clip (nan stays nan)"),
+    Rule("hard_swish", P("multiply", X, P("hard_sigmoid", X, one_use=True, attrs=_is_hs_gate)),
+         lambda m: m.op("hard_swish", "x") if _float_root(m, m["x"]) else None,
+         exact="not bitwise: hard_swish computes x * relu6(x + 3) / 6 as torch does, which rounds differently "
+               "from x * clip(x / 6 + 1/2, 0, 1) (most where x / 6 + 1/2 cancels near x = -3, where it is more "
+               "accurate); slope and offset must be 1/6 and 1/2 to 2e-6"),
+    Rule("hard_swish_relu6", P("divide"), _hard_swish_relu6,
+         exact="always up to rounding: x * clip(x + 3, 0, 6) / 6 is hard_swish's own formula (the kernel "
+               "multiplies by 1/6 instead of dividing by 6: within 1 ulp)"),
+    Rule("hard_swish_relu6_mul", P("multiply"), _hard_swish_relu6,
+         exact="(x * relu6(x + 3)) * (1/6): hard_swish's own formula (the same roundings)"),
+)
+
+
+# ---------------------------------------------------------------- layer norm
+# The decomposition of hand-written layer norms and of torch.onnx.export before opset 17: d = x - mean(x),
+# d / sqrt(mean(d^2) + eps) (or d * reciprocal(sqrt(...)), ONNX's function body), over trailing axes with
+# keepdims; then * gamma and + beta are absorbed when they vary along the normalised axes only.
+def _producer(m: Match, v: int, kind: str, uses: tuple[int, ...] = (1,)) -> list[int] | None:
+    e = m.e
+    op = e.vprod[v]
+    if op < 0 or e.uses[v] not in uses or get_op(e.kind[op]).name != kind or e.vidx[v] != 0:
+        return None
+    return list(e.inputs_of(op))
+
+
+def _trailing_mean(m: Match, v: int, uses: tuple[int, ...] = (1,)) -> tuple[int, tuple[int, ...]] | None:
+    ins = _producer(m, v, "mean", uses)
+    if ins is None:
+        return None
+    a = m.e.attrs_of_op(m.e.vprod[v])
+    t = m.e.type_of(ins[0])
+    if not (a["keepdims"] and isinstance(t, TensorType) and t.rank) or a["axis"] is None:
+        return None
+    axes = tuple(sorted(x % t.rank for x in a["axis"]))
+    if axes != tuple(range(t.rank - len(axes), t.rank)):
+        return None
+    return ins[0], axes
+
+
+def _layer_norm(m: Match) -> int | None:
+    e = m.e
+    a, b = m.root_ins
+    if get_op(m.root_kind).name == "divide":
+        pairs = [(a, _producer(m, b, "sqrt"))]
+    else:
+        pairs = [(d, None if (r := _producer(m, o, "reciprocal")) is None else _producer(m, r[0], "sqrt"))
+                 for d, o in ((a, b), (b, a))]
+    for d, sq in pairs:
+        added = None if sq is None else _producer(m, sq[0], "add")
+        if added is None:
+            continue
+        for var, c in ((added[0], added[1]), (added[1], added[0])):
+            eps = _scalar_of(m, c)
+            vm = _trailing_mean(m, var)
+            if eps is None or vm is None:
+                continue
+            sq_ins = _producer(m, vm[0], "square") or _producer(m, vm[0], "multiply")
+            if sq_ins is None or any(s != d for s in sq_ins):
+                continue
+            centred = _producer(m, d, "subtract", (1 + len(sq_ins),))
+            mean = None if centred is None else _trailing_mean(m, centred[1])
+            if mean is None or mean[0] != centred[0] or mean[1] != vm[1] or not _float_root(m, centred[0]):
+                continue
+            axis = e.type_of(centred[0]).rank - len(mean[1])  # type: ignore[union-attr]
+            return e.op("layer_norm", centred[0], axis=axis, epsilon=eps)  # type: ignore[no-any-return]
+    return None
+
+
+def _affine_ok(m: Match, y: str) -> bool:
+    # gamma or beta: x's dtype, varying along the normalised axes only (what the kernel's rows take)
+    t, xt = m.type(y), m.type("x")
+    axis = m.attrs("ln")["axis"] % xt.rank
+    lead = t.shape[:max(t.rank - (xt.rank - axis), 0)] if t.shape is not None else (None,)
+    return t.dtype == xt.dtype and all(d == 1 for d in lead) and _float_root(m, m["x"])
+
+
+def _absorb(m: Match) -> int | None:
+    if not _affine_ok(m, "y"):
+        return None
+    a = m.attrs("ln")
+    scale = [m["s"]] if "s" in m else []
+    if get_op(m.root_kind).name == "add" and not scale:  # a bias needs a scale before it: ones
+        xt = m.type("x")
+        if xt.shape is None or None in xt.shape:
+            return None
+        scale = [m.e.constant(np.ones(xt.shape[a["axis"] % xt.rank:], xt.dtype))]
+    ins = [m["x"], *scale, m["y"]]
+    return m.e.op("layer_norm", *ins, axis=a["axis"], epsilon=a["epsilon"])  # type: ignore[no-any-return]
+
+
+FUSE.add(
+    Rule("layer_norm", P("divide"), _layer_norm,
+         exact="not bitwise: the kernel sums rows by BLAS and multiplies by 1 / sqrt(var + eps) (relative "
+               "differences about 1e-7 in float32, checked in tests); same two-pass mean and variance"),
+    Rule("layer_norm_rsqrt", P("multiply"), _layer_norm,
+         exact="ONNX's function body (d * reciprocal(sqrt(var + eps))): the kernel's arithmetic, rows summed by "
+               "BLAS"),
+    Rule("layer_norm_scale", P("multiply", P("layer_norm", X, name="ln", one_use=True), Y), _absorb,
+         exact="always: the kernel multiplies the normalised rows by the scale, as the separate multiply did"),
+    Rule("layer_norm_bias", P("add", P("layer_norm", X, P.var("s"), name="ln", one_use=True), Y), _absorb,
+         exact="always: the kernel adds the bias after the scale, as the separate add did"),
+    Rule("layer_norm_bias_only", P("add", P("layer_norm", X, name="ln", one_use=True), Y), _absorb,
+         exact="always: the kernel multiplies by a scale of ones (exact) and adds the bias"),
+)

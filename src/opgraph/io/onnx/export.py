@@ -753,3 +753,46 @@ def _drop_identities(model: onnx.ModelProto) -> onnx.ModelProto:
     del g.node[:]
     g.node.extend(keep)
     return model
+
+
+@exports("silu")
+def _silu(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("Mul", ins[0], ex.one("Sigmoid", ins[0]))]
+
+
+@exports("hard_sigmoid")
+def _hard_sigmoid(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("HardSigmoid", ins[0], alpha=float(attrs["alpha"]), beta=float(attrs["beta"]))]
+
+
+@exports("hard_swish")
+def _hard_swish(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [ex.one("HardSwish", ins[0])]
+
+
+@exports("layer_norm")
+def _layer_norm(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    x = it[0]
+    if x.shape is None or any(d is None for d in x.shape):
+        raise OnnxExportError(f"layer_norm needs a static input shape to export, got {x}")
+    axis = int(attrs["axis"]) % len(x.shape)
+    norm_shape = tuple(int(d) for d in x.shape[axis:])
+    # LayerNormalization needs a scale; a bias given without one is not expressible, nor is either one that
+    # varies along a leading axis: those are multiplied and added after the node
+    scale = ins[1] if len(ins) > 1 and _trailing(it[1], axis, len(x.shape)) else None
+    bias = ins[2] if len(ins) > 2 and scale is not None and _trailing(it[2], axis, len(x.shape)) else None
+    node_ins = [ins[0], scale if scale is not None else ex.const(np.ones(norm_shape, x.dtype))]
+    if bias is not None:
+        node_ins.append(bias)
+    y = ex.one("LayerNormalization", *node_ins, axis=axis, epsilon=float(attrs["epsilon"]))
+    if len(ins) > 1 and scale is None:
+        y = ex.one("Mul", y, ins[1])
+    if len(ins) > 2 and bias is None:
+        y = ex.one("Add", y, ins[2])
+    return [y]
+
+
+def _trailing(t: TensorType, axis: int, rank: int) -> bool:
+    """True when a scale or bias of type ``t`` varies only along the normalised axes ``axis`` .. ``rank - 1``."""
+    shape = t.shape or ()
+    return all(d == 1 for d in shape[:max(len(shape) - (rank - axis), 0)])

@@ -103,15 +103,12 @@ def _softsign(node: Node, x: Any) -> Any:
 
 @translates("HardSigmoid")
 def _hard_sigmoid(node: Node, x: Any) -> Any:
-    y = node.op("add", node.op("multiply", x, _scalar(node, node.attr("alpha", 0.2), x)),
-                _scalar(node, node.attr("beta", 0.5), x))
-    return node.op("clip", y, _scalar(node, 0, x), _scalar(node, 1, x))
+    return node.op("hard_sigmoid", x, alpha=node.attr("alpha", 0.2), beta=node.attr("beta", 0.5))
 
 
 @translates("HardSwish")
 def _hard_swish(node: Node, x: Any) -> Any:
-    y = node.op("add", node.op("multiply", x, _scalar(node, 1 / 6, x)), _scalar(node, 0.5, x))
-    return node.op("multiply", x, node.op("clip", y, _scalar(node, 0, x), _scalar(node, 1, x)))
+    return node.op("hard_swish", x)
 
 
 @translates("ThresholdedRelu")
@@ -127,8 +124,9 @@ def _mish(node: Node, x: Any) -> Any:
 @translates("Swish")
 def _swish(node: Node, x: Any) -> Any:
     alpha = node.attr("alpha", 1.0)
-    z = x if alpha == 1.0 else node.op("multiply", x, _scalar(node, alpha, x))
-    return node.op("multiply", x, _sigmoid(node, z))
+    if alpha == 1.0:
+        return node.op("silu", x)
+    return node.op("multiply", x, _sigmoid(node, node.op("multiply", x, _scalar(node, alpha, x))))
 
 
 @translates("SwiGLU")
@@ -374,6 +372,27 @@ def _instance_norm(node: Node, x: Any, scale: Any, bias: Any) -> Any:
     var = node.op("var", x, axis=axes, keepdims=True)
     return _normalize(node, x, mean, var, _per_channel(node, scale, r), _per_channel(node, bias, r),
                       node.attr("epsilon", 1e-5))
+
+
+@translates("LayerNormalization")
+def _layer_norm(node: Node, x: Any, scale: Any, bias: Any = None) -> Any:
+    """One ``layer_norm`` op (ONNX's function body would import as ten elementwise ops and reductions); the
+    optional Mean and InvStdDev outputs, when the model uses them, are computed beside it."""
+    r = node.rank(x)
+    axis = node.axis(node.attr("axis", -1), r)
+    eps = float(node.attr("epsilon", 1e-5))
+    dt = node.dtype(x)
+    ins = [x, node.cast(scale, dt)] + ([] if bias is None else [node.cast(bias, dt)])
+    y = node.op("layer_norm", *ins, axis=axis, epsilon=eps)
+    if not any(node.proto.output[1:]):
+        return y
+    stash = np_dtype(node.attr("stash_type", 1), "LayerNormalization stash_type")
+    xs = node.cast(x, stash)
+    axes = tuple(range(axis, r))
+    mean = node.op("mean", xs, axis=axes, keepdims=True)
+    var = node.op("mean", node.op("square", node.op("subtract", xs, mean)), axis=axes, keepdims=True)
+    inv = node.op("reciprocal", node.op("sqrt", node.op("add", var, _scalar(node, eps, var))))
+    return y, mean, inv
 
 
 @translates("LRN")
