@@ -485,6 +485,9 @@ def conv_nd(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, *, stri
                   out=res.reshape(n, groups, m // groups, -1))
     elif groups == 1 and n > 1 and _blas_threads() > 1 and 2 * per_sample <= _WIDE_COLS_BYTES:
         _conv_im2col_wide(x, w, res, taps, min(n, _WIDE_COLS_BYTES // per_sample))
+    elif (len(kernel) == 2 and groups == c == m and work.kind == "f" and work.itemsize >= 4
+          and (loop := _depthwise_compiled(x.size)) is not None):
+        _conv_depthwise_compiled(loop, x, w, res, stride, padding, dilation)
     elif len(kernel) == 2 and groups == c == m and kernel[1] >= _BANDED_MIN_WIDTH:
         _conv_depthwise_banded(x, w, res, stride, padding, dilation)
     elif groups > 1 and all(st == 1 for st in stride):
@@ -547,6 +550,166 @@ def _conv_depthwise_banded(x: np.ndarray, w: np.ndarray, res: np.ndarray, stride
             np.matmul(cols[:k].reshape(k, ho * nt, kh * span), band[:k].reshape(k, kh * span, bw), out=target)
             if tmp is not None:
                 res[s, c0:c1] = tmp[:k, :, :wo]
+
+
+# With numba loaded (the ``fast`` extra; loaded as opgraph.ops.elementwise._compiled does), a depthwise 2-d
+# convolution (groups == C == M) is one compiled loop: per channel, per kernel row, the kw taps summed over a
+# flat run of output positions. No im2col columns and no product: 1.4-2.0x faster than the NumPy paths for
+# MobileNetV3's and EfficientNet's 3x3 and 5x5 (float32, one thread, measured; those models 1.2x faster).
+# Summation order: per output, the kernel rows in turn, each row's taps summed left to right first (not
+# BLAS's order): in float64, within 3.2e-16 of torch relative to the largest output. fastmath stays off.
+_depthwise_jit: Any = None  # None: not tried; False: unavailable; else the compiled loop
+
+
+def _depthwise_loop(x: Any, w: Any, out: Any, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int) -> None:
+    """out (N * C, Ho, Wo) = x (N * C, H, W) convolved per channel with w (C, kh, kw): strides sh, sw, dilations
+    dh, dw, zero padding pt rows above and pl columns left (the bottom and right padding follow from out)."""
+    nc, height, width = x.shape
+    c, kh, kw = w.shape
+    ho = out.shape[1]
+    wo = out.shape[2]
+    # rows: per kernel row a, only the output rows ilo..ihi reading inside the input (no padded rows); the input
+    # rows in sh phases (rows r with r % sh == p, one after another), so a tap's rows are one flat run
+    hq = (height + sh - 1) // sh
+    rph = np.empty(kh, np.intp)
+    roff = np.empty(kh, np.intp)
+    ilo = np.empty(kh, np.intp)
+    ihi = np.empty(kh, np.intp)
+    for a in range(kh):
+        shift = a * dh - pt
+        rph[a] = shift % sh
+        roff[a] = (shift - rph[a]) // sh
+        cnt = (height - rph[a] + sh - 1) // sh
+        ilo[a] = min(ho, max(0, -roff[a]))
+        ihi[a] = max(ilo[a], min(ho, cnt - roff[a]))
+    # columns: zero-padded and in sw phases (each image row copied once into a row of wb columns per phase), so
+    # output column j of tap b reads phase (b * dw) % sw at column j + (b * dw) // sw: every tap is one contiguous
+    # run over all its rows at once, long enough to vectorise (row by row, 28 columns left it scalar)
+    span = max(width + pl, (wo - 1) * sw + dw * (kw - 1) + 1)
+    wb = (span + sw - 1) // sw
+    copy = sh > 1 or sw > 1 or wb != width
+    buf = np.zeros((sh * sw, hq * wb if copy else 1), x.dtype)
+    direct = wb == wo
+    scratch = np.empty(1 if direct else ho * wb, out.dtype)
+    for sc in range(nc):
+        ch = sc % c
+        if copy:
+            src = buf
+            xc = x[sc]
+            for r in range(height):
+                xr = xc[r]
+                rr = (r // sh) * wb
+                if sw == 1:
+                    row = buf[r % sh, rr + pl:rr + pl + width]
+                    for k in range(width):
+                        row[k] = xr[k]
+                    continue
+                for u in range(sw):  # padded column q + pl lands in phase (q + pl) % sw
+                    q0 = (u - pl) % sw
+                    row = buf[(r % sh) * sw + u, rr + (q0 + pl) // sw:rr + wb]
+                    part = xr[q0:]
+                    if sw == 2:  # a constant stride: vectorised (1.1-1.2x faster stride-2 convolutions)
+                        for k in range((width - q0 + 1) // 2):
+                            row[k] = part[2 * k]
+                    else:
+                        for k in range((width - q0 + sw - 1) // sw):
+                            row[k] = part[k * sw]
+        else:
+            src = x[sc].reshape((1, height * width))
+        acc = out[sc].reshape(ho * wo) if direct else scratch
+        acc[:] = 0
+        for a in range(kh):
+            lo_ = ilo[a]
+            hi_ = ihi[a]
+            if hi_ <= lo_:
+                continue
+            f0 = lo_ * wb
+            n = (hi_ - 1) * wb + wo - f0
+            dst = acc[f0:f0 + n]
+            g = f0 + roff[a] * wb
+            pa = rph[a] * sw
+            if kw == 3:
+                w0 = w[ch, a, 0]
+                w1 = w[ch, a, 1]
+                w2 = w[ch, a, 2]
+                s0 = src[pa + (0 * dw) % sw, g + (0 * dw) // sw:]
+                s1 = src[pa + (1 * dw) % sw, g + (1 * dw) // sw:]
+                s2 = src[pa + (2 * dw) % sw, g + (2 * dw) // sw:]
+                for f in range(n):
+                    dst[f] += w0 * s0[f] + w1 * s1[f] + w2 * s2[f]
+            elif kw == 5:
+                w0 = w[ch, a, 0]
+                w1 = w[ch, a, 1]
+                w2 = w[ch, a, 2]
+                w3 = w[ch, a, 3]
+                w4 = w[ch, a, 4]
+                s0 = src[pa + (0 * dw) % sw, g + (0 * dw) // sw:]
+                s1 = src[pa + (1 * dw) % sw, g + (1 * dw) // sw:]
+                s2 = src[pa + (2 * dw) % sw, g + (2 * dw) // sw:]
+                s3 = src[pa + (3 * dw) % sw, g + (3 * dw) // sw:]
+                s4 = src[pa + (4 * dw) % sw, g + (4 * dw) // sw:]
+                for f in range(n):
+                    dst[f] += w0 * s0[f] + w1 * s1[f] + w2 * s2[f] + w3 * s3[f] + w4 * s4[f]
+            else:
+                for b in range(kw):
+                    wt = w[ch, a, b]
+                    s = src[pa + (b * dw) % sw, g + (b * dw) // sw:]
+                    for f in range(n):
+                        dst[f] += wt * s[f]
+        if not direct:
+            o = out[sc]
+            for i in range(ho):
+                orow = o[i]
+                srow = scratch[i * wb:i * wb + wo]
+                for j in range(wo):
+                    orow[j] = srow[j]
+
+
+def _depthwise_compiled(size: int, *, load: bool = False) -> Any:
+    """The compiled depthwise loop for an input of ``size`` elements when numba is (or, with ``load``, can be)
+    loaded, else None (small inputs, numba missing or disabled: the NumPy paths run)."""
+    global _depthwise_jit
+    from opgraph.ops.elementwise import _NUMBA_MIN, _compiled
+
+    if size < _NUMBA_MIN or _compiled(size, load=load) is None:
+        return None
+    if _depthwise_jit is None:
+        _depthwise_jit = False
+        import numba
+
+        _depthwise_jit = numba.njit(cache=True, nogil=True, error_model="numpy")(_depthwise_loop)
+    return _depthwise_jit or None
+
+
+def _conv_depthwise_compiled(loop: Any, x: np.ndarray, w: np.ndarray, res: np.ndarray, stride: tuple[int, ...],
+                             padding: PadPairs, dilation: tuple[int, ...]) -> None:
+    """A depthwise 2-d convolution by the compiled ``loop`` (see :func:`_depthwise_loop`)."""
+    n, c, height, width = x.shape
+    kh, kw = w.shape[2:]
+    ho, wo = res.shape[2:]
+    loop(np.ascontiguousarray(x).reshape(n * c, height, width), np.ascontiguousarray(w).reshape(c, kh, kw),
+         res.reshape(n * c, ho, wo), *stride, *dilation, padding[0][0], padding[1][0])
+
+
+def _conv_specialize(in_types: Any, out_types: Any, attrs: Any) -> None:
+    """At compile time: for a float32/float64 depthwise 2-d convolution with an input large enough, load numba
+    and the compiled depthwise loop (compiled or read from numba's cache now, not on the first run); the
+    kernel stays.
+
+    >>> _conv_specialize([TensorType("f4", (1, 4, 8, 8)), TensorType("f4", (4, 1, 3, 3))], [], {"groups": 4})
+    """
+    x, w = in_types[0], in_types[1]
+    if not (isinstance(x, TensorType) and isinstance(w, TensorType) and x.shape is not None
+            and w.shape is not None and len(w.shape) == 4 and len(x.shape) in (3, 4) and None not in x.shape):
+        return
+    dtype = np.result_type(x.dtype, w.dtype)
+    c = x.shape[-3]
+    if dtype not in (np.float32, np.float64) or not attrs.get("groups", 1) == c == w.shape[0]:
+        return
+    loop = _depthwise_compiled(int(np.prod(x.shape)), load=True)
+    if loop is not None:  # compiles for this dtype (or loads the cached machine code) now
+        one = np.zeros((1, 1, 1), dtype)
+        loop(one, one, one, 1, 1, 1, 1, 0, 0)
 
 
 def _conv_flat_shift(x: np.ndarray, w: np.ndarray, res: np.ndarray, padding: PadPairs, dilation: tuple[int, ...],
@@ -712,6 +875,7 @@ def _conv2d_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, stride: Pai
                    groups=groups)
 
 
+_conv2d_kernel.specialize = _conv_specialize  # type: ignore[attr-defined]
 register_op(OpDef(
     name="conv2d", id=803, arity=2, infer=_conv2d_infer,
     attrs={
@@ -1119,6 +1283,7 @@ def _conv_transpose_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str
     return [_cast_like(b, gx, x), _cast_like(b, gw, w)]
 
 
+_conv_kernel.specialize = _conv_specialize  # type: ignore[attr-defined]
 _CONV_ATTRS = {
     "stride": Attr(optional(attr_spatial), None, doc="one stride per spatial axis; None: all 1"),
     "padding": Attr(optional(attr_pad_pairs), None, doc="zero padding, one (begin, end) pair per spatial axis"),
