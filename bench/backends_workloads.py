@@ -112,12 +112,18 @@ def cnn_graph() -> tuple[Any, dict[str, np.ndarray]]:
     return b.freeze(), {"x": x}
 
 
-def chain_graph() -> tuple[Any, dict[str, np.ndarray]]:
+CHAIN_UFUNCS = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "exp": np.exp, "abs": np.abs, "log": np.log,
+                "add": np.add, "subtract": np.subtract, "multiply": np.multiply}
+"""The NumPy function of each op kind in CHAIN."""
+
+
+def chain_graph(x: np.ndarray | None = None) -> tuple[Any, dict[str, np.ndarray]]:
+    """The chain as an opgraph graph over ``x`` (default :func:`chain_input`), and its feeds."""
     import opgraph
 
-    x = chain_input()
+    x = chain_input() if x is None else x
     b = opgraph.GraphBuilder()
-    h = b.input(("float32", x.shape), name="x")
+    h = b.input((x.dtype, x.shape), name="x")
     for kind, k in CHAIN:
         h = b.op(kind, h) if k is None else b.op(kind, h, b.constant(np.float32(k)))
     b.output(h)
@@ -276,9 +282,7 @@ def torch_cnn(compiled: bool) -> Callable[[], Any]:
 # ---------------------------------------------------------------- peers: the chain
 def numpy_chain() -> Callable[[], Any]:
     x = chain_input()
-    ufuncs = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "exp": np.exp, "abs": np.abs, "log": np.log,
-              "add": np.add, "subtract": np.subtract, "multiply": np.multiply}
-    steps = [(ufuncs[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
+    steps = [(CHAIN_UFUNCS[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
 
     def call() -> np.ndarray:
         h = x

@@ -4,7 +4,7 @@
 
 * ``demo``: examples/demo.py's training step (MLP 64-128-10 on scikit-learn's digits, batch 32, float64,
   momentum SGD), built by its ``build_step`` and run through ``opgraph.compile(step.graph)``, against the
-  hand-written NumPy step of its ``train_numpy`` (copied below, line for line).
+  hand-written NumPy step of its ``train_numpy`` (its ``numpy_step``).
 * ``tiny``: a 16-16-16-4 MLP training step, batch 4, float32, ``opgraph.optim.training_step`` with SGD,
   against bench/training_common.py's hand-written NumPy step.
 
@@ -21,6 +21,7 @@ times each of them over enough calls to take about ``--target-ms``; the JSON has
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import itertools
 import json
@@ -59,34 +60,16 @@ def demo_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Call
     params = demo.init_params(xs.shape[1])
     step = demo.build_step(xs.shape[1])
     first = {**step.state, **params, "x": x, "y": y}
-    mu, lr = demo.MU, demo.LR
     p = {k: v.copy() for k, v in params.items()}
     vel = {k: np.zeros_like(v) for k, v in p.items()}
 
-    def numpy_step() -> None:  # the body of train_numpy's batch loop
-        pre = x @ p["w1"] + p["b1"]
-        h = np.maximum(pre, 0.0)
-        logits = h @ p["w2"] + p["b2"]
-        z = logits - logits.max(axis=1, keepdims=True)
-        prob = np.exp(z)
-        prob /= prob.sum(axis=1, keepdims=True)
-        dlogits = (prob - y) / len(x)
-        grads = {"w2": h.T @ dlogits, "b2": dlogits.sum(axis=0)}
-        dh = (dlogits @ p["w2"].T) * (pre > 0)
-        grads["w1"], grads["b1"] = x.T @ dh, dh.sum(axis=0)
-        for k in p:
-            vel[k] = mu * vel[k] + grads[k]
-            p[k] = p[k] - lr * vel[k]
-
+    numpy_step = functools.partial(demo.numpy_step, p, vel, x, y)  # the demo's hand-written step, one call
     return step.graph, first, {"x": x, "y": y}, numpy_step
 
 
 def tiny_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Callable[[], Any]]:
     """(step graph, first feeds, later feeds, hand-written NumPy step) for the 16-16-16-4 MLP, batch 4, SGD."""
-    from training_common import LR, numpy_step
-
-    import opgraph
-    from opgraph.optim import SGD, training_step
+    from training_common import numpy_step, opgraph_step
 
     rng = np.random.default_rng(0)
     params = []
@@ -95,18 +78,8 @@ def tiny_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Call
         params.append(np.zeros(n_out, np.float32))
     x = rng.standard_normal((TINY_BATCH, TINY_SIZES[0])).astype(np.float32)
     y = np.eye(TINY_SIZES[-1], dtype=np.float32)[rng.integers(0, TINY_SIZES[-1], TINY_BATCH)]
-    b = opgraph.GraphBuilder()
-    xv, yv = b.input(("float32", x.shape), name="x"), b.input(("float32", y.shape), name="y")
-    names = [f"{k}{i}" for i in range(len(TINY_SIZES) - 1) for k in ("w", "b")]
-    ps = [b.input(("float32", a.shape), name=n) for n, a in zip(names, params, strict=True)]
-    h = xv
-    for i in range(len(TINY_SIZES) - 1):
-        h = b.add(b.matmul(h, ps[2 * i]), ps[2 * i + 1])
-        if i < len(TINY_SIZES) - 2:
-            h = b.relu(h)
-    loss = b.negative(b.mean(b.sum(b.multiply(yv, b.log_softmax(h, axis=-1)), axis=1)))
-    step = training_step(b, loss, ps, SGD(lr=LR))
-    first = {**step.state, **dict(zip(names, params, strict=True)), "x": x, "y": y}
+    step, named = opgraph_step(params, x, y)
+    first = {**step.state, **named, "x": x, "y": y}
     return step.graph, first, {"x": x, "y": y}, numpy_step([a.copy() for a in params], x, y)
 
 

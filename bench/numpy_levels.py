@@ -45,30 +45,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends_workloads import CHAIN, chain_input, cnn_graph, mlp_graph
+from backends_workloads import CHAIN, CHAIN_UFUNCS, chain_graph, chain_input, cnn_graph, mlp_graph
 from training_common import data, numpy_step
 
 WORKLOADS = ("chain", "cnn", "mlp")
 IMPLS = ("level0", "level1", "level2", "level3", "level3-fast", "numpy", "numpy-inplace")
-_UFUNCS = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "exp": np.exp, "abs": np.abs, "log": np.log,
-           "add": np.add, "subtract": np.subtract, "multiply": np.multiply}
-
-
-def chain_graph(x: np.ndarray) -> Any:
-    """The 20-op chain of ``backends_workloads.CHAIN`` over an input shaped like ``x``."""
-    import opgraph
-
-    b = opgraph.GraphBuilder()
-    h = b.input((x.dtype, x.shape), name="x")
-    for kind, k in CHAIN:
-        h = b.op(kind, h) if k is None else b.op(kind, h, b.constant(np.float32(k)))
-    b.output(h)
-    return b.freeze()
 
 
 def numpy_chain(x: np.ndarray, inplace: bool) -> Callable[[], Any]:
     """NumPy eager (a fresh array per op) or in place (every op into one buffer allocated per call)."""
-    steps = [(_UFUNCS[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
+    steps = [(CHAIN_UFUNCS[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
 
     def eager() -> np.ndarray:
         h = x
@@ -98,7 +84,7 @@ def opgraph_call(workload: str, level: int, x: np.ndarray, fast_math: bool = Fal
         graph, feeds = cnn_graph()
         first = feeds
     else:
-        graph, feeds = chain_graph(x), {"x": x}
+        graph, feeds = chain_graph(x)
         first = feeds
     fn = opgraph.compile(optimize(graph, level=level, fast_math=fast_math), backend="numpy")
     state = {"first": True}

@@ -87,12 +87,13 @@ def opgraph_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tupl
     b = opgraph.GraphBuilder()
     xv = b.input(("float32", x.shape), name="x")
     yv = b.input(("float32", y.shape), name="y")
-    names = [f"{k}{i}" for i in range(len(SIZES) - 1) for k in ("w", "b")]
+    n_layers = len(params) // 2  # (weight, bias) per layer, as numpy_step takes them
+    names = [f"{k}{i}" for i in range(n_layers) for k in ("w", "b")]
     ps = [b.input(("float32", p.shape), name=n) for n, p in zip(names, params, strict=True)]
     h = xv
-    for i in range(len(SIZES) - 1):
+    for i in range(n_layers):
         h = b.add(b.matmul(h, ps[2 * i]), ps[2 * i + 1])
-        if i < len(SIZES) - 2:
+        if i < n_layers - 1:
             h = b.relu(h)
     loss = b.negative(b.mean(b.sum(b.multiply(yv, b.log_softmax(h, axis=-1)), axis=1)))
     return training_step(b, loss, ps, SGD(lr=LR)), dict(zip(names, params, strict=True))

@@ -120,6 +120,23 @@ def train_opgraph(step: TrainingStep, params: dict[str, np.ndarray], xs: np.ndar
     return {n: run.value(n) for n in PARAMS}
 
 
+def numpy_step(p: dict[str, np.ndarray], vel: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> None:
+    """One training step in plain NumPy with a hand-written backward pass; updates ``p`` and ``vel``."""
+    pre = x @ p["w1"] + p["b1"]
+    h = np.maximum(pre, 0.0)
+    logits = h @ p["w2"] + p["b2"]
+    z = logits - logits.max(axis=1, keepdims=True)
+    prob = np.exp(z)
+    prob /= prob.sum(axis=1, keepdims=True)
+    dlogits = (prob - y) / len(x)
+    grads = {"w2": h.T @ dlogits, "b2": dlogits.sum(axis=0)}
+    dh = (dlogits @ p["w2"].T) * (pre > 0)
+    grads["w1"], grads["b1"] = x.T @ dh, dh.sum(axis=0)
+    for k in p:
+        vel[k] = MU * vel[k] + grads[k]
+        p[k] = p[k] - LR * vel[k]
+
+
 def train_numpy(params: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray, epochs: int,
                 max_steps: int | None = None) -> dict[str, np.ndarray]:
     """The same training in plain NumPy with a hand-written backward pass."""
@@ -129,20 +146,7 @@ def train_numpy(params: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray, e
     steps = 0
     for epoch in range(epochs):
         for idx in batches(len(xs), epoch):
-            x, y = xs[idx], onehot[idx]
-            pre = x @ p["w1"] + p["b1"]
-            h = np.maximum(pre, 0.0)
-            logits = h @ p["w2"] + p["b2"]
-            z = logits - logits.max(axis=1, keepdims=True)
-            prob = np.exp(z)
-            prob /= prob.sum(axis=1, keepdims=True)
-            dlogits = (prob - y) / len(x)
-            grads = {"w2": h.T @ dlogits, "b2": dlogits.sum(axis=0)}
-            dh = (dlogits @ p["w2"].T) * (pre > 0)
-            grads["w1"], grads["b1"] = x.T @ dh, dh.sum(axis=0)
-            for k in p:
-                vel[k] = MU * vel[k] + grads[k]
-                p[k] = p[k] - LR * vel[k]
+            numpy_step(p, vel, xs[idx], onehot[idx])
             steps += 1
             if max_steps is not None and steps >= max_steps:
                 return p

@@ -2,6 +2,7 @@
 
 import os
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,3 +16,19 @@ from opcheck import RNG_SEED
 def rng() -> np.random.Generator:
     """A NumPy generator with the suite's fixed seed."""
     return np.random.default_rng(RNG_SEED)
+
+
+@pytest.fixture(params=["numpy", "numba"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test on the NumPy passes of the float32 kernels and on their numba loops (arrays of at least
+    opgraph.ops.elementwise._NUMBA_MIN use the loops once they are loaded)."""
+    from opgraph.core import _accel
+    from opgraph.ops import elementwise
+
+    saved = _accel.enabled
+    _accel.enabled = request.param == "numba"
+    if request.param == "numba":
+        pytest.importorskip("numba")
+        assert elementwise._compiled(elementwise._NUMBA_LOAD_MIN) is not None  # load the loops
+    yield request.param
+    _accel.enabled = saved

@@ -132,3 +132,15 @@ def graph_test_copy(fn: Callable[..., Any], keep: Callable[[int], bool]) -> Call
         wrapper.pytestmark.append(  # type: ignore[attr-defined]
             pytest.mark.parametrize(argnames, [argvalues[i] for i in chosen], **kwargs).mark)
     return wrapper
+
+
+def torch_depthwise(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], padding: tuple[tuple[int, int], ...],
+                    dilation: tuple[int, int]) -> np.ndarray:
+    """The reference for depthwise convolutions: torch's grouped convolution in float64 after explicit zero
+    padding (torch is imported here: only tests that have it call this)."""
+    import torch
+
+    F = torch.nn.functional
+    xt = F.pad(torch.from_numpy(np.asarray(x, np.float64)), [*padding[1], *padding[0]])
+    return F.conv2d(xt, torch.from_numpy(np.asarray(w, np.float64)), stride=stride, dilation=dilation,  # type: ignore[no-any-return]
+                    groups=x.shape[1]).numpy()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import opgraph
-from opcheck import noncontiguous
+from opcheck import noncontiguous, torch_depthwise
 from opgraph.core import _accel
 from opgraph.ops import nn
 from opgraph.ops.nn import conv_nd
@@ -24,13 +24,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
 F = torch.nn.functional
 
-
-def torch_depthwise(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], padding: tuple[tuple[int, int], ...],
-                    dilation: tuple[int, int]) -> np.ndarray:
-    """The reference: torch's grouped convolution in float64 after explicit zero padding."""
-    xt = F.pad(torch.from_numpy(np.asarray(x, np.float64)), [*padding[1], *padding[0]])
-    return F.conv2d(xt, torch.from_numpy(np.asarray(w, np.float64)), stride=stride, dilation=dilation,
-                    groups=x.shape[1]).numpy()
 
 
 def tol(dtype: Any) -> dict[str, float]:

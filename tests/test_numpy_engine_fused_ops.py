@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
 import opgraph
-from opgraph.core import _accel
 from opgraph.core.graph import Graph
 from opgraph.ops import elementwise as E
 from opgraph.ops import nn as NN
@@ -56,17 +55,6 @@ def t64(fn: Callable[..., Any], x: np.ndarray, *args: Any, **kw: Any) -> np.ndar
     """A torch function evaluated in float64 (the reference)."""
     return fn(torch.from_numpy(np.asarray(x, np.float64)), *args, **kw).numpy()  # type: ignore[no-any-return]
 
-
-@pytest.fixture(params=["numpy", "numba"])
-def path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run a test on the NumPy passes and on the numba loops (arrays of at least _NUMBA_MIN use the latter)."""
-    saved = _accel.enabled
-    _accel.enabled = request.param == "numba"
-    if request.param == "numba":
-        pytest.importorskip("numba")
-        assert E._compiled(E._NUMBA_LOAD_MIN) is not None
-    yield request.param
-    _accel.enabled = saved
 
 
 def sweep() -> np.ndarray:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,6 @@ import pytest
 import scipy.special as sp
 
 import opgraph
-from opgraph.core import _accel
 from opgraph.core.graph import Graph
 from opgraph.ops import elementwise as E
 from opgraph.ops.contraction import _matmul_kernel
@@ -45,17 +44,6 @@ def sweep() -> np.ndarray:
         np.geomspace(1e-38, 1, 100_000), -np.geomspace(1e-38, 1, 100_000),
     ]).astype(F32)
 
-
-@pytest.fixture(params=["numpy", "numba"])
-def path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run a test on the NumPy passes and on the numba loops (arrays of the sweep's size take the latter)."""
-    saved = _accel.enabled
-    _accel.enabled = request.param == "numba"
-    if request.param == "numba":
-        pytest.importorskip("numba")
-        assert E._compiled(E._NUMBA_LOAD_MIN) is not None  # load the loops (later arrays of _NUMBA_MIN use them)
-    yield request.param
-    _accel.enabled = saved
 
 
 # ---------------------------------------------------------------- erf, sigmoid, gelu kernels

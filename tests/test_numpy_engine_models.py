@@ -21,19 +21,13 @@ import pytest
 import opgraph
 import opgraph.ops.nn as nn_ops
 import opgraph.ops.reduction as red_ops
+from opcheck import torch_depthwise
 from opgraph.core.registry import get_op
 from opgraph.ops.nn import conv_nd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-
-def torch_depthwise(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], padding: tuple[tuple[int, int], ...],
-                    dilation: tuple[int, int]) -> np.ndarray:
-    """The reference: torch's grouped convolution in float64 after explicit zero padding."""
-    xt = F.pad(torch.from_numpy(np.asarray(x, np.float64)), [*padding[1], *padding[0]])
-    return F.conv2d(xt, torch.from_numpy(np.asarray(w, np.float64)), stride=stride, dilation=dilation,
-                    groups=x.shape[1]).numpy()
 
 
 DW_CASES = [  # (x shape, kernel, stride, padding, dilation)

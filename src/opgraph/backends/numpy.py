@@ -548,7 +548,9 @@ class _Codegen:
     A kernel may offer ``kernel.specialize(in_types, out_types, attrs)``, returning ``(call, before, after)``
     where ``call(*inputs, *before, out, *after)`` (all positional: keywords cost a NumPy call a quarter of
     its time on small arrays) writes the op's result into ``out`` for inputs of exactly these types, e.g.
-    ``np.add.reduce(x, axis, None, out, keepdims)``; or None. The generated line then calls it directly.
+    ``np.add.reduce(x, axis, None, out, keepdims)``; or None. The generated line then calls it directly. As
+    the hook runs once per op when the program is built, a kernel may also use it to prepare (load numba's
+    loops for inputs this large) and return None.
 
     Everything that is the same on every call is bound once, as a global of the function: each kernel
     (a NumPy ufunc itself where the op's kernel is a plain ufunc), its attributes, the arena views, the

@@ -546,6 +546,19 @@ def _ref_safe(name: Any, counts: Counter[Any]) -> bool:
     return isinstance(name, str) and name != "" and counts[name] == 1 and not _ALL_DIGITS.fullmatch(name)
 
 
+
+def _file_meta(graph: Graph, inline_limit: int) -> dict[str, Any]:
+    """The graph's file_meta entries that JSON can hold (others are format details of another format)."""
+    meta = {}
+    for key, value in graph.file_meta.items():
+        if type(key) is str:
+            try:
+                meta[key] = _enc(value, inline_limit)
+            except _Unencodable:
+                continue
+    return meta
+
+
 def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> dict[str, Any]:
     """The JSON document of ``graph`` as Python data (see the module doc for the layout).
 
@@ -661,13 +674,7 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
         symbols["descriptions"] = rest_desc
     if symbols:
         doc["symbols"] = symbols
-    meta = {}
-    for key, value in graph.file_meta.items():
-        if type(key) is str:
-            try:
-                meta[key] = _enc(value, inline_limit)
-            except _Unencodable:
-                continue  # not JSON-able: format details of another format
+    meta = _file_meta(graph, inline_limit)
     if meta:
         doc["file_meta"] = meta
     return doc
@@ -812,13 +819,7 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool) -> Iterator[s
                  if not (k[0] in limits and _is_index(k[1], limits[k[0]]))]
     if rest_desc:
         symbols["descriptions"] = rest_desc
-    meta = {}
-    for key, value in graph.file_meta.items():
-        if type(key) is str:
-            try:
-                meta[key] = _enc(value, inline_limit)
-            except _Unencodable:
-                continue  # not JSON-able: format details of another format
+    meta = _file_meta(graph, inline_limit)
 
     outputs_text = "[" + ", ".join(label(v) for v in graph.outputs.tolist()) + "]"
     updates_text = "[" + ", ".join(f"[{label(s)}, {label(d)}]" for s, d in graph.updates.tolist()) + "]"

@@ -769,18 +769,9 @@ def _float_infer(name: str) -> Callable[[tuple[ValueType, ...], dict[str, Any]],
 
 
 def _silu_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    # sigmoid into r as _sigmoid_block computes it, then x * r: o is written last, so o may be x
-    if x.max() <= _SIGMOID_SAFE:
-        np.exp(x, out=r)
-        np.add(r, np.float32(1.0), out=s)
-        np.divide(r, s, out=r)
-    else:
-        np.absolute(x, out=r)
-        np.negative(r, out=r)
-        np.exp(r, out=r)
-        np.add(r, np.float32(1.0), out=s)
-        np.copyto(r, np.float32(1.0), where=x >= 0)
-        np.divide(r, s, out=r)
+    # sigmoid into r (_sigmoid_block may write its output into its own scratch r), then x * r: o is written
+    # last, so o may be x
+    _sigmoid_block(x, r, s, r)
     np.multiply(x, r, out=o)
 
 

@@ -75,7 +75,7 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, tensor, version_of_first, write_out
+from opgraph.ops._common import normalize_axis, sum_rows, tensor, version_of_first, write_out
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 
 FAMILY = "nn"
@@ -374,13 +374,12 @@ _ROW_SUM_MAX = 4096
 
 
 def _row_sums(e: np.ndarray, axis: int) -> np.ndarray:
-    """``e.sum(axis, keepdims=True)``; along a short contiguous last axis (attention rows of 49-512) as
-    ``e @ ones``: BLAS accumulates in vector lanes much as NumPy's pairwise sum does in its 8 partial sums
-    (the same accuracy class), and is 3x faster on such rows (NumPy's reduction pays per row)."""
-    n = e.shape[axis] if e.ndim else 1
-    if (e.ndim and axis % e.ndim == e.ndim - 1 and 0 < n <= _ROW_SUM_MAX and e.flags.c_contiguous
-            and e.dtype in (np.float32, np.float64)):
-        return np.matmul(e, np.ones(n, e.dtype))[..., None]
+    """``e.sum(axis, keepdims=True)``; along a contiguous last axis up to :data:`_ROW_SUM_MAX` long (attention
+    rows of 49-512) by :func:`~opgraph.ops._common.sum_rows`, 3x faster than NumPy's reduction there."""
+    if e.ndim and axis % e.ndim == e.ndim - 1:
+        total = sum_rows(e, e.shape[-1], _ROW_SUM_MAX)
+        if total is not None:
+            return total.reshape(*e.shape[:-1], 1)
     return np.add.reduce(e, axis=axis, keepdims=True)
 
 
