@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opgraph._atomic import atomic_files
 from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
@@ -407,7 +408,9 @@ def render(graph: Graph, path: str | os.PathLike[str], *, format: str | None = N
            max_ops: int = 300, rankdir: str = "TB") -> str:
     """Render ``graph`` to ``path`` (svg, png or pdf; default: from the extension) with ``dot``.
 
-    Also writes ``.dot``/``.gv`` files (the DOT text, no binary needed). Raises
+    Also writes ``.dot``/``.gv`` files (the DOT text, no binary needed). The file
+    is replaced atomically (:func:`opgraph._atomic.atomic_files`): a failed save
+    leaves any earlier file as it was and no temporary behind. Raises
     :class:`GraphvizNotFoundError` naming the ``dot`` binary and how to install it
     when it is missing. Returns the path written.
 
@@ -430,10 +433,9 @@ def render(graph: Graph, path: str | os.PathLike[str], *, format: str | None = N
         data = text.encode()
     else:
         data = _run_dot(text, fmt)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    # Made whole in memory first (dot has run), then written under a fresh temporary name and renamed.
+    with atomic_files([path]) as (f,):
         f.write(data)
-    os.replace(tmp, path)
     return path
 
 
