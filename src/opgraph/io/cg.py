@@ -62,7 +62,11 @@ registered kinds their default attributes. Set gateways become
 ``graph.updates``. A variable that no function produces and no gateway sets
 (TensCalc's aliases) becomes an extra input after the set ones, in index
 order, listed in ``file_meta["cg_unset_inputs"]`` so that saving writes no
-set gateway for it.
+set gateway for it. A copy whose destinations are the scalars that a
+``ftensor2scalars`` makes from a set variable (``saveScalarized``'s copies)
+sets that variable: it becomes a ``scalars2ftensor`` of the variable's
+entries and an update edge onto it (:func:`_scalar_copies`), and is written
+back as the original records (``file_meta["cg_scalar_copies"]``).
 
 **1-based set/get indices.** TensCalc's ``saveScalarized`` writes set and get
 variable indices 1-based (copies and .cg stay 0-based); ``saveVectorized``
@@ -84,7 +88,8 @@ there), ``cg_io_base`` (0/1), ``cg_io_records`` (``(type, count)`` per .cgio
 record, when not one record per variable), ``cg_unset_inputs``,
 ``cg_const_types`` (.cgc record type per constant, when not the default),
 ``cg_cgs_order`` (``(type, index)`` per .cgs record, when not sorted),
-``cg_text_encoding`` (when the .cgs text is not UTF-8). Names are written as
+``cg_text_encoding`` (when the .cgs text is not UTF-8), ``cg_scalar_copies``
+(copies into scalarised inputs, see above). Names are written as
 UTF-8 and their lengths count bytes.
 
 **Reading large files.** The .cg and .cgio integer streams are parsed with
@@ -118,7 +123,7 @@ import math
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 
@@ -162,6 +167,8 @@ METADATA_RECORD = 9001
 METADATA_VERSION = 1
 
 IO_SET, IO_GET, IO_COPY = 1, 2, 3
+TC_SCALARS2FTENSOR, TC_FTENSOR2SCALARS = 30001, 30002
+"""TensCalc's function types that gather scalars into a tensor and split a tensor into scalars."""
 SYM_KIND = {1: "constant", 2: "op", 3: "value", 4: "io"}
 SYM_TYPE = {v: k for k, v in SYM_KIND.items()}
 _SYM_FIELD = {1: "constants", 2: "ops", 3: "values", 4: "io"}
@@ -801,7 +808,8 @@ def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | Non
     """
     if index_bits is not None and index_bits not in MAGIC_DTYPES:
         raise ValueError(f"index_bits must be 16, 32 or 64, not {index_bits!r}")
-    contents = _Writer(graph).contents(index_bits)
+    view = _file_view(graph)  # a TensCalc file read with copies into scalars: its own records again
+    contents = _Writer(view if view is not None else graph).contents(index_bits)
     base = _base_path(path)
     with atomic_files([base + s for s in SUFFIXES]) as files:
         for f, chunks in zip(files, contents, strict=True):
@@ -853,6 +861,223 @@ def gateways(graph: Graph) -> list[Gateway]:
         else:
             out.append(Gateway("set" if kind == IO_SET else "get", name, tuple(int(v) for v in taken)))
     return out
+
+
+# ------------------------------------------------------- copies into scalarised inputs
+_GRAPH_FIELDS = ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
+                 "value_producer", "value_index", "types", "attrs", "constants", "inputs", "outputs", "updates",
+                 "symbols", "file_meta")
+
+
+def _replace(graph: Graph, **changes: Any) -> Graph:
+    """``graph`` with some of its fields replaced, unchecked (as file readers and writers build graphs).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.op("exp", x))
+    >>> _replace(b.freeze(), outputs=[0]).outputs.tolist()
+    [0]
+    """
+    return Graph(**{name: changes.get(name, getattr(graph, name)) for name in _GRAPH_FIELDS})
+
+
+class _CopyProblem(Exception):
+    """A copy pair that is neither a copy into an input nor into the scalars of a set variable."""
+
+    def __init__(self, pair: int, message: str) -> None:
+        super().__init__(message)
+        self.pair, self.message = pair, message
+
+
+def _scalar_copies(view: Graph, counts: Sequence[int]) -> tuple[Graph, list[int]]:
+    """``view`` (whose ``updates`` are a file's copy pairs) with its copies into scalars made update edges.
+
+    TensCalc's ``saveScalarized`` writes a copy of a set variable as pairs
+    (source scalar, destination scalar) whose destinations are the outputs of
+    the ``ftensor2scalars`` that splits the variable (``counts``: pairs per
+    copy record). For each copy record and each such variable this appends a
+    ``scalars2ftensor`` of the variable's entries in column-major order (the
+    copied sources at their positions, the variable's own scalars elsewhere),
+    from a ``[1 .. n]`` subscripts constant (``1 x n``, shared by the copies of
+    ``n`` scalars), and an update edge from it to the variable. The file does
+    not store the variable's size, so the new value is a vector of its ``n``
+    entries: the variable must be read only by ``ftensor2scalars`` (as
+    saveScalarized writes it), which sees the same entries. Pairs into inputs
+    stay update edges. Returns the graph (``file_meta`` and symbols of
+    ``view``) and the number of update edges per copy record.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", None), name="x")
+    >>> x0, x1 = b.op("ftensor2scalars", x, nout=2)
+    >>> y = b.op("Sexp", x0)
+    >>> b.output(y)
+    >>> g = b.freeze()
+    >>> h, rows = _scalar_copies(_replace(g, updates=[[y.id, x0.id]]), [1])   # x(1) <- exp(x(1))
+    >>> [h.kind_of(op) for op in range(h.num_ops)], h.updates.tolist(), rows
+    (['ftensor2scalars', 'Sexp', 'const', 'scalars2ftensor'], [[5, 0]], [1])
+    >>> ctx = opgraph.compile(h).context()
+    >>> ctx.set("x", np.array([0.0, 2.0])); ctx.update()
+    >>> ctx.get("x"), ctx.get(y.id)
+    (array([1., 2.]), array(2.71828183))
+    """
+    pairs = view.updates.astype(np.int64)
+    src, dst = pairs[:, 0], pairs[:, 1]
+    n_vals, n_ops = view.num_values, view.num_ops
+    rec = np.repeat(np.arange(len(counts)), np.asarray(counts, dtype=np.int64))
+    is_input = np.zeros(n_vals, dtype=bool)
+    is_input[view.inputs] = True
+    scal = ~is_input[dst]
+    rows_per_record = np.bincount(rec, minlength=len(counts)).tolist()
+    if not scal.any():
+        return view, rows_per_record
+    idx = np.flatnonzero(scal)
+    prod = view.value_producer[dst[idx]].astype(np.int64)
+    ok = prod >= 0
+    ok[ok] = view.op_kind[prod[ok]] == TC_FTENSOR2SCALARS
+    n_in = np.diff(view.in_ptr)
+    ok[ok] = n_in[prod[ok]] == 1
+    ok[ok] = is_input[view.in_ids[view.in_ptr[prod[ok]]]]
+    if not ok.all():
+        k = int(idx[np.flatnonzero(~ok)[0]])
+        raise _CopyProblem(k, f"copy destination {int(dst[k])} is not an input "
+                              f"(it is produced by record {int(view.value_producer[dst[k]])})")
+    # A scalar copied twice by one gateway has no single meaning.
+    key = rec[idx] * n_vals + dst[idx]
+    _, first = np.unique(key, return_index=True)
+    if len(first) != len(idx):
+        k = int(idx[np.setdiff1d(np.arange(len(idx)), first)[0]])
+        raise _CopyProblem(k, f"copy destination {int(dst[k])} is copied twice by one copy gateway")
+    # One group per (copy record, ftensor2scalars op), in order of first pair.
+    gkey = rec[idx] * n_ops + prod
+    _, gfirst, ginv = np.unique(gkey, return_index=True, return_inverse=True)
+    order = np.argsort(gfirst, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    group = rank[ginv.reshape(-1)]
+    types, attrs, constants = list(view.types), list(view.attrs), list(view.constants)
+
+    def table_id(table: list[Any], entry: Any, key: Callable[[Any], Any]) -> int:
+        want = key(entry)
+        for i, t in enumerate(table):
+            if key(t) == want:
+                return i
+        table.append(entry)
+        return len(table) - 1
+
+    f64 = table_id(types, F64_UNKNOWN, lambda t: t)
+    nout1 = table_id(attrs, (("nout", 1),), exact_key)
+    kinds: list[int] = []
+    op_attr: list[int] = []
+    ins: list[np.ndarray] = []
+    vtypes: list[int] = []
+    subs_value: dict[int, int] = {}
+    group_value = np.empty(len(order), dtype=np.int64)
+    group_dest = np.empty(len(order), dtype=np.int64)
+    cptr, cops = view.consumers()
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(order)))])
+    for gi, first_pair in enumerate(gfirst[order].tolist()):
+        op = int(prod[first_pair])
+        var = int(view.in_ids[view.in_ptr[op]])
+        readers = cops[cptr[var]:cptr[var + 1]]
+        other = readers[view.op_kind[readers] != TC_FTENSOR2SCALARS]
+        if len(other):  # its new value would need the size the file does not store
+            k = int(idx[first_pair])
+            raise _CopyProblem(k, f"copy destination {int(dst[k])} is a scalar of variable {var}, which record "
+                                  f"{int(other[0])} reads as a tensor (only ftensor2scalars may read it)")
+        outs = view.out_ids[view.out_ptr[op]:view.out_ptr[op + 1]].astype(np.int64)
+        n = len(outs)
+        members = by_group[bounds[gi]:bounds[gi + 1]]
+        entries = outs.copy()
+        entries[view.value_index[dst[idx[members]]]] = src[idx[members]]
+        if n not in subs_value:
+            c = np.arange(1, n + 1, dtype=np.int64).reshape(1, n)
+            constants.append(c)
+            kinds.append(CONST.id)
+            op_attr.append(table_id(attrs, (("index", len(constants) - 1),), exact_key))
+            ins.append(np.zeros(0, np.int64))
+            vtypes.append(table_id(types, TensorType.of(c), lambda t: t))
+            subs_value[n] = n_vals + len(vtypes) - 1
+        kinds.append(TC_SCALARS2FTENSOR)
+        op_attr.append(nout1)
+        ins.append(np.concatenate([[subs_value[n]], entries]))
+        vtypes.append(f64)
+        group_value[gi] = n_vals + len(vtypes) - 1
+        group_dest[gi] = var
+    m = len(kinds)
+    n_in_new = np.array([len(a) for a in ins], dtype=np.int64)
+    emit = ~scal
+    first_of_group = np.zeros(len(pairs), dtype=bool)
+    first_of_group[idx[gfirst]] = True
+    emit |= first_of_group
+    rows = pairs.copy()
+    rows[idx, 0] = group_value[group]
+    rows[idx, 1] = group_dest[group]
+    graph = Graph(
+        op_kind=np.concatenate([view.op_kind, kinds]),
+        op_attr=np.concatenate([view.op_attr, op_attr]),
+        op_version=np.concatenate([view.op_version, np.zeros(m, np.int64)]),
+        in_ptr=np.concatenate([view.in_ptr, view.in_ptr[-1] + np.cumsum(n_in_new)]),
+        in_ids=np.concatenate([view.in_ids, *ins]),
+        out_ptr=np.concatenate([view.out_ptr, view.out_ptr[-1] + np.arange(1, m + 1)]),
+        out_ids=np.concatenate([view.out_ids, np.arange(n_vals, n_vals + m)]),
+        value_type=np.concatenate([view.value_type, vtypes]),
+        value_producer=np.concatenate([view.value_producer, np.arange(n_ops, n_ops + m)]),
+        value_index=np.concatenate([view.value_index, np.zeros(m, np.int64)]),
+        types=types, attrs=attrs, constants=constants,
+        inputs=view.inputs, outputs=view.outputs, updates=rows[emit],
+        symbols=view.symbols, file_meta=view.file_meta,
+    )
+    return graph, np.bincount(rec[emit], minlength=len(counts)).tolist()
+
+
+def _file_view(graph: Graph) -> Graph | None:
+    """The graph as its TensCalc file holds it, when it was read with copies into scalars and still fits them.
+
+    That is the graph without the ops, values and constants the reader
+    appended (:func:`_scalar_copies`) and with the file's copy pairs as
+    ``updates`` (not a valid graph: only for writing); None when
+    ``file_meta["cg_scalar_copies"]`` is absent or no longer describes the
+    graph (then it is written as it is).
+    """
+    meta = graph.file_meta.get("cg_scalar_copies")
+    if meta is None:
+        return None
+    try:
+        n_ops, n_vals, n_consts, pairs, _rows = meta
+        n_ops, n_vals, n_consts = int(n_ops), int(n_vals), int(n_consts)
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError):
+        return None
+    if not (0 <= n_ops <= graph.num_ops and 0 <= n_vals <= graph.num_values
+            and 0 <= n_consts <= len(graph.constants)) or (len(pairs) and (pairs.min() < 0 or pairs.max() >= n_vals)):
+        return None
+    sym = graph.symbols
+    limits = {"values": n_vals, "ops": n_ops, "constants": n_consts}
+    if any(k >= limits[f] for f in limits for k in getattr(sym, f)) or any(
+            kind in ("value", "op", "constant") and idx >= limits[kind + "s"] for kind, idx in sym.descriptions):
+        return None
+    fm = {k: v for k, v in graph.file_meta.items() if k != "cg_scalar_copies"}
+    view = Graph(
+        op_kind=graph.op_kind[:n_ops], op_attr=graph.op_attr[:n_ops], op_version=graph.op_version[:n_ops],
+        in_ptr=graph.in_ptr[:n_ops + 1], in_ids=graph.in_ids[:graph.in_ptr[n_ops]],
+        out_ptr=graph.out_ptr[:n_ops + 1], out_ids=graph.out_ids[:graph.out_ptr[n_ops]],
+        value_type=graph.value_type[:n_vals], value_producer=graph.value_producer[:n_vals],
+        value_index=graph.value_index[:n_vals], types=graph.types, attrs=graph.attrs,
+        constants=graph.constants[:n_consts], inputs=graph.inputs, outputs=graph.outputs, updates=pairs,
+        symbols=sym, file_meta=fm,
+    )
+    try:
+        writer = _Writer(view)  # its constant functions name only the file's constants
+        unset = writer._unset_inputs()
+        layout = writer._io_layout(len(view.inputs) - len(unset))
+        counts = [c for t, c in layout if t == IO_COPY] if layout is not None else [1] * len(pairs)
+        expected, _ = _scalar_copies(view, counts)
+        if not (expected.equals(graph, check_names=True) and writer.plain()):
+            return None
+    except (GraphError, _CopyProblem, IndexError, ValueError):
+        return None
+    return view
 
 
 class _Writer:
@@ -978,12 +1203,26 @@ class _Writer:
                 return None
             tot[t] += c
         g = self.g
-        if (tot[IO_SET], tot[IO_GET], tot[IO_COPY]) != (n_sets, len(g.outputs), len(g.updates)):
+        if (tot[IO_SET], tot[IO_GET]) != (n_sets, len(g.outputs)):
             return None
+        if tot[IO_COPY] != len(g.updates):
+            # Read with copies into scalars: a copy record of the file is that many update edges.
+            scalar = self._meta_get("cg_scalar_copies")
+            try:
+                rows = [int(r) for r in scalar[4]] if scalar is not None else []
+            except (TypeError, ValueError, IndexError):
+                rows = []
+            n_copy_records = sum(t == IO_COPY for t, _ in lay)
+            if len(rows) != n_copy_records or sum(rows) != len(g.updates) or min(rows, default=0) < 0:
+                return None
+            it = iter(rows)
+            lay = [(t, next(it) if t == IO_COPY else c) for t, c in lay]
         return lay
 
     # ---------------------------------------------------------- contents
-    def contents(self, index_bits: int | None) -> list[list[Any]]:
+    def _decide(self) -> tuple[Any, ...]:
+        """What every file depends on: unset inputs, set and get variables, index base, .cgio layout,
+        .cgs records and whether the metadata record is left out."""
         g = self.g
         unset = self._unset_inputs()
         set_vars = g.inputs[: len(g.inputs) - len(unset)].astype(np.int64)
@@ -994,6 +1233,15 @@ class _Writer:
         n_io = len(layout) if layout is not None else len(set_vars) + len(gets) + len(g.updates)
         sym_recs = self._symbol_records(n_io)
         plain = self._plain_ok(set_vars, gets, base, unset, sym_recs)
+        return unset, set_vars, gets, base, layout, n_io, sym_recs, plain
+
+    def plain(self) -> bool:
+        """Whether the files are written without the metadata record (as TensCalc writes them)."""
+        return bool(self._decide()[-1])
+
+    def contents(self, index_bits: int | None) -> list[list[Any]]:
+        g = self.g
+        unset, set_vars, gets, base, layout, n_io, sym_recs, plain = self._decide()
 
         # .cgc records: (type, constant); each is encoded only when it is written.
         const_types = self._meta_get("cg_const_types")
@@ -1683,7 +1931,10 @@ class _Reader:
         is_input = is_set
         is_input[unset_arr] = True
         bad = ~is_input[self.copy_dst] if len(self.copy_dst) else np.zeros(0, bool)
-        if bad.any():
+        # TensCalc's saveScalarized copies into the scalars of set variables (their ftensor2scalars
+        # outputs): such copies are checked and made update edges by _scalar_copies, at the end.
+        scalar_copy = bad if header is None else np.zeros(len(bad), bool)
+        if bad.any() and not scalar_copy.any():
             k = int(np.flatnonzero(bad)[0])
             self._io_fail(int(self.copy_rec[k]), f"copy destination {int(self.copy_dst[k])} is not an input "
                                                  f"(it is produced by record {int(value_producer[self.copy_dst[k]])})")
@@ -1718,7 +1969,7 @@ class _Reader:
         if len(self.copy_src):
             canon: dict[ValueType, int] = {}
             tid = np.array([canon.setdefault(t, i) for i, t in enumerate(types)], dtype=np.int64)
-            bad = tid[value_type[self.copy_src]] != tid[value_type[self.copy_dst]]
+            bad = (tid[value_type[self.copy_src]] != tid[value_type[self.copy_dst]]) & ~scalar_copy
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
                 src, dst = int(self.copy_src[k]), int(self.copy_dst[k])
@@ -1729,17 +1980,27 @@ class _Reader:
             fm["cg_text_encoding"] = self.text_encoding
 
         self.where.at(self.cg.path, 0, 1)
-        return Graph(
+        pairs = np.stack([self.copy_src, self.copy_dst], axis=1) if len(self.copy_src) else np.zeros((0, 2), np.int64)
+        if scalar_copy.any():
+            # What the writer needs to write the file's own records again (see _file_view).
+            fm["cg_scalar_copies"] = (n_ops, n_vals, nconst, tuple(map(tuple, pairs.tolist())), ())
+        graph = Graph(
             op_kind=self.kind, op_attr=op_attr, op_version=op_version,
             in_ptr=self.in_ptr, in_ids=self.in_ids,
             out_ptr=self.out_ptr, out_ids=self.out_ids,
             value_type=value_type, value_producer=value_producer, value_index=value_index,
             types=types, attrs=attrs, constants=self.constants,
-            inputs=inputs, outputs=gets,
-            updates=np.stack([self.copy_src, self.copy_dst], axis=1) if len(self.copy_src)
-            else np.zeros((0, 2), np.int32),
+            inputs=inputs, outputs=gets, updates=pairs,
             symbols=symbols, file_meta=fm,
         )
+        if scalar_copy.any():
+            try:
+                graph, rows = _scalar_copies(graph, self.io_count[self.io_type == IO_COPY].tolist())
+            except _CopyProblem as exc:
+                self._io_fail(int(self.copy_rec[exc.pair]), exc.message)
+            fm["cg_scalar_copies"] = (*fm["cg_scalar_copies"][:4], tuple(rows))
+            graph = _replace(graph, file_meta=fm)
+        return graph
 
     def _explain_io(self, produced: np.ndarray, limit: int) -> NoReturn:
         """Neither index base fits: report the first gateway that fails 0-based reading."""
