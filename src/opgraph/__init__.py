@@ -50,10 +50,13 @@ from opgraph.core import (
 from opgraph.core import hooks as _hooks
 from opgraph.errors import (
     ExecutionError,
+    FeedError,
     FormatError,
     GraphError,
+    MemoryLimitError,
     OpBuildError,
     OpTypeError,
+    UnknownKeyError,
     VerifyError,
 )
 from opgraph.frontend import lazy as _lazy
@@ -78,10 +81,10 @@ if TYPE_CHECKING:
     from opgraph.viz import draw
 
 __all__ = [
-    "VOID", "Attr", "ExecutionError", "FormatError", "Graph", "GraphBuilder", "GraphError", "Op",
-    "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "Value", "VerifyError",
-    "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "optimize", "register_op", "trace",
-    "value_and_grad", "vjp",
+    "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
+    "MemoryLimitError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "UnknownKeyError",
+    "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "optimize",
+    "register_op", "trace", "value_and_grad", "vjp",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.

@@ -51,5 +51,41 @@ class ExecutionError(GraphError, RuntimeError):
     """Running a graph failed: a missing feed, a feed of the wrong type, or a kernel error."""
 
 
+class FeedError(ExecutionError, ValueError):
+    """A feed cannot be used: its values do not fit the input's dtype, or its shape is wrong.
+
+    Also a ``ValueError``, as NumPy raises for values it cannot convert.
+
+    >>> issubclass(FeedError, ExecutionError) and issubclass(FeedError, ValueError)
+    True
+    """
+
+
+class UnknownKeyError(ExecutionError, KeyError):
+    """A feed or target key names no value of the graph (also a ``KeyError``, as a dict lookup raises).
+
+    >>> str(UnknownKeyError("no value named 'q'"))
+    "no value named 'q'"
+    """
+
+    def __str__(self) -> str:
+        # KeyError's own str() is the repr of its argument (quoted); a message reads better plain
+        return str(self.args[0]) if self.args else ""
+
+
 class FormatError(GraphError, ValueError):
     """A graph file is malformed; the message names file, record and byte offset."""
+
+
+class MemoryLimitError(ExecutionError, MemoryError):
+    """Compiling refused a memory plan larger than the memory limit.
+
+    The message names the plan's total, the limit and the ops making the
+    largest buffers; ``planned`` and ``limit`` are in bytes. It is also a
+    ``MemoryError``, which is what allocating the plan would have raised.
+    """
+
+    def __init__(self, message: str, *, planned: int, limit: int) -> None:
+        super().__init__(message)
+        self.planned = planned
+        self.limit = limit

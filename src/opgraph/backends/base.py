@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.builder import GraphBuilder
+from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.opinfo import OpInfo
 from opgraph.core.registry import CONST
@@ -172,6 +173,50 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<backend {self.name}: {len(self.rules)} op kinds>"
+
+
+def input_dtypes(graph: Graph) -> list[np.dtype | None]:
+    """The dtype each input of ``graph`` declares (None for a non-tensor input), for :func:`conform_args`.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); _ = b.input(("int8", (2,)))
+    >>> input_dtypes(b.freeze())
+    [dtype('int8')]
+    """
+    return [t.dtype if isinstance(t := graph.type_of(v), TensorType) else None for v in graph.inputs.tolist()]
+
+
+def conform_args(graph: Graph, dtypes: Sequence[np.dtype | None], args: Sequence[Any]) -> Sequence[Any]:
+    """An executable's arguments, each one whose dtype is not its input's converted by the feed rule.
+
+    The rule is :mod:`opgraph.core.feeds`' (values must survive; a lossy conversion is a
+    :class:`~opgraph.errors.FeedError` naming the input). Arguments of the right dtype
+    (NumPy or the backend's own arrays) pass untouched, at the cost of one comparison each.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); _ = b.input(("int8", (2,)), name="x"); g = b.freeze()
+    >>> conform_args(g, input_dtypes(g), [[1, 2]])
+    [array([1, 2], dtype=int8)]
+    """
+    for a, dt in zip(args, dtypes, strict=False):
+        if dt is not None and not has_dtype(a, dt):
+            break
+    else:
+        return args
+    return [a if dt is None or has_dtype(a, dt) else coerce_feed(graph, v, a)
+            for a, dt, v in zip(args, dtypes, graph.inputs.tolist(), strict=False)]
+
+
+def has_dtype(a: Any, dt: np.dtype) -> bool:
+    """True when ``a`` is an array (NumPy's or an engine's) of dtype ``dt``.
+
+    Not ``getattr(a, "dtype", None) == dt``: NumPy reads ``None`` as float64, so a Python list would pass as one.
+
+    >>> has_dtype([1.0], np.dtype("float64")), has_dtype(np.zeros(1), np.dtype("float64"))
+    (False, True)
+    """
+    got = getattr(a, "dtype", None)
+    return got is not None and got == dt
 
 
 def get_numpy() -> Backend:

@@ -33,7 +33,7 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, straight_line
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, conform_args, input_dtypes, straight_line
 from opgraph.core.graph import Graph
 from opgraph.core.types import TensorType
 
@@ -565,13 +565,16 @@ def _fix(result: Any, t: Any) -> Any:
 
 
 class _JaxExecutable(Executable):
-    def __init__(self, fn: Callable[..., Any], consts: list[Any], device: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], consts: list[Any], device: Any, graph: Graph) -> None:
         self.fn = fn
         self.consts = consts
         self.device = device
+        self.graph = graph
+        self.dtypes = input_dtypes(graph)
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
-        return list(self.fn(self.consts, *args))
+        # jit would trace a wrong dtype as it is (or its fixes wrap it): feeds follow opgraph's rule instead
+        return list(self.fn(self.consts, *conform_args(self.graph, self.dtypes, args)))
 
 
 class JaxBackend(Backend):
@@ -605,7 +608,7 @@ class JaxBackend(Backend):
         dev = self._device(device)
         fn, consts, _src = straight_line(graph, lambda info: RULES[info.kind](info), fix=_fix)
         jitted = jax.jit(fn, donate_argnums=tuple(1 + i for i in donate))
-        return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in consts], dev)
+        return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in consts], dev, graph)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return jax.device_put(array, self._device(device))

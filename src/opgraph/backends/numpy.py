@@ -42,12 +42,13 @@ from typing import Any
 import numpy as np
 
 from opgraph.backends.base import Backend, Executable, OpInfo
-from opgraph.core.feeds import coerce_feed
+from opgraph.core.feeds import coerce_feed, input_id
 from opgraph.core.feeds import value_id as _value_id
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, all_ops, get_op
 from opgraph.errors import ExecutionError, GraphError
+from opgraph.memory.limit import check_memory_limit
 from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
 
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
@@ -90,18 +91,22 @@ class CompiledGraph:
     """A graph compiled for repeated evaluation; see the module doc.
 
     ``targets`` default to the graph's outputs (and the update sources, which
-    are always computed); a call returns the outputs in order.
+    are always computed); a call returns the outputs in order. A plan larger
+    than ``memory_limit`` raises :class:`~opgraph.errors.MemoryLimitError`
+    (see :mod:`opgraph.memory.limit`: ``"auto"``, bytes, or None for no limit).
     """
 
     def __init__(self, graph: Graph, *, schedule: str | np.ndarray = "best",
-                 plan: MemoryPlan | None = None) -> None:
+                 plan: MemoryPlan | None = None, memory_limit: Any = "auto") -> None:
         with paused_gc():
-            self._setup(graph, schedule, plan)
+            self._setup(graph, schedule, plan, memory_limit)
 
-    def _setup(self, graph: Graph, schedule: str | np.ndarray, plan: MemoryPlan | None) -> None:
+    def _setup(self, graph: Graph, schedule: str | np.ndarray, plan: MemoryPlan | None,
+               memory_limit: Any = "auto") -> None:
         self.graph = graph
         self.backend = "numpy"
         self.plan = plan if plan is not None else plan_memory(graph, schedule=schedule)
+        check_memory_limit(self.plan, memory_limit)  # before allocating: a clear error, not NumPy's MemoryError
         self.outputs = [int(v) for v in graph.outputs.tolist()]
         self.updates = [(int(s), int(d)) for s, d in graph.updates.tolist()]
         self._lock = threading.Lock()
@@ -261,9 +266,7 @@ class CompiledGraph:
         pos = {v: i for i, v in enumerate(self._needed_inputs)}
         checks = []
         for k in keys:
-            v = _value_id(g, k)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
+            v = input_id(g, k)
             t = g.type_of(v)
             static = t.shape if t.shape is not None and None not in t.shape else None  # type: ignore[union-attr]
             checks.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
@@ -356,9 +359,7 @@ class CompiledGraph:
         slots = self._slots
         fed: set[int] = set()
         for k, data in feeds.items():
-            v = _value_id(g, k)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
+            v = input_id(g, k)
             slots[v] = coerce_feed(g, v, data)
             fed.add(v)
         for v in self._needed_inputs:
@@ -800,9 +801,7 @@ class EvalContext:
         """Give an input a new value; only its descendants become invalid (no copy is made)."""
         with self._lock:
             g = self.graph
-            v = _value_id(g, key)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
+            v = input_id(g, key, verb="set")
             self.slots[v] = coerce_feed(g, v, data)
             desc = np.flatnonzero(g.descendants([v])).tolist()
             for d in desc:
@@ -900,12 +899,12 @@ class NumpyBackend(Backend):
 
     def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
                       schedule: str | np.ndarray = "best", plan: MemoryPlan | None = None,
-                      **options: Any) -> Executable:
-        """The arena runtime on ``graph`` (``schedule``/``plan`` as for :class:`CompiledGraph`)."""
+                      memory_limit: Any = "auto", **options: Any) -> Executable:
+        """The arena runtime on ``graph`` (``schedule``/``plan``/``memory_limit`` as for :class:`CompiledGraph`)."""
         self.check_device(device)
         if options:
             raise TypeError(f"the numpy backend takes no option(s) {sorted(options)}")
-        return _ArenaExecutable(CompiledGraph(graph, schedule=schedule, plan=plan))
+        return _ArenaExecutable(CompiledGraph(graph, schedule=schedule, plan=plan, memory_limit=memory_limit))
 
 
 BACKEND = NumpyBackend(

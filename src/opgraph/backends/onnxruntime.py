@@ -36,7 +36,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from opgraph.backends.base import Backend, BackendError, Executable, OpInfo
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, conform_args, input_dtypes
 from opgraph.core.graph import Graph
 from opgraph.ops.nn import pad4
 
@@ -283,9 +283,12 @@ class _Session(Executable):
         types = [graph.type_of(v) for v in graph.inputs.tolist()]
         #: each input's static shape (None where a dimension is dynamic)
         self.shapes = [t.shape if t.shape is not None and None not in t.shape else None for t in types]
+        self.graph = graph
+        self.dtypes = input_dtypes(graph)
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
         feeds = {}
+        args = conform_args(self.graph, self.dtypes, args)  # ONNX Runtime's own refusal would name no opgraph input
         for n, a, shape in zip(self.input_names, args, self.shapes, strict=True):
             a = np.asarray(a, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
             if shape is not None and a.shape != shape and a.size == math.prod(shape):

@@ -54,7 +54,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opgraph.backends.base import Backend, BackendError, Executable, Limit, OpInfo, RuleFactory, straight_line
+from opgraph.backends.base import (
+    Backend,
+    BackendError,
+    Executable,
+    Limit,
+    OpInfo,
+    RuleFactory,
+    has_dtype,
+    input_dtypes,
+    straight_line,
+)
+from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import ExecutionError
@@ -1808,6 +1819,7 @@ class _TorchExecutable(Executable):
 
     def __init__(self, graph: Graph, device: torch.device, compile: bool, mode: str | None) -> None:
         self.graph = graph
+        self._inputs = list(zip(graph.inputs.tolist(), input_dtypes(graph), strict=True))
         self.device = device
         self._compile = compile
         self._mode = mode
@@ -1871,8 +1883,10 @@ class _TorchExecutable(Executable):
                                      f"{x.dtype} and shape {tuple(x.shape)}")
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
+        # a tensor must match exactly (checked below); NumPy and Python feeds follow opgraph's feed rule
         xs = [(a if a.device == self.device else a.to(self.device)) if isinstance(a, torch.Tensor)
-              else _from_numpy(np.asarray(a), self.device) for a in args]
+              else _from_numpy(a if has_dtype(a, dt) else coerce_feed(self.graph, v, a), self.device)
+              for a, (v, dt) in zip(args, self._inputs, strict=False)]
         key = tuple((tuple(x.shape), x.dtype) for x in xs)
         with torch.inference_mode():
             if key not in self._seen:

@@ -46,6 +46,7 @@ cache once per op; a value with many consumers moves its chain to a dict.
 
 from __future__ import annotations
 
+import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -78,6 +79,23 @@ _NEW = object.__new__
 _FOREIGN = "a value from another builder or graph was passed to this builder"
 _NO: Any = object()
 """Marks an absent positional argument of an op method."""
+
+
+def _wait(take: Callable[[], Any]) -> None:
+    """Take a builder's token that another thread holds: sleep (releasing the GIL) until it is back.
+
+    Sharing one builder between threads is rare and the holder keeps the
+    token for about a microsecond, so a short sleep, doubling up to a
+    millisecond, costs less than a condition variable on every op.
+    """
+    delay = 0.0
+    while True:
+        time.sleep(delay)
+        try:
+            take()
+            return
+        except IndexError:
+            delay = min(2 * delay or 1e-6, 1e-3)
 
 
 def _handle(owner: GraphBuilder, vid: int) -> Value:
@@ -160,40 +178,45 @@ def _op_method(kid: int, doc: str | None) -> Callable[..., Any]:
                 if mine:
                     ia: int = a.id
                     ic: int = c.id
-                    vt = self._value_type
-                    memo = self._memo1.get((kid, vt[ia], vt[ic]))
-                    if memo is not None:
-                        sid, out_tid = memo
-                        sigs = self._op_sig
-                        hd = self._cse_head
-                        if hd is not None:
-                            vmax = ia if ia > ic else ic
-                            try:
-                                head = hd[vmax]
-                            except IndexError:
-                                head = self._cse_reach(vmax)
-                            if head:
-                                hit = self._cse_lookup(sid, (ia, ic), vmax)
-                                if hit >= 0:
-                                    return _handle(self, self._first_out(hit))
-                                head = hd[vmax]
-                                if head == _SPILLED:
-                                    self._cse_spilled[(sid, ia, ic)] = len(sigs)
-                                else:
-                                    self._cse_link(len(sigs), head)
+                    take, give, vt, memo1, sigs, ins = self._hot
+                    try:
+                        take()
+                    except IndexError:  # another thread holds the builder
+                        _wait(take)
+                    try:
+                        memo = memo1((kid, vt[ia], vt[ic]))
+                        if memo is not None:
+                            sid, out_tid = memo
+                            hd = self._cse_head
+                            if hd is not None:
+                                vmax = ia if ia > ic else ic
+                                try:
+                                    head = hd[vmax]
+                                except IndexError:
+                                    head = self._cse_reach(vmax)
+                                if head:
+                                    hit = self._cse_lookup(sid, (ia, ic), vmax)
+                                    if hit >= 0:
+                                        return _handle(self, self._first_out(hit))
+                                    head = hd[vmax]
+                                    if head == _SPILLED:
+                                        self._cse_spilled[(sid, ia, ic)] = len(sigs)
+                                    else:
+                                        self._cse_link(len(sigs), head)
+                                        hd[vmax] = len(sigs) + 1
+                                else:  # the usual case: the first consumer of its youngest input
                                     hd[vmax] = len(sigs) + 1
-                            else:  # the usual case: the first consumer of its youngest input
-                                hd[vmax] = len(sigs) + 1
-                        sigs.append(sid)
-                        ins = self._op_in
-                        ins.append(ia)
-                        ins.append(ic)
-                        vid = len(vt)
-                        vt.append(out_tid)
-                        v = _NEW(Value)  # see _handle
-                        v.owner = self
-                        v.id = vid
-                        return v
+                            sigs.append(sid)
+                            ins.append(ia)
+                            ins.append(ic)
+                            vid = len(vt)
+                            vt.append(out_tid)
+                            v = _NEW(Value)  # see _handle
+                            v.owner = self
+                            v.id = vid
+                            return v
+                    finally:
+                        give(True)
             elif a is not _NO:
                 try:
                     mine = a.owner is self
@@ -201,39 +224,44 @@ def _op_method(kid: int, doc: str | None) -> Callable[..., Any]:
                     mine = False
                 if mine:
                     ia = a.id
-                    vt = self._value_type
-                    memo = self._memo1.get((kid, vt[ia]))
-                    if memo is not None:
-                        sid, out_tid = memo
-                        sigs = self._op_sig
-                        hd = self._cse_head
-                        if hd is not None:
-                            try:
-                                head = hd[ia]
-                            except IndexError:
-                                head = self._cse_reach(ia)
-                            if head:
-                                hit = self._cse_lookup(sid, (ia,), ia)
-                                if hit >= 0:
-                                    return _handle(self, self._first_out(hit))
-                                head = hd[ia]
-                                if head == _SPILLED:
-                                    self._cse_spilled[(sid, ia)] = len(sigs)
+                    take, give, vt, memo1, sigs, ins = self._hot
+                    try:
+                        take()
+                    except IndexError:  # another thread holds the builder
+                        _wait(take)
+                    try:
+                        memo = memo1((kid, vt[ia]))
+                        if memo is not None:
+                            sid, out_tid = memo
+                            hd = self._cse_head
+                            if hd is not None:
+                                try:
+                                    head = hd[ia]
+                                except IndexError:
+                                    head = self._cse_reach(ia)
+                                if head:
+                                    hit = self._cse_lookup(sid, (ia,), ia)
+                                    if hit >= 0:
+                                        return _handle(self, self._first_out(hit))
+                                    head = hd[ia]
+                                    if head == _SPILLED:
+                                        self._cse_spilled[(sid, ia)] = len(sigs)
+                                    else:
+                                        self._cse_link(len(sigs), head)
+                                        hd[ia] = len(sigs) + 1
                                 else:
-                                    self._cse_link(len(sigs), head)
                                     hd[ia] = len(sigs) + 1
-                            else:
-                                hd[ia] = len(sigs) + 1
-                        sigs.append(sid)
-                        ins = self._op_in
-                        ins.append(ia)
-                        ins.append(_NONE)
-                        vid = len(vt)
-                        vt.append(out_tid)
-                        v = _NEW(Value)
-                        v.owner = self
-                        v.id = vid
-                        return v
+                            sigs.append(sid)
+                            ins.append(ia)
+                            ins.append(_NONE)
+                            vid = len(vt)
+                            vt.append(out_tid)
+                            v = _NEW(Value)
+                            v.owner = self
+                            v.id = vid
+                            return v
+                    finally:
+                        give(True)
         inputs = (a, c, *rest) if c is not _NO else (a, *rest) if a is not _NO else rest
         return self._build(get_op(kid), inputs, name, attrs)
 
@@ -257,6 +285,16 @@ class GraphBuilder:
 
     ``hash_cons``: return existing outputs for an op identical to an earlier
     one (same kind, attributes and inputs) and one value for equal constants.
+
+    Thread safety: one builder may be shared by several threads. Every change
+    (an op, input, constant, output, update edge, name, description, the
+    ``hash_cons`` switch) and ``freeze()`` hold the builder's lock, so ops
+    built concurrently are appended whole, one after another, in some order,
+    and the frozen graph is valid. The lock is a one-element token list
+    (atomic ``pop``/``append``), which adds no measurable time per op
+    (tests/test_sizes_threads.py; a ``threading.Lock`` would add ~10%).
+    Threads still run one at a time under the GIL: sharing a builder is
+    for convenience, not speed.
     """
 
     def __init__(self, *, hash_cons: bool = True) -> None:
@@ -307,7 +345,27 @@ class GraphBuilder:
         self._frozen: Graph | None = None
         self._frozen_ops = -1
         self._opdefs: dict[Any, tuple[OpDef, Callable[..., Any] | None]] = {}
+        # Every change holds the builder's token (see the class doc): a one-element list that a thread
+        # pop()s to enter and append()s to leave, both atomic. The pair costs ~15 ns where a
+        # threading.Lock's acquire()/release() cost ~65 (acquire parses its arguments) on a ~600 ns op;
+        # a thread that finds the list empty waits in _wait. The fast path reads the token's methods
+        # and the columns it appends to from one tuple: an attribute of a class with __getattr__ is a
+        # slow lookup. The columns are never replaced, so the tuple stays valid.
+        token = [True]
+        self._take = token.pop
+        self._give = token.append
+        self._hot = (token.pop, token.append, self._value_type, self._memo1.get, self._op_sig, self._op_in)
         self.hash_cons = hash_cons
+
+    def _acquire(self) -> None:
+        """Take the builder's token (wait while another thread holds it); :meth:`_release` gives it back."""
+        try:
+            self._take()
+        except IndexError:
+            _wait(self._take)
+
+    def _release(self) -> None:
+        self._give(True)
 
     @property
     def hash_cons(self) -> bool:
@@ -322,13 +380,17 @@ class GraphBuilder:
 
     @hash_cons.setter
     def hash_cons(self, on: bool) -> None:
-        if on and self._cse_head is None:
-            self._cse_head, self._cse_next = self._cse_parked or (array(_IDS), array(_IDS))
-            self._cse_parked = None
-        elif not on and self._cse_head is not None:
-            assert self._cse_next is not None
-            self._cse_parked = (self._cse_head, self._cse_next)
-            self._cse_head = self._cse_next = None
+        self._acquire()
+        try:
+            if on and self._cse_head is None:
+                self._cse_head, self._cse_next = self._cse_parked or (array(_IDS), array(_IDS))
+                self._cse_parked = None
+            elif not on and self._cse_head is not None:
+                assert self._cse_next is not None
+                self._cse_parked = (self._cse_head, self._cse_next)
+                self._cse_head = self._cse_next = None
+        finally:
+            self._release()
 
     # ------------------------------------------------------------ interning
     def _type_id(self, t: ValueType) -> int:
@@ -628,15 +690,22 @@ class GraphBuilder:
         >>> opgraph.GraphBuilder().input("float32", (None, 3), name="batch").type
         f32[?,3]
         """
-        t = as_type(type) if shape is None else TensorType(type, shape)
-        self._touch()
-        vid = len(self._value_type)
-        self._value_type.append(self._type_id(t))
-        self._inputs.append(vid)
-        self._resync()
-        if name is not None:
-            self._set_name(vid, name)
-        return Value(self, vid)
+        try:
+            t = as_type(type) if shape is None else TensorType(type, shape)
+        except OpTypeError as exc:  # a bad dtype or shape: name the call and the user's line, as ops do
+            raise build_error("input", [], str(exc)) from None
+        self._acquire()
+        try:
+            self._touch()
+            vid = len(self._value_type)
+            self._value_type.append(self._type_id(t))
+            self._inputs.append(vid)
+            self._resync()
+            if name is not None:
+                self._set_name(vid, name)
+            return Value(self, vid)
+        finally:
+            self._release()
 
     placeholder = input
 
@@ -674,30 +743,34 @@ class GraphBuilder:
             raise build_error("const", [], f"cannot make a constant of {value!r}")
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")
-        self._touch()
-        key = None
-        if self._cse_head is not None and name is None:
-            data = arr.tobytes()
-            if len(data) > 64:
-                import hashlib  # here, not at the top: it loads OpenSSL (~3 MB), which `import opgraph` need not
+        self._acquire()
+        try:
+            self._touch()
+            key = None
+            if self._cse_head is not None and name is None:
+                data = arr.tobytes()
+                if len(data) > 64:
+                    import hashlib  # here, not at the top: it loads OpenSSL (~3 MB), which `import opgraph` need not
 
-                data = hashlib.blake2b(data, digest_size=20).digest()
-            digest = data
-            key = (arr.dtype.str, arr.shape, digest)
-            hit = self._const_keys.get(key)
-            if hit is not None and np.array_equal(self._constants[hit[1]], arr):
-                return Value(self, hit[0])
-        cidx = len(self._constants)
-        self._constants.append(arr)
-        # One signature per constant: its attribute (the table index) is its own.
-        tid = self._type_id(TensorType.of(arr))
-        vid = self._append_op(self._new_sig(CONST.id, self._attr_id((("index", cidx),)), 0, (tid,)), ())
-        if key is not None:
-            self._const_keys[key] = (vid, cidx)
-        if name is not None:
-            self._set_name(vid, name)
-            self._const_names[cidx] = name
-        return Value(self, vid)
+                    data = hashlib.blake2b(data, digest_size=20).digest()
+                digest = data
+                key = (arr.dtype.str, arr.shape, digest)
+                hit = self._const_keys.get(key)
+                if hit is not None and np.array_equal(self._constants[hit[1]], arr):
+                    return Value(self, hit[0])
+            cidx = len(self._constants)
+            self._constants.append(arr)
+            # One signature per constant: its attribute (the table index) is its own.
+            tid = self._type_id(TensorType.of(arr))
+            vid = self._append_op(self._new_sig(CONST.id, self._attr_id((("index", cidx),)), 0, (tid,)), ())
+            if key is not None:
+                self._const_keys[key] = (vid, cidx)
+            if name is not None:
+                self._set_name(vid, name)
+                self._const_names[cidx] = name
+            return Value(self, vid)
+        finally:
+            self._release()
 
     const = constant
 
@@ -771,40 +844,44 @@ class GraphBuilder:
                     raise GraphError(_FOREIGN) from None
             tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value)]
             ids = [self._as_value(v, tensor_types) for v in inputs]
-        kid = opdef.id
-        in_tids = tuple([vt[v] for v in ids])
-        key: tuple[Any, ...] | None
+        self._acquire()
         try:
-            key = (kid, exact_key(attrs), in_tids) if attrs else (kid, *in_tids)
-            sid = self._memo.get(key)
-        except TypeError:  # unhashable attribute values (lists): normalise first
-            sid, key = None, None
-        if sid is None:
-            r = resolve(opdef, [self._types[t] for t in in_tids], attrs)
-            out_tids = tuple([self._type_id(t) for t in r.out_types])
-            sid = self._sig_id(kid, self._attr_id(r.attrs), in_tids, r.version, out_tids)
-            if key is not None:
-                self._memo[key] = sid
-                if len(out_tids) == 1:
-                    self._memo1[key] = (sid, out_tids[0])
-        n_out = len(self._sig_outs[sid])
-        op = len(self._op_sig)
-        if self._cse_head is not None:
-            tids = tuple(ids)
-            hit = self._cse_lookup(sid, tids, max(ids)) if ids else self._cse_spilled.get((sid,), -1)
-            if hit >= 0:
-                first = self._first_out(hit)
-                return self._wrap(range(first, first + n_out))
-            self._cse_insert(op, sid, tids)
-        self._touch()
-        first = self._append_op(sid, ids)
-        if name is not None:
-            self._op_names[op] = name
+            kid = opdef.id
+            in_tids = tuple([vt[v] for v in ids])
+            key: tuple[Any, ...] | None
+            try:
+                key = (kid, exact_key(attrs), in_tids) if attrs else (kid, *in_tids)
+                sid = self._memo.get(key)
+            except TypeError:  # unhashable attribute values (lists): normalise first
+                sid, key = None, None
+            if sid is None:
+                r = resolve(opdef, [self._types[t] for t in in_tids], attrs)
+                out_tids = tuple([self._type_id(t) for t in r.out_types])
+                sid = self._sig_id(kid, self._attr_id(r.attrs), in_tids, r.version, out_tids)
+                if key is not None:
+                    self._memo[key] = sid
+                    if len(out_tids) == 1:
+                        self._memo1[key] = (sid, out_tids[0])
+            n_out = len(self._sig_outs[sid])
+            op = len(self._op_sig)
+            if self._cse_head is not None:
+                tids = tuple(ids)
+                hit = self._cse_lookup(sid, tids, max(ids)) if ids else self._cse_spilled.get((sid,), -1)
+                if hit >= 0:
+                    first = self._first_out(hit)
+                    return self._wrap(range(first, first + n_out))
+                self._cse_insert(op, sid, tids)
+            self._touch()
+            first = self._append_op(sid, ids)
+            if name is not None:
+                self._op_names[op] = name
+                if n_out == 1:
+                    self._set_name(first, name)
             if n_out == 1:
-                self._set_name(first, name)
-        if n_out == 1:
-            return Value(self, first)
-        return self._wrap(range(first, first + n_out))
+                return Value(self, first)
+            return self._wrap(range(first, first + n_out))
+        finally:
+            self._release()
 
     def _wrap(self, outs: Sequence[int]) -> Any:
         if len(outs) == 1:
@@ -842,9 +919,13 @@ class GraphBuilder:
 
     def output(self, *values: Value) -> None:
         """Declare outputs (``get`` gateways), in order."""
-        self._touch()
-        for v in values:
-            self._outputs.append(self._as_value(v, []))
+        ids = [self._as_value(v, []) for v in values]  # before locking: numbers become constants
+        self._acquire()
+        try:
+            self._touch()
+            self._outputs.extend(ids)
+        finally:
+            self._release()
 
     def update(self, source: Value, destination: Value) -> None:
         """Declare an update edge (``copy`` gateway): after an evaluation,
@@ -858,23 +939,35 @@ class GraphBuilder:
         1
         """
         src, dst = self._as_value(source, []), self._as_value(destination, [])
-        if dst not in self._inputs:
-            raise GraphError(f"update destination %{dst} is not an input")
-        if self.type_of(src) != self.type_of(dst):
-            raise GraphError(f"update changes type: {self.type_of(src)} -> {self.type_of(dst)}")
-        self._touch()
-        self._updates.append((src, dst))
+        self._acquire()
+        try:
+            if dst not in self._inputs:
+                raise GraphError(f"update destination %{dst} is not an input")
+            if self.type_of(src) != self.type_of(dst):
+                raise GraphError(f"update changes type: {self.type_of(src)} -> {self.type_of(dst)}")
+            self._touch()
+            self._updates.append((src, dst))
+        finally:
+            self._release()
 
     def name(self, value: Value, name: str) -> Value:
         """Give a value a symbolic name (kept in .cgs files and dumps)."""
-        self._touch()
-        self._set_name(value.id, name)
-        return value
+        self._acquire()
+        try:
+            self._touch()
+            self._set_name(value.id, name)
+            return value
+        finally:
+            self._release()
 
     def describe(self, kind: str, index: int, text: str) -> None:
         """Attach a description to a 'value', 'op' or 'constant' (the .cgs description)."""
-        self._touch()
-        self._descriptions[(kind, int(index))] = text
+        self._acquire()
+        try:
+            self._touch()
+            self._descriptions[(kind, int(index))] = text
+        finally:
+            self._release()
 
     # ------------------------------------------------------------ freezing
     def _columns(self) -> dict[str, np.ndarray]:
@@ -954,21 +1047,25 @@ class GraphBuilder:
         >>> g is b.freeze(), g.num_ops
         (True, 1)
         """
-        # The op methods' fast path does not clear _frozen (a store less per op): the op count tells.
-        if self._frozen is None or self._frozen_ops != len(self._op_sig):
-            self._frozen = Graph(
-                **self._columns(),
-                types=self._types,
-                attrs=self._attrs,
-                constants=self._constants,
-                inputs=self._inputs,
-                outputs=self._outputs,
-                updates=self._updates,
-                symbols=Symbols(dict(self._value_names), dict(self._op_names),
-                                dict(self._const_names), dict(self._descriptions)),
-            )
-            self._frozen_ops = len(self._op_sig)
-        return self._frozen
+        self._acquire()
+        try:
+            # The op methods' fast path does not clear _frozen (a store less per op): the op count tells.
+            if self._frozen is None or self._frozen_ops != len(self._op_sig):
+                self._frozen = Graph(
+                    **self._columns(),
+                    types=self._types,
+                    attrs=self._attrs,
+                    constants=self._constants,
+                    inputs=self._inputs,
+                    outputs=self._outputs,
+                    updates=self._updates,
+                    symbols=Symbols(dict(self._value_names), dict(self._op_names),
+                                    dict(self._const_names), dict(self._descriptions)),
+                )
+                self._frozen_ops = len(self._op_sig)
+            return self._frozen
+        finally:
+            self._release()
 
     def run(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
             *, backend: str = "numpy") -> list[np.ndarray]:

@@ -1,43 +1,236 @@
 """Feeds: how a key names an input and how a fed array is checked against the input's type.
 
 Every runtime and backend accepts feeds the same way, so these live at the bottom layer.
+
+**The conversion rule.** A feed whose dtype is the input's dtype is used as
+it is. Otherwise it is converted only when no value changes meaning:
+
+* NumPy arrays, NumPy scalars and other array-likes (``__array__``, torch
+  tensors, JAX arrays) follow NumPy's ``np.can_cast(src, dst, "same_kind")``:
+  widening (``int8 -> int32``, ``float32 -> float64``, ``int -> float``,
+  ``bool -> anything``) always passes; narrowing within a kind
+  (``int64 -> int8``, ``float64 -> float32``, ``complex128 -> complex64``,
+  ``int64 -> float16``) passes only when every value survives: integers must be
+  in range, and no finite value may overflow to infinity. Rounding to the
+  narrower float (``0.1`` as float32, underflow to zero) is accepted, as in
+  NumPy and JAX. Crossing kinds downwards (``float -> int``, ``complex ->
+  float``, ``int -> bool``, signed ``-> unsigned``, strings, objects) is refused.
+* Python scalars, lists and tuples are *weak*, as NEP 50 treats Python
+  numbers: a Python int fits any integer, float or complex input if its value
+  does (``300`` into int8 is an error), a Python float fits float and complex
+  inputs (not integer ones), a Python bool fits anything numeric.
+
+A refused feed is a :class:`FeedError` naming the input. To convert anyway
+(wrapping integers, truncating floats), convert explicitly before feeding:
+``np.asarray(x, dtype=...)`` or ``x.astype(...)`` give the exact dtype, which
+is always accepted.
 """
 
 from __future__ import annotations
 
+import difflib
+import operator
 from typing import Any
 
 import numpy as np
 
 from opgraph.core.graph import Graph, Value
 from opgraph.core.types import TensorType
-from opgraph.errors import ExecutionError
+from opgraph.errors import ExecutionError, FeedError, UnknownKeyError
+
+_SHOWN = 20
+"""Input names an unknown-name error lists at most."""
+
+_WEAK_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c"}
+"""Kind of the array NumPy makes of Python data -> the input kinds it may go to (NEP 50 for Python scalars)."""
+
+
+def _close(word: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def value_id(graph: Graph, key: Any) -> int:
-    """The value id a feed or target key names: an id, a name or a :class:`Value`.
+    """The value id a feed or target key names: an id, a name (``"x"`` or ``"%x"``) or a :class:`Value`.
+
+    An unknown name or id is an :class:`UnknownKeyError` suggesting close names.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
-    >>> value_id(b.freeze(), "x"), value_id(b.freeze(), x)
-    (0, 0)
+    >>> g = b.freeze()
+    >>> value_id(g, "x"), value_id(g, x), value_id(g, 0)
+    (0, 0, 0)
+    >>> value_id(g, "xx")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.UnknownKeyError: no value named 'xx'; did you mean 'x'?
     """
     if isinstance(key, Value):
         return key.id
     if isinstance(key, str):
-        return graph.find_value(key)
-    return int(key)
+        try:
+            return graph.find_value(key)
+        except KeyError:
+            pass
+        if key.startswith("%"):  # the label dumps and errors print
+            text = key[1:]
+            if text.isdigit() and int(text) < graph.num_values:
+                return int(text)
+            try:
+                return graph.find_value(text)
+            except KeyError:
+                pass
+        names = [n for n in graph.symbols.values.values() if isinstance(n, str)]
+        raise UnknownKeyError(f"no value named {key!r}{_close(key.lstrip('%'), names)}")
+    try:
+        v = operator.index(key)
+    except TypeError:
+        raise UnknownKeyError(f"a feed or target key is a value id, a name or a Value, not "
+                              f"{type(key).__name__} {key!r}") from None
+    if not 0 <= v < graph.num_values:
+        raise UnknownKeyError(f"no value {v}: the graph has {graph.num_values} value(s)")
+    return v
+
+
+def input_id(graph: Graph, key: Any, *, verb: str = "fed") -> int:
+    """The input a feed key names; anything else is an error naming the graph's inputs.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="rate"); y = b.op("exp", x, name="y")
+    >>> g = b.freeze()
+    >>> input_id(g, "rate")
+    0
+    >>> input_id(g, "rat")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.UnknownKeyError: no value named 'rat'; the graph's inputs: rate; did you mean 'rate'?
+    >>> input_id(g, "y")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.ExecutionError: %y is computed by the graph and cannot be fed
+    """
+    try:
+        v = value_id(graph, key)
+    except UnknownKeyError as exc:
+        ins = graph.inputs.tolist()
+        labels = [graph.value_label(i).lstrip("%") for i in ins]
+        shown = ", ".join(labels[:_SHOWN]) + (f", ... ({len(labels)} in all)" if len(labels) > _SHOWN else "")
+        hint = _close(key.lstrip("%"), labels) if isinstance(key, str) else ""
+        what = f"no value named {key!r}" if isinstance(key, str) else str(exc)
+        raise UnknownKeyError(f"{what}; the graph's inputs: {shown or '(none)'}{hint}") from None
+    if graph.value_producer[v] != -1:
+        raise ExecutionError(f"{graph.value_label(v)} is computed by the graph and cannot be {verb}")
+    return v
+
+
+def _describe(data: Any, arr: np.ndarray, weak: bool) -> str:
+    if weak:
+        kind = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex", "U": "str", "S": "bytes"}
+        what = "Python " + kind.get(arr.dtype.kind, type(data).__name__)
+        return what + ("s" if isinstance(data, (list, tuple)) else "")
+    return f"a NumPy {arr.dtype} scalar" if isinstance(data, np.generic) else f"an array of dtype {arr.dtype}"
+
+
+def _first_lost(arr: np.ndarray, out: np.ndarray) -> int | None:
+    """Flat index of the first value the narrowing cast ``arr -> out`` does not keep (None: all kept)."""
+    if arr.size == 0:
+        return None
+    if out.dtype.kind in "iu":
+        info = np.iinfo(out.dtype)
+        if arr.dtype.kind == "b" or (arr.min() >= info.min and arr.max() <= info.max):
+            return None
+        bad = (arr < info.min) | (arr > info.max)
+    else:  # float or complex: rounding is accepted, overflow of a finite value to infinity is not
+        if not np.isinf(out).any():  # the usual case, in one pass over the (narrower) result
+            return None
+        parts = ((arr.real, out.real), (arr.imag, out.imag)) if out.dtype.kind == "c" else ((arr, out),)
+        bad = np.zeros(arr.shape, bool)
+        for a, o in parts:
+            if a.dtype.kind in "fc":
+                bad |= np.isinf(o) & np.isfinite(a)
+            else:  # integers and bools are finite
+                bad |= np.isinf(o)
+        if not bad.any():  # the infinities were there before the cast
+            return None
+    return int(np.flatnonzero(bad.reshape(-1))[0])
+
+
+def convert_feed(data: Any, t: TensorType, label: str) -> np.ndarray:
+    """``data`` as an array of ``t``'s dtype by the module's rule, or a :class:`FeedError` naming ``label``.
+
+    The shape is not checked here (see :func:`coerce_feed`).
+
+    >>> import numpy as np
+    >>> t = TensorType("int8", (3,))
+    >>> convert_feed([1, 2, -3], t, "%x")
+    array([ 1,  2, -3], dtype=int8)
+    >>> convert_feed(np.array([300, 1, 2]), t, "%x")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FeedError: input %x expects i8[3]: value 300 at index 0 does not fit in int8 ...
+    """
+    dst = t.dtype
+    if isinstance(data, np.ndarray):
+        if data.dtype == dst:
+            return data
+        arr, weak = data, False
+    else:
+        # np.float64 and np.complex128 subclass Python's float and complex, but NumPy scalars are strong (NEP 50)
+        weak = isinstance(data, (bool, int, float, complex, list, tuple)) and not isinstance(data, np.generic)
+        try:
+            arr = np.asarray(data)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise FeedError(f"input {label} expects {t}, got {type(data).__name__} that is not an array: "
+                            f"{exc}") from None
+        if arr.dtype == dst:
+            return arr
+    src = arr.dtype
+    if weak and src.kind == "O":  # Python ints beyond int64/uint64: weak ints, converted one by one
+        items = arr.reshape(-1).tolist()
+        if not all(isinstance(x, int) for x in items) or dst.kind not in "iufc":
+            raise FeedError(f"input {label} expects {t}, got Python values that do not form a numeric array of "
+                            f"kind {dst.kind!r}")
+        try:
+            with np.errstate(over="ignore"):
+                out = np.asarray(data, dtype=dst)
+        except OverflowError:
+            out = None
+        if out is None or (dst.kind in "iu" and out.reshape(-1).tolist() != items) or np.isinf(out).any():
+            raise FeedError(f"input {label} expects {t}: the Python ints fed do not fit in {dst}")
+        return out
+    allowed = dst.kind in _WEAK_KINDS.get(src.kind, "") if weak else bool(np.can_cast(src, dst, "same_kind"))
+    if not allowed:
+        raise FeedError(f"input {label} expects {t}, got {_describe(data, arr, weak)}: a cast from "
+                        f"{src} to {dst} can change values (convert explicitly, e.g. np.asarray(x, dtype='{dst}'), "
+                        f"to accept that)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dst)
+    if weak or not np.can_cast(src, dst, "safe"):
+        i = _first_lost(arr, out)
+        if i is not None:
+            index = tuple(int(j) for j in np.unravel_index(i, arr.shape)) if arr.ndim > 1 else i
+            where = f" at index {index}" if arr.ndim else ""
+            raise FeedError(f"input {label} expects {t}: value {arr.reshape(-1)[i].item()!r}{where} does not fit "
+                            f"in {dst} (it would become {out.reshape(-1)[i].item()!r}); convert explicitly, "
+                            f"e.g. np.asarray(x, dtype='{dst}'), to accept that")
+    return out
 
 
 def coerce_feed(graph: Graph, v: int, data: Any) -> np.ndarray:
-    """Check a fed array against input ``v``'s type; cast only where NumPy would do so safely."""
+    """Check a fed array against input ``v``'s type and convert it by the module's rule.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x")
+    >>> coerce_feed(b.freeze(), x.id, np.array([0.5, 2.0]))
+    array([0.5, 2. ], dtype=float32)
+    >>> coerce_feed(b.freeze(), x.id, np.array([0.5, 1e300]))
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FeedError: input %x expects f32[2]: value 1e+300 at index 1 does not fit in float32 ...
+    """
     t = graph.type_of(v)
     assert isinstance(t, TensorType)
-    arr = np.asarray(data)
-    if arr.dtype != t.dtype:
-        if isinstance(data, np.ndarray) and not np.can_cast(arr.dtype, t.dtype, "same_kind"):
-            raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got an array of dtype {arr.dtype}")
-        arr = arr.astype(t.dtype)
+    arr = convert_feed(data, t, graph.value_label(v))
     if not t.accepts(arr):
-        raise ExecutionError(f"input {graph.value_label(v)} expects {t}, got shape {arr.shape}")
+        raise FeedError(f"input {graph.value_label(v)} expects {t}, got shape {arr.shape}")
     return arr

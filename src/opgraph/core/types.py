@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,9 @@ from opgraph.core.dtypes import as_dtype
 from opgraph.errors import OpTypeError
 
 Shape = tuple[int | None, ...] | None
+
+INT64_MAX = 2**63 - 1
+"""The largest dim, element count or byte size a type may have: sizes are int64 in NumPy, files and plans."""
 
 _SHORT = {
     "bool": "bool",
@@ -57,23 +61,53 @@ def _norm_shape(shape: Any) -> Shape:
     return tuple(out)
 
 
+def _check_size(shape: tuple[int | None, ...], itemsize: int, dtype: np.dtype) -> None:
+    """Reject shapes whose dims, element count or bytes do not fit in int64 (Python ints: no wrap-around).
+
+    With unknown dims the known ones are checked: an array of that shape could only exist with a 0 dim.
+    """
+    known = [d for d in shape if d is not None]
+    count = math.prod(known)
+    if count * max(itemsize, 1) <= INT64_MAX and all(d <= INT64_MAX for d in known):
+        return
+    shown = shape_str(shape)
+    big = max(known)
+    if big > INT64_MAX:
+        raise OpTypeError(f"shape {shown} has a dimension of {big}, more than 2**63-1")
+    if count > INT64_MAX:
+        raise OpTypeError(f"shape {shown} has {count} elements, more than 2**63-1")
+    raise OpTypeError(f"shape {shown} of {dtype.name} takes {count * itemsize} bytes, more than 2**63-1")
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """The type of a tensor value: dtype and shape.
 
     ``shape`` is a tuple whose entries are ints (known dims) or ``None``
-    (unknown dims), or ``None`` for a tensor of unknown rank.
+    (unknown dims; ``-1`` is read as ``None``), or ``None`` for a tensor of
+    unknown rank. Dims, the element count (product of the known dims) and
+    the byte size must fit in int64 (at most ``2**63-1``), else
+    :class:`~opgraph.errors.OpTypeError` names the shape (the builder
+    re-raises it as an ``OpBuildError`` naming the op and the user's line).
 
     >>> TensorType(float, (3,)).dtype
     dtype('float64')
+    >>> TensorType("float64", (2**62,))
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.OpTypeError: shape [4611686018427387904] of float64 takes 36893488147419103232 bytes, more ...
     """
 
     dtype: np.dtype
     shape: Shape
 
     def __init__(self, dtype: Any, shape: Any = ()) -> None:
-        object.__setattr__(self, "dtype", as_dtype(dtype))
-        object.__setattr__(self, "shape", _norm_shape(shape))
+        dt = as_dtype(dtype)
+        shp = _norm_shape(shape)
+        if shp is not None:
+            _check_size(shp, dt.itemsize, dt)
+        object.__setattr__(self, "dtype", dt)
+        object.__setattr__(self, "shape", shp)
 
     @property
     def rank(self) -> int | None:
@@ -90,7 +124,7 @@ class TensorType:
         """Number of elements, or None when some dimension is unknown."""
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))  # type: ignore[arg-type]
+        return math.prod(self.shape)  # type: ignore[arg-type]
 
     @property
     def nbytes(self) -> int | None:

@@ -9,11 +9,13 @@
     1024
 """
 
+from opgraph.memory.limit import check_memory_limit, physical_memory, resolve_memory_limit
 from opgraph.memory.plan import ALIGN, Bin, MemoryPlan, OwlPlan, align, check_plan, owl_plan, plan_memory
 from opgraph.memory.remat import RematResult, rematerialize
 from opgraph.memory.schedule import default_targets, dfs_schedule, greedy_schedule, value_nbytes
 
 __all__ = [
-    "ALIGN", "Bin", "MemoryPlan", "OwlPlan", "RematResult", "align", "check_plan", "default_targets", "dfs_schedule",
-    "greedy_schedule", "owl_plan", "plan_memory", "rematerialize", "value_nbytes",
+    "ALIGN", "Bin", "MemoryPlan", "OwlPlan", "RematResult", "align", "check_memory_limit", "check_plan",
+    "default_targets", "dfs_schedule", "greedy_schedule", "owl_plan", "physical_memory", "plan_memory",
+    "rematerialize", "resolve_memory_limit", "value_nbytes",
 ]

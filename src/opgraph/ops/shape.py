@@ -26,6 +26,7 @@ first input when no ``out`` buffer is given; with ``out`` they copy into it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -284,9 +285,10 @@ def _reshape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
         raise OpTypeError(f"can only specify one unknown dimension (-1) in shape {target}")
     if any(d < -1 for d in target):
         raise OpTypeError(f"invalid dimension in target shape {target}")
+    # Sizes are Python ints: NumPy's int64 product wraps around (a huge target printed a negative size).
     size = num_elements(t.shape)
     if -1 in target:
-        rest = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+        rest = math.prod([d for d in target if d != -1])
         if rest == 0:
             raise OpTypeError(f"cannot infer the -1 in shape {target}: the other dims have size 0")
         if size is None:
@@ -294,11 +296,11 @@ def _reshape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
         if size % rest:
             raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size {size}) into shape {target}")
         return (t.with_shape(tuple(size // rest if d == -1 else d for d in target)),)
-    want = int(np.prod(target, dtype=np.int64))
+    want = math.prod(target)
     if size is not None and size != want:
         raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size {size}) into shape {target} (size {want})")
     if size is None and t.shape is not None:
-        known = int(np.prod([d for d in t.shape if d is not None], dtype=np.int64))
+        known = math.prod([d for d in t.shape if d is not None])
         if want % known:
             raise OpTypeError(f"cannot reshape {shape_str(t.shape)} (size a multiple of {known}) "
                               f"into shape {target} (size {want})")

@@ -53,6 +53,11 @@ class Choice:
         return f"auto chose {self.backend}: " + ", ".join(parts)
 
 
+def _numpy_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options the NumPy candidate takes: only compile()'s own keywords (backend options are not its)."""
+    return {k: options[k] for k in ("memory_limit",) if k in options}
+
+
 def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repeats: int = 5,
            candidates: Sequence[str] | None = None, device: str | None = None, **options: Any) -> Choice:
     """Compile ``graph`` on every installed backend (or ``candidates``), time each on ``feeds``, keep the fastest."""
@@ -69,7 +74,7 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     for name in names:  # compile and warm up (JIT compilation happens in the first call)
         try:
             c = compile_on(graph, backend=name, device=device if name != "numpy" else None,
-                           **(options if name != "numpy" else {}))
+                           **(options if name != "numpy" else _numpy_options(options)))
             c(dict(feeds))
             compiled[name] = c
         except Exception as exc:  # a backend that cannot run this graph is left out, with the reason

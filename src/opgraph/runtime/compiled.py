@@ -47,7 +47,7 @@ import numpy as np
 from opgraph import backends
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, region_graph
 from opgraph.backends.numpy import CompiledGraph, EvalContext, aligned_empty
-from opgraph.core.feeds import coerce_feed, value_id
+from opgraph.core.feeds import coerce_feed, input_id, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 from opgraph.core.types import TensorType
@@ -206,6 +206,8 @@ class _Variant:
         be = backends.get(r.backend)
         donate = [i for i, v in enumerate(r.inputs) if v in self.donatable] if be.name == program.backend.name else []
         opts = program.options if be.name == program.backend.name else {}
+        if be.name == "numpy":  # the one engine that plans memory (see opgraph.memory.limit)
+            opts = {**opts, "memory_limit": program.memory_limit}
         dev = program.device if be.name == program.backend.name else None
         exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts)  # type: ignore[index]
         return exe
@@ -220,8 +222,9 @@ class Program:
     """
 
     def __init__(self, graph: Graph, backend: str | Backend, *, device: str | None = None, partition: bool = True,
-                 **options: Any) -> None:
+                 memory_limit: Any = "auto", **options: Any) -> None:
         self.graph = graph
+        self.memory_limit = memory_limit
         self.backend = backend if isinstance(backend, Backend) else backends.get(backend)
         reason = self.backend.unavailable_reason()
         if reason:
@@ -266,9 +269,7 @@ class Program:
         env: dict[int, tuple[str, Any]] = {}
         linputs = lg.inputs.tolist()
         for k, data in feeds.items():
-            v = value_id(g, k)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be fed")
+            v = input_id(g, k)
             env[linputs[self._input_pos[v]]] = ("numpy", coerce_feed(g, v, data))
         for pos, st in self._state.items():
             env.setdefault(linputs[pos], st)
@@ -417,9 +418,7 @@ class ProgramContext:
         """Give an input a new value; regions that read it (directly or not) run again when next needed."""
         with self._lock:
             g = self.graph
-            v = value_id(g, key)
-            if g.value_producer[v] != -1:
-                raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
+            v = input_id(g, key, verb="set")
             self._clock += 1
             pos = self.program._input_pos[v]
             self._inputs[pos] = ("numpy", coerce_feed(g, v, data))
@@ -468,7 +467,7 @@ class ProgramContext:
 
 def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
             schedule: str | np.ndarray = "best", example_inputs: Mapping[Any, Any] | None = None,
-            budget: float = 20.0, **options: Any) -> Any:
+            budget: float = 20.0, memory_limit: Any = "auto", **options: Any) -> Any:
     """Compile ``graph`` for repeated evaluation on ``backend`` (see the module doc).
 
     * ``backend``: ``"numpy"`` (default: the arena runtime), ``"jax"``,
@@ -479,6 +478,12 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
     * ``device``: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``) where the backend has it.
     * ``partition``: run what the backend lacks on numpy (default); with
       False a missing op is an error naming it.
+    * ``memory_limit``: refuse (:class:`~opgraph.errors.MemoryLimitError`,
+      naming the largest buffers) a memory plan of more bytes than this;
+      ``"auto"`` (default) reads ``$OPGRAPH_MEMORY_LIMIT``, else takes the
+      total physical RAM; ``None`` or ``0``: no limit (:mod:`opgraph.memory.limit`).
+      It applies wherever memory is planned: the numpy arena, and the
+      regions a partitioned program runs on numpy.
     * ``options`` go to the backend's compiler (``mode=`` for torch.compile's
       mode, ``compile=True`` for torch.compile, ``threads=`` for onnxruntime).
 
@@ -495,14 +500,16 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
     if backend == "auto":
         from opgraph.runtime.auto import AutoCompiled, choose
 
+        if memory_limit != "auto":  # handed to each candidate's compile() (a keyword there, not a backend option)
+            options["memory_limit"] = memory_limit
         auto = AutoCompiled(graph, budget=budget, device=device, **options)
         if example_inputs is not None:
             auto.choice = choose(graph, example_inputs, budget=budget, device=device, **options)
         return auto  # type: ignore[return-value]
     if backend == "numpy" and not options and device in (None, "cpu"):
         backends.get("numpy")
-        return CompiledGraph(graph, schedule=schedule)
-    return Program(graph, backend, device=device, partition=partition, **options)
+        return CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+    return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, **options)
 
 
 def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None, backend: str) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.feeds import coerce_feed, value_id
+from opgraph.core.feeds import coerce_feed, input_id, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
@@ -51,9 +51,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
             raise ExecutionError(f"target value {t} does not exist")
     env: dict[int, Any] = {}
     for k, data in feeds.items():
-        v = value_id(graph, k)
-        if graph.value_producer[v] != -1:
-            raise ExecutionError(f"{graph.value_label(v)} is computed by the graph and cannot be fed")
+        v = input_id(graph, k)
         env[v] = coerce_feed(graph, v, data)
 
     needed = graph.needed_ops(target_ids)
