@@ -61,8 +61,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
+import re
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -302,16 +305,27 @@ def _save_onnx(graph: Graph, path: str | os.PathLike[str]) -> None:
 
 
 def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
     from opgraph.io.onnx import from_onnx
 
     with open(path, "rb") as f:
         data = f.read()
     try:
-        return from_onnx(data, **options)
+        model = onnx.load_from_string(data)
+    except Exception as exc:  # protobuf's DecodeError
+        raise _bad_file(path, f"not a readable ONNX model: {_first_line(exc)}") from exc
+    try:  # onnx refuses external data files outside the model's directory (absolute, "..", symlinks out)
+        load_external_data_for_model(model, os.path.dirname(os.path.abspath(os.fspath(path))))
+    except Exception as exc:
+        raise _bad_file(path, f"cannot read the model's external data: {_first_line(exc)}") from exc
+    try:
+        return from_onnx(model, **options)
     except GraphError as exc:
         raise _bad_file(path, _first_line(exc)) from exc
-    except Exception as exc:  # protobuf's DecodeError and the checker's errors share no useful base class
-        raise _bad_file(path, f"not a readable ONNX model: {_first_line(exc)}") from exc
+    except Exception as exc:  # from_onnx turns its failures into OnnxImportError; this is a last resort
+        raise _bad_file(path, f"cannot import: {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
 # ----------------------------------------------------------------------------- GraphML
@@ -339,9 +353,15 @@ def _node_id(node: tuple[str, int]) -> str:
     return ("v" if node[0] == "value" else "o") + str(node[1])
 
 
+_MAX_ID = 2**62  # node ids and positions beyond this cannot index NumPy's int64 arrays
+_ASCII_NUMBER = re.compile(r"0|[1-9][0-9]*")
+
+
 def _node_key(text: str) -> tuple[str, int]:
-    if len(text) < 2 or text[0] not in "vo" or not text[1:].isdigit():
-        raise ValueError(f"node id {text!r} is neither v<number> nor o<number>")
+    # Canonical ASCII numbers only: "v01" and "v1" (or "v\u00b2", which str.isdigit accepts) must not alias.
+    if len(text) < 2 or text[0] not in "vo" or not _ASCII_NUMBER.fullmatch(text[1:]) or int(text[1:]) >= _MAX_ID:
+        raise FormatError(f"node id {text!r} is neither v<number> nor o<number> (a number below 2**62, "
+                          "without leading zeros)")
     return ("value" if text[0] == "v" else "op", int(text[1:]))
 
 
@@ -354,14 +374,83 @@ def _put_name(data: dict[str, Any], name: Any) -> None:
         data["name_json"] = _json(name)
 
 
-def _get_name(data: Mapping[str, Any]) -> str | None:
+def _parse_json(text: Any, where: str) -> Any:
+    """The JSON text of a GraphML attribute; ``where`` names it ("node o3: attribute 'attrs'")."""
+    if not isinstance(text, str):
+        raise FormatError(f"{where}: expected JSON text, got {type(text).__name__} {text!r:.60}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; too many digits; nesting too deep
+        raise FormatError(f"{where}: invalid JSON: {_first_line(exc)}") from None
+
+
+def _json_list(text: Any, where: str) -> list[Any]:
+    obj = _parse_json(text, where)
+    if not isinstance(obj, list):
+        raise FormatError(f"{where}: expected a JSON array, got {_short_json(obj)}")
+    return obj
+
+
+def _json_object(text: Any, where: str) -> dict[str, Any]:
+    obj = _parse_json(text, where)
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: expected a JSON object, got {_short_json(obj)}")
+    return obj
+
+
+def _short_json(obj: Any) -> str:
+    text = json.dumps(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int_value(x: Any, where: str, lo: int = 0, hi: int = _MAX_ID, *, strict: bool = False) -> int:
+    """An int in [lo, hi): in JSON (``strict``) a JSON integer; in a GraphML attribute also an integral float or
+    decimal text, as other writers may declare the key."""
+    n: int | None = None
+    if isinstance(x, int) and not isinstance(x, bool):
+        n = x
+    elif strict:
+        pass
+    elif isinstance(x, float) and math.isfinite(x) and x == int(x):
+        n = int(x)
+    elif isinstance(x, str) and re.fullmatch(r"-?[0-9]{1,20}", x.strip()):
+        n = int(x)
+    if n is None:
+        raise FormatError(f"{where}: expected an integer, got {type(x).__name__} {x!r:.60}")
+    if not lo <= n < hi:
+        raise FormatError(f"{where}: {n} is out of range [{lo}, {'2**62' if hi == _MAX_ID else hi})")
+    return n
+
+
+def _decode(obj: Any, where: str, path: str) -> Any:
+    from opgraph.io.jsonfmt import decode_value
+
+    try:
+        return decode_value(obj, path)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise FormatError(f"{where}: {_first_line(exc)}") from None
+
+
+def _get_name(data: Mapping[str, Any], where: str) -> str | None:
     if "name_json" in data:
-        name = json.loads(data["name_json"])
+        name = _parse_json(data["name_json"], f"{where}: attribute 'name_json'")
         if not isinstance(name, str):
-            raise ValueError("name_json is not a JSON string")
+            raise FormatError(f"{where}: attribute 'name_json' is not a JSON string")
         return name
     name = data.get("name")
-    return None if name is None else str(name)
+    if name is not None and not isinstance(name, str):
+        raise FormatError(f"{where}: attribute 'name' must be a string, got {type(name).__name__} {name!r:.60}")
+    return name
+
+
+def _value_type(text: Any, where: str) -> Any:
+    from opgraph.io.jsonfmt import _Bad, _decode_type
+
+    obj = _parse_json(text, where)
+    try:
+        return _decode_type(obj, "")
+    except _Bad as exc:
+        raise FormatError(f"{where}: {exc.path + ': ' if exc.path else ''}{exc.message}") from None
 
 
 def _extra_symbols(graph: Graph) -> dict[str, Any]:
@@ -426,48 +515,168 @@ def to_graphml_graph(graph: Graph) -> Any:
 
 
 def from_graphml_graph(H: Any) -> Graph:
-    """Inverse of :func:`to_graphml_graph` (the graph :func:`networkx.read_graphml` returns)."""
+    """Inverse of :func:`to_graphml_graph` (the graph :func:`networkx.read_graphml` returns).
+
+    A graph it cannot read is a :class:`~opgraph.errors.FormatError` naming
+    the node (its id, name and op kind) or the edge, the attribute and what
+    is wrong with it:
+
+    >>> import networkx as nx
+    >>> H = nx.DiGraph(format=_GRAPHML_MARK)
+    >>> H.add_node("o0", bipartite=1, kind="exp", name="e", attrs="[1]")
+    >>> from_graphml_graph(H)
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FormatError: node o0 'e' (exp): attribute 'attrs': expected a JSON object, got [1]
+    """
     import networkx as nx
 
-    from opgraph.io.jsonfmt import decode_value
-    from opgraph.io.nx import from_networkx
+    from opgraph.io.nx import build_from_networkx
 
     if H.graph.get("format") != _GRAPHML_MARK:
-        raise ValueError(f"not an opgraph GraphML graph (graph attribute format={H.graph.get('format')!r}, "
-                         f"expected {_GRAPHML_MARK!r})")
+        raise FormatError(f"not an opgraph GraphML graph (graph attribute format={H.graph.get('format')!r:.60}, "
+                          f"expected {_GRAPHML_MARK!r})")
+    # networkx's reader keeps the <default> values of keys aside: they apply to nodes (edges) without the attribute
+    node_default = H.graph.get("node_default") or {}
+    edge_default = H.graph.get("edge_default") or {}
     G = nx.DiGraph()
-    for key in ("inputs", "outputs"):
-        G.graph[key] = [_node_key(n) for n in json.loads(H.graph.get(key, "[]"))]
-    G.graph["updates"] = [(_node_key(s), _node_key(d)) for s, d in json.loads(H.graph.get("updates", "[]"))]
-    for node, data in H.nodes(data=True):
-        key = _node_key(str(node))
-        bip = int(data["bipartite"])
+    names: dict[tuple[str, int], str | None] = {}
+    wheres: dict[tuple[str, int], str] = {}  # node -> "node o3 'name' (kind)" for messages
+    for node, raw in H.nodes(data=True):
+        nid = str(node)
+        key = _node_key(nid)
+        data = {**node_default, **raw}
+        name = _get_name(data, f"node {nid}")
+        where = f"node {nid}" + ("" if name is None else f" {name!r}")
+        if "bipartite" not in data:
+            raise FormatError(f"{where}: missing attribute 'bipartite' (a node an edge names must be declared "
+                              "with its data)")
+        bip = _int_value(data["bipartite"], f"{where}: attribute 'bipartite'", 0, 2)
         if (bip == 0) != (key[0] == "value"):
-            raise ValueError(f"node {node!r}: bipartite={bip} does not match its id")
-        out: dict[str, Any] = {"bipartite": bip, "name": _get_name(data)}
+            raise FormatError(f"{where}: bipartite={bip} does not match its id (v<number> is a value, bipartite=0; "
+                              "o<number> an op, bipartite=1)")
+        out: dict[str, Any] = {"bipartite": bip}
         if key[0] == "value":
-            out["type"] = _type_from_json(json.loads(data["type"]))
+            if "type" not in data:
+                raise FormatError(f"{where}: missing attribute 'type'")
+            out["type"] = _value_type(data["type"], f"{where}: attribute 'type'")
         else:
-            out["kind"] = str(data["kind"])
-            attrs = json.loads(data.get("attrs", "{}"))
-            out["attrs"] = {k: decode_value(v, f"{node}.attrs.{k}") for k, v in attrs.items()}
+            kind = data.get("kind")
+            if not isinstance(kind, str) or not kind:
+                raise FormatError(f"{where}: attribute 'kind' must name an op kind, got {kind!r:.60}")
+            where += f" ({kind})"
+            attrs = _json_object(data.get("attrs", "{}"), f"{where}: attribute 'attrs'")
+            out["kind"] = kind
+            out["attrs"] = {k: _decode(v, f"{where}: attribute 'attrs'", f"attrs.{k}") for k, v in attrs.items()}
+        names[key], wheres[key] = name, where
         G.add_node(key, **out)
-    for a, b, data in H.edges(data=True):
-        out = {"index": int(data["index"])}
-        if "indices" in data:
-            out["indices"] = [int(i) for i in json.loads(data["indices"])]
-        G.add_edge(_node_key(str(a)), _node_key(str(b)), **out)
+    counts = Counter((str(a), str(b)) for a, b in H.edges())
+    for a, b, raw in H.edges(data=True):
+        ka, kb = _node_key(str(a)), _node_key(str(b))
+        where = f"edge {a} -> {b}"
+        if counts[(str(a), str(b))] > 1:
+            raise FormatError(f"{where} appears {counts[(str(a), str(b))]} times (a value an op reads at several "
+                              "positions has one edge, its 'indices' listing them)")
+        if ka[0] == kb[0]:
+            raise FormatError(f"{where} joins two {ka[0]}s; an edge joins a value and an op")
+        data = {**edge_default, **raw}
+        out = {}
+        if ka[0] == "value" and "indices" in data:
+            items = _json_list(data["indices"], f"{where}: attribute 'indices'")
+            if not items:
+                raise FormatError(f"{where}: attribute 'indices' is empty")
+            out["indices"] = [_int_value(i, f"{where}: attribute 'indices'[{j}]", strict=True)
+                              for j, i in enumerate(items)]
+            out["index"] = out["indices"][0]
+        elif "index" in data:
+            out["index"] = _int_value(data["index"], f"{where}: attribute 'index'")
+        else:
+            raise FormatError(f"{where}: missing attribute 'index'")
+        G.add_edge(ka, kb, **out)
+
+    def gateway(x: Any, where: str) -> tuple[str, int]:
+        if not isinstance(x, str):
+            raise FormatError(f"{where}: expected a node id string, got {_short_json(x)}")
+        try:
+            key = _node_key(x)
+        except FormatError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+        if key not in G or key[0] != "value":
+            raise FormatError(f"{where}: {x} is not a value node of the file")
+        return key
+
+    for key in ("inputs", "outputs"):
+        what = f"graph attribute {key!r}"
+        G.graph[key] = [gateway(n, f"{what}[{i}]") for i, n in enumerate(_json_list(H.graph.get(key, "[]"), what))]
+    G.graph["updates"] = []
+    for i, pair in enumerate(_json_list(H.graph.get("updates", "[]"), "graph attribute 'updates'")):
+        what = f"graph attribute 'updates'[{i}]"
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise FormatError(f"{what}: expected a [source, destination] pair, got {_short_json(pair)}")
+        G.graph["updates"].append((gateway(pair[0], f"{what}[0]"), gateway(pair[1], f"{what}[1]")))
+    extra = _graphml_symbols(H.graph.get("symbols", "{}"), G)
+    meta = {k: _decode(v, "graph attribute 'file_meta'", f"file_meta.{k}")
+            for k, v in _json_object(H.graph.get("file_meta", "{}"), "graph attribute 'file_meta'").items()}
     # from_networkx numbers values in the order a GraphBuilder creates them, which a graph numbered otherwise
     # (TensCalc's, where op outputs come before the inputs they read) cannot match; the file's node ids can.
     # Each value is tagged with its node id while it is rebuilt, then the graph is put back in the file's order.
-    names = {n: d.pop("name") for n, d in G.nodes(data=True)}
     for n, d in G.nodes(data=True):
         if n[0] == "value":
             d["name"] = f"v{n[1]}"
-    h = from_networkx(G)
-    extra = json.loads(H.graph.get("symbols", "{}"))
-    meta = {k: decode_value(v, f"file_meta.{k}") for k, v in json.loads(H.graph.get("file_meta", "{}")).items()}
-    return _in_file_order(h, G, names, extra, meta)
+    try:
+        h = build_from_networkx(G, lambda n: wheres.get(n, f"node {_node_id(n)}"))
+        return _in_file_order(h, G, names, extra, meta)
+    except FormatError:
+        raise
+    except GraphError as exc:
+        raise FormatError(str(exc)) from exc
+
+
+def _graphml_symbols(text: Any, G: Any) -> dict[str, Any]:
+    """The graph attribute ``symbols``, checked against the file's nodes (see :func:`_extra_symbols`)."""
+    where = "graph attribute 'symbols'"
+    obj = _json_object(text, where)
+    unknown = sorted(set(obj) - {"constants", "descriptions", "io"})
+    if unknown:
+        raise FormatError(f"{where}: unknown key(s) {unknown} (constants, descriptions, io)")
+
+    def rows(key: str, width: int) -> list[list[Any]]:
+        items = obj.get(key, [])
+        if not isinstance(items, list):
+            raise FormatError(f"{where}: {key}: expected a JSON array, got {_short_json(items)}")
+        for i, row in enumerate(items):
+            if not (isinstance(row, list) and len(row) == width):
+                raise FormatError(f"{where}: {key}[{i}]: expected an array of {width} items, got {_short_json(row)}")
+        return items
+
+    def text_of(x: Any, at: str) -> str:
+        if not isinstance(x, str):
+            raise FormatError(f"{at}: expected a string, got {_short_json(x)}")
+        return x
+
+    def node(kind: str, x: Any, at: str) -> int:
+        n = _int_value(x, at, strict=True)
+        key = ("value" if kind == "value" else "op", n)
+        if key not in G or (kind == "constant" and G.nodes[key].get("kind") != "const"):
+            raise FormatError(f"{at}: the file has no {'const op' if kind == 'constant' else kind} "
+                              f"{_node_id(key)}")
+        return n
+
+    constants = [[node("constant", c, f"{where}: constants[{i}][0]"), text_of(n, f"{where}: constants[{i}][1]")]
+                 for i, (c, n) in enumerate(rows("constants", 2))]
+    descriptions = []
+    for i, (kind, n, t) in enumerate(rows("descriptions", 3)):
+        at = f"{where}: descriptions[{i}]"
+        if kind in ("constant", "value", "op"):
+            n = node(kind, n, at)
+        elif kind == "io":
+            n = _int_value(n, at, strict=True)
+        else:
+            raise FormatError(f"{at}: unknown kind {_short_json(kind)} (constant, value, op or io)")
+        descriptions.append([kind, n, text_of(t, at)])
+    io = [[_int_value(r, f"{where}: io[{i}][0]", strict=True), text_of(n, f"{where}: io[{i}][1]")]
+          for i, (r, n) in enumerate(rows("io", 2))]
+    return {"constants": constants, "descriptions": descriptions, "io": io}
 
 
 def _in_file_order(h: Graph, G: Any, names: Mapping[tuple[str, int], str | None], extra: Mapping[str, Any],
@@ -538,19 +747,77 @@ def _save_graphml(graph: Graph, path: str | os.PathLike[str]) -> None:
     _write_bytes(path, buf.getvalue())
 
 
-def _load_graphml(path: str | os.PathLike[str]) -> Graph:
-    import networkx as nx
+def _read_graphml(path: str | os.PathLike[str]) -> Any:
+    """networkx's GraphML reader, with each malformed <data> element named (node or edge, attribute, text)."""
+    from networkx.readwrite.graphml import GraphMLReader
 
+    class Reader(GraphMLReader):  # type: ignore[misc]
+        def find_graphml_keys(self, graph_element: Any) -> Any:
+            try:
+                return super().find_graphml_keys(graph_element)
+            except KeyError as exc:  # networkx looks attr.type up in its table of types
+                raise FormatError(f"a <key> element declares the unknown attr.type {exc} (GraphML has boolean, "
+                                  "int, long, float, double and string)") from exc
+
+        def decode_data_elements(self, graphml_keys: Any, obj_xml: Any) -> Any:
+            try:
+                return super().decode_data_elements(graphml_keys, obj_xml)
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+                raise FormatError(f"{_xml_where(obj_xml)}: {_bad_data(self, graphml_keys, obj_xml, exc)}") from exc
+
+    reader = Reader()
+    graphs = list(reader(path=os.fspath(path)))
+    if not graphs:  # as networkx.read_graphml: a <graphml> root without the namespace
+        with open(path, "rb") as f:
+            text = f.read().replace(b"<graphml>", b'<graphml xmlns="http://graphml.graphdrawing.org/xmlns">')
+        graphs = list(reader(string=text))
+        if not graphs:
+            raise FormatError("not a readable GraphML file: no <graph> element")
+    return graphs[0]
+
+
+def _xml_where(element: Any) -> str:
+    tag = str(element.tag).rsplit("}", 1)[-1]
+    if tag == "node":
+        return f"node {element.get('id')}"
+    if tag == "edge":
+        return f"edge {element.get('source')} -> {element.get('target')}"
+    return f"<{tag}> element"
+
+
+def _bad_data(reader: Any, keys: Mapping[str, Any], element: Any, exc: BaseException) -> str:
+    """Which <data> child of ``element`` networkx's reader could not convert, and why."""
+    for data in element.findall(f"{{{reader.NS_GRAPHML}}}data"):
+        key = data.get("key")
+        if key not in keys:
+            return f"<data key={key!r}> refers to no <key> element"
+        name, type_ = keys[key]["name"], keys[key]["type"]
+        text = data.text
+        if text is None or len(data):
+            continue
+        try:
+            reader.convert_bool[text.lower()] if type_ is bool else type_(text)
+        except (ValueError, KeyError, TypeError, OverflowError):
+            what = {int: "an integer", float: "a number", bool: "a boolean"}.get(type_, type_.__name__)
+            return f"attribute {name!r}: {text!r:.60} is not {what}"
+    return _first_line(exc)
+
+
+def _load_graphml(path: str | os.PathLike[str]) -> Graph:
     try:
-        H = nx.read_graphml(os.fspath(path))
+        H = _read_graphml(path)
     except OSError:
         raise
+    except FormatError as exc:
+        raise _bad_file(path, str(exc)) from exc
     except Exception as exc:  # ElementTree's ParseError, networkx's errors on malformed keys
         raise _bad_file(path, f"not a readable GraphML file: {_first_line(exc)}") from exc
     try:
         return from_graphml_graph(H)
-    except (GraphError, ValueError, KeyError, TypeError) as exc:
-        raise _bad_file(path, _first_line(exc)) from exc
+    except FormatError as exc:
+        raise _bad_file(path, str(exc)) from exc
+    except Exception as exc:  # a problem the checks above miss must still be one error naming the file
+        raise _bad_file(path, f"cannot load: {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
 # ----------------------------------------------------------------------------- drawings

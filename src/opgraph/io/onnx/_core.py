@@ -17,6 +17,9 @@ importing.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,13 +121,56 @@ def onnx_elem_type(dtype: Any) -> int:
     return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
+#: Constants computed while importing (folded ops, ConstantOfShape, ...) larger than this many bytes are left
+#: to run time as ops; it also bounds a sparse initializer's dense form.
+FOLD_LIMIT = 2**27
+
+
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
-    """A TensorProto's data as an array of a dtype opgraph supports."""
-    np_dtype(t.data_type, what)
+    """A TensorProto's data as an array of a dtype opgraph supports.
+
+    Its dims are checked against the data it holds before anything is
+    allocated, and data kept in an external file must have been loaded
+    (``onnx.load`` of the model's path does that, within the model's
+    directory): a tensor that still refers to a file is an error.
+
+    >>> t = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    >>> t.dims[:] = [2, 2**40]
+    >>> tensor_to_array(t, "initializer 'w'")
+    Traceback (most recent call last):
+      ...
+    opgraph.io.onnx._core.OnnxImportError: initializer 'w': dims [2, 1099511627776] (2199023255552 elements) do ...
+    """
+    dt = np_dtype(t.data_type, what)
+    dims = list(t.dims)
+    if any(d < 0 for d in dims):
+        raise OnnxImportError(f"{what}: negative dimension in dims {dims}")
+    # NumPy cannot make even an empty array whose nonzero dims multiply past int64, nor one of rank > 64
+    if len(dims) > 64 or math.prod(d for d in dims if d) >= 2**62:
+        raise OnnxImportError(f"{what}: dims {dims[:8]}{'...' if len(dims) > 8 else ''} (rank {len(dims)}) are "
+                              "too large for an array")
+    count = math.prod(dims)
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data:
+        where = {e.key: e.value for e in t.external_data}.get("location", "?")
+        raise OnnxImportError(f"{what}: its data is in the external file {where!r}, which is not loaded; import the "
+                              "model from its path (the file must be in the model's directory), or onnx.load it "
+                              "with its external data first")
+    if t.HasField("raw_data"):
+        have, unit = len(t.raw_data) // dt.itemsize, f"{len(t.raw_data)} bytes of raw_data"
+        ok = len(t.raw_data) == count * dt.itemsize
+    else:
+        field = helper.tensor_dtype_to_field(t.data_type)
+        per = 2 if dt.kind == "c" else 1
+        n = len(getattr(t, field))
+        have, unit = n // per, f"{n} values in {field}"
+        ok = n == count * per
+    if not ok:
+        raise OnnxImportError(f"{what}: dims {dims} ({count} elements) do not match its data ({unit}, {have} "
+                              "elements)")
     try:
         return np.asarray(numpy_helper.to_array(t))
-    except Exception as exc:  # protobuf/external-data failures
-        raise OnnxImportError(f"{what}: cannot read tensor data: {exc}") from None
+    except Exception as exc:  # protobuf failures, segments
+        raise OnnxImportError(f"{what}: cannot read tensor data: {exc}") from exc
 
 
 def attribute_value(a: onnx.AttributeProto, what: str) -> Any:
@@ -133,21 +179,41 @@ def attribute_value(a: onnx.AttributeProto, what: str) -> Any:
         return tensor_to_array(a.t, f"{what} attribute {a.name!r}")
     if a.type == onnx.AttributeProto.SPARSE_TENSOR:
         return sparse_to_array(a.sparse_tensor, f"{what} attribute {a.name!r}")
-    v = helper.get_attribute_value(a)
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, list):
-        if a.type == onnx.AttributeProto.TENSORS:
-            return tuple(tensor_to_array(t, f"{what} attribute {a.name!r}") for t in v)
-        return tuple(x.decode() if isinstance(x, bytes) else x for x in v)
+    if a.type == onnx.AttributeProto.UNDEFINED:  # get_attribute_value would make it None
+        raise OnnxImportError(f"{what}: attribute {a.name!r} has no type (AttributeProto.type is UNDEFINED)")
+    try:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            return v.decode()
+        if isinstance(v, list):
+            if a.type == onnx.AttributeProto.TENSORS:
+                return tuple(tensor_to_array(t, f"{what} attribute {a.name!r}") for t in v)
+            return tuple(x.decode() if isinstance(x, bytes) else x for x in v)
+    except UnicodeDecodeError:
+        raise OnnxImportError(f"{what}: attribute {a.name!r} is text that is not valid UTF-8") from None
+    except ValueError as exc:  # an attribute without a type
+        raise OnnxImportError(f"{what}: attribute {a.name!r}: {exc}") from exc
     return v
 
 
 def sparse_to_array(s: onnx.SparseTensorProto, what: str) -> np.ndarray:
     """A SparseTensorProto as a dense array."""
-    values = tensor_to_array(s.values, what)
-    idx = tensor_to_array(s.indices, what).astype(np.int64)
-    dense = np.zeros(tuple(s.dims), dtype=values.dtype)
+    values = tensor_to_array(s.values, f"{what} values")
+    idx = tensor_to_array(s.indices, f"{what} indices").astype(np.int64)
+    dims = tuple(int(d) for d in s.dims)
+    if any(d < 0 for d in dims):
+        raise OnnxImportError(f"{what}: negative dimension in dims {list(dims)}")
+    size = math.prod(dims)
+    if size * values.dtype.itemsize > FOLD_LIMIT:
+        raise OnnxImportError(f"{what}: its dense form {list(dims)} would take {size * values.dtype.itemsize} bytes, "
+                              f"more than opgraph makes while importing ({FOLD_LIMIT})")
+    nnz = values.shape[0] if values.ndim == 1 else -1
+    if nnz < 0 or idx.shape not in ((nnz,), (nnz, len(dims))):
+        raise OnnxImportError(f"{what}: indices of shape {idx.shape} do not fit {nnz} values of a {list(dims)} tensor")
+    bound = size if idx.ndim == 1 else np.array(dims, dtype=np.int64)
+    if idx.size and ((idx < 0).any() or (idx >= bound).any()):
+        raise OnnxImportError(f"{what}: an index is out of range for dims {list(dims)}")
+    dense = np.zeros(dims, dtype=values.dtype)
     if idx.ndim == 1:
         dense.reshape(-1)[idx] = values
     else:
@@ -175,8 +241,10 @@ class Node:
     """What a translator sees of one ONNX node: attributes, opset, and op building with folding."""
 
     def __init__(self, imp: Importer, proto: onnx.NodeProto, opsets: Mapping[str, int],
-                 attrs: dict[str, Any], inputs: list[Any], scope: Scope | None = None) -> None:
+                 attrs: dict[str, Any], inputs: list[Any], scope: Scope | None = None,
+                 label: str | None = None) -> None:
         self.imp = imp
+        self._label = label
         self.proto = proto
         self.opsets = opsets
         self.attrs = attrs
@@ -196,9 +264,8 @@ class Node:
 
     @property
     def label(self) -> str:
-        """``OpType 'name'`` for error messages."""
-        name = self.proto.name or (self.proto.output[0] if self.proto.output else "")
-        return f"{self.proto.op_type} node {name!r}"
+        """``#index OpType node 'name'`` for error messages (a node in a subgraph after its parent's, ``>``)."""
+        return self._label if self._label is not None else node_label(self.proto)
 
     def error(self, reason: str) -> OnnxImportError:
         """An import error naming this node."""
@@ -257,10 +324,19 @@ class Node:
         """A known integer input as a tuple of ints (omitted input: empty tuple)."""
         if not self.has_input(index):
             return ()
-        return tuple(int(i) for i in np.asarray(self.static(index, what)).reshape(-1))
+        arr = np.asarray(self.static(index, what)).reshape(-1)
+        if arr.dtype.kind not in "biu" and not (arr.dtype.kind == "f" and np.isfinite(arr).all()
+                                                 and (arr == np.round(arr)).all()):
+            label = what or f"input {index}"
+            raise self.error(f"{label} must be integers, it is {arr.dtype} {arr[:8].tolist()}")
+        return tuple(int(i) for i in arr)
 
     def shape(self, v: Value) -> tuple[int, ...]:
         """The static shape of a value (opgraph shapes are known after import)."""
+        if v is None:  # an optional input left out (an empty name) where the translation needs one
+            raise self.error("an input it needs is left out (its name is empty)")
+        if not isinstance(v, Value):
+            raise self.error(f"needs a tensor input, got {type(v).__name__.lower()}")
         t = v.type
         if not isinstance(t, TensorType) or t.shape is None or any(d is None for d in t.shape):
             raise self.error(f"needs the static shape of its input, which is {t}; fix the model's symbolic "
@@ -273,6 +349,8 @@ class Node:
 
     def dtype(self, v: Value) -> np.dtype:
         """The dtype of a value."""
+        if v is None:
+            raise self.error("an input it needs is left out (its name is empty)")
         return v.type.dtype  # type: ignore[union-attr]
 
     def const(self, value: Any, dtype: Any = None) -> Value:
@@ -286,7 +364,7 @@ class Node:
         except OnnxImportError:
             raise
         except GraphError as exc:
-            raise self.error(str(exc)) from None
+            raise self.error(_message(exc)) from exc
 
     def cast(self, v: Value, dtype: Any) -> Value:
         """``v`` as ``dtype`` (no op when it already is)."""
@@ -312,6 +390,8 @@ class Importer:
         self.known: dict[int, np.ndarray] = {}
         self.input_names: dict[int, str] = {}
         self.scope: Scope = Scope()
+        #: labels of the nodes being translated, outermost first (a subgraph's nodes are inside its parent's)
+        self.context: list[str] = []
 
     # ---------------------------------------------------------------- values and folding
     def const(self, arr: np.ndarray) -> Value:
@@ -355,8 +435,9 @@ class Importer:
         """Build ``kind`` on ``inputs``; fold it into constants when all inputs are known."""
         vals = [x if isinstance(x, Value) else self.const(np.asarray(x)) for x in inputs]
         arrays = [self.known.get(v.id) for v in vals]
-        if vals and all(a is not None for a in arrays) and kind not in _NO_FOLD:
-            r = resolve(kind, [v.type for v in vals], attrs)
+        r = resolve(kind, [v.type for v in vals], attrs) if vals and all(a is not None for a in arrays) \
+            and kind not in _NO_FOLD else None
+        if r is not None and _nbytes(r.out_types) <= FOLD_LIMIT:  # a larger result is computed at run time
             fn = r.opdef.kernel_for("numpy", r.version)
             result = fn(*arrays, **dict(r.attrs))
             results = (result,) if len(r.out_types) == 1 else tuple(result)
@@ -381,16 +462,43 @@ class Importer:
 
     def translate_nodes(self, nodes: Sequence[onnx.NodeProto], scope: Scope, opsets: Mapping[str, int]) -> None:
         """Translate nodes in order, binding their outputs in ``scope``."""
-        for proto in nodes:
-            self.translate_node(proto, scope, opsets)
+        for index, proto in enumerate(nodes):
+            self.translate_node(proto, scope, opsets, index=index)
 
     def translate_node(self, proto: onnx.NodeProto, scope: Scope, opsets: Mapping[str, int],
-                       attr_env: Mapping[str, onnx.AttributeProto] | None = None) -> None:
-        """Translate one node (a model node or one inside an inlined function body)."""
-        label = f"{proto.op_type} node {(proto.name or (proto.output[0] if proto.output else ''))!r}"
+                       attr_env: Mapping[str, onnx.AttributeProto] | None = None, index: int | None = None) -> None:
+        """Translate one node (a model node or one inside an inlined function body).
+
+        Whatever goes wrong is one :class:`OnnxImportError` naming the node
+        (its index, op type and name, after those of the nodes whose
+        subgraph or function body it is in), with the cause chained.
+        """
+        label = " > ".join([*self.context, node_label(proto, index)])
+        self.context.append(node_label(proto, index))
+        try:
+            self._translate_node(proto, scope, opsets, attr_env, label)
+        except (OnnxImportError, NeedStatic):
+            raise
+        except GraphError as exc:
+            raise OnnxImportError(f"{label}: {_message(exc)}") from exc
+        except Exception as exc:  # a translator's own failure on a model it did not expect
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise OnnxImportError(f"{label}: {type(exc).__name__}{': ' + text if text else ''}") from exc
+        finally:
+            self.context.pop()
+
+    def _translate_node(self, proto: onnx.NodeProto, scope: Scope, opsets: Mapping[str, int],
+                        attr_env: Mapping[str, onnx.AttributeProto] | None, label: str) -> None:
+        for what, text in (("op_type", proto.op_type), ("domain", proto.domain), ("name", proto.name),
+                           *((f"input {i}", x) for i, x in enumerate(proto.input)),
+                           *((f"output {i}", x) for i, x in enumerate(proto.output))):
+            if not isinstance(text, str):  # protobuf hands back bytes that are not UTF-8
+                raise OnnxImportError(f"{label}: {what} {text!r} is not valid UTF-8 text")
         attrs: dict[str, Any] = {}
         attr_protos: dict[str, onnx.AttributeProto] = {}
         for a in proto.attribute:
+            if not isinstance(a.name, str) or not isinstance(a.ref_attr_name, str):
+                raise OnnxImportError(f"{label}: attribute name {a.name!r} is not valid UTF-8 text")
             if a.ref_attr_name:
                 if attr_env is None or a.ref_attr_name not in attr_env:
                     continue
@@ -399,7 +507,6 @@ class Importer:
                 ref.name = a.name
                 a = ref
             attr_protos[a.name] = a
-            attrs[a.name] = attribute_value(a, label)
         inputs = []
         for name in proto.input:
             if not name:
@@ -410,17 +517,22 @@ class Importer:
             except KeyError:
                 raise OnnxImportError(f"{label}: input {name!r} is not defined before it is used") from None
         domain = proto.domain if proto.domain != "ai.onnx" else ""
-        node = Node(self, proto, opsets, attrs, inputs, scope)
+        node = Node(self, proto, opsets, attrs, inputs, scope, label)
+        local = (domain, proto.op_type) in self.functions
+        if not local:  # a model's own function may reuse an op's name with other inputs
+            check_schema(proto, node.opset, attr_protos, label)
+        for name, a in attr_protos.items():
+            attrs[name] = attribute_value(a, label)
         fn = TRANSLATORS.get((domain, proto.op_type))
-        if (domain, proto.op_type) in self.functions:
+        if local:
             outs = self.inline_function(self.functions[(domain, proto.op_type)], node, attr_protos, scope)
         elif fn is not None:
-            try:
-                outs = fn(node, *inputs)
-            except (OnnxImportError, NeedStatic):
-                raise
-            except GraphError as exc:
-                raise node.error(str(exc)) from None
+            try:  # a node ONNX's schema did not check (none known at this opset) may not fit the translator
+                _signature(fn).bind(node, *inputs)
+            except TypeError:
+                raise node.error(f"has {len(inputs)} inputs, which opgraph's translation of {proto.op_type} does not "
+                                 "take") from None
+            outs = fn(node, *inputs)
         else:
             body = schema_function(proto, opsets, inputs)
             if body is None:
@@ -447,8 +559,8 @@ class Importer:
                 scope.names[formal] = actual
         # a body may import fewer domains than its caller (some schema bodies import none): inherit the rest
         opsets = {**node.opsets, **{o.domain if o.domain != "ai.onnx" else "": o.version for o in fn.opset_import}}
-        for proto in fn.node:
-            self.translate_node(proto, scope, opsets, env)
+        for index, proto in enumerate(fn.node):
+            self.translate_node(proto, scope, opsets, env, index)
         return [scope.names.get(o) for o in fn.output]
 
     def inline_graph(self, g: onnx.GraphProto, inputs: Sequence[Any], outer: Scope,
@@ -470,6 +582,83 @@ class Importer:
 _NO_FOLD = frozenset({"random_uniform", "random_normal"})
 
 
+@functools.cache
+def _signature(fn: Translator) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _message(exc: GraphError) -> str:
+    """An opgraph error's message without the builder's "(at file:line)", a line of the importer."""
+    text = str(exc)
+    location = getattr(exc, "location", None)
+    return text.replace(f" (at {location})", "") if location else text
+
+
+def _nbytes(types: Sequence[Any]) -> float:
+    """The bytes values of these types take (infinite when a shape is not static)."""
+    total = 0
+    for t in types:
+        if isinstance(t, TensorType):
+            if t.shape is None or any(d is None for d in t.shape):
+                return math.inf
+            total += math.prod(t.shape) * t.dtype.itemsize
+    return total
+
+
+def node_label(proto: onnx.NodeProto, index: int | None = None) -> str:
+    """``#index OpType node 'name'`` (the name is the first output's when the node has none).
+
+    >>> node_label(helper.make_node("Expand", ["x", "s"], ["y"]), 12)
+    "#12 Expand node 'y'"
+    """
+    name = proto.name or (proto.output[0] if proto.output else "")
+    op_type = proto.op_type if isinstance(proto.op_type, str) else repr(proto.op_type)
+    return f"{'' if index is None else f'#{index} '}{op_type} node {name!r}"
+
+
+def check_schema(proto: onnx.NodeProto, version: int, attrs: Mapping[str, onnx.AttributeProto], label: str) -> None:
+    """Check a node's inputs, outputs and attribute types against its ONNX schema (none known: no check).
+
+    Omitted optional inputs and outputs (empty names) count as absent; a
+    variadic one takes any number from its minimum.
+
+    >>> check_schema(helper.make_node("Expand", ["x"], ["y"]), 17, {}, "#0 Expand node 'y'")
+    Traceback (most recent call last):
+      ...
+    opgraph.io.onnx._core.OnnxImportError: #0 Expand node 'y': has 1 input, Expand (opset 17) takes at least 2
+    """
+    domain = proto.domain if proto.domain != "ai.onnx" else ""
+    try:
+        schema = onnx.defs.get_schema(proto.op_type, version, domain)
+    except (onnx.defs.SchemaError, TypeError):  # an unknown domain, not yet defined at this opset, a huge version
+        return
+    where = f"{proto.op_type} (opset {version})"
+    for kind, names, params, lo, hi in (("input", list(proto.input), schema.inputs, schema.min_input,
+                                         schema.max_input),
+                                        ("output", list(proto.output), schema.outputs, schema.min_output,
+                                         schema.max_output)):
+        given = len(names)
+        while given and not names[given - 1]:
+            given -= 1
+        if given < lo:
+            raise OnnxImportError(f"{label}: has {given} {kind}{'s' * (given != 1)}, {where} takes at least {lo}")
+        if len(names) > hi:  # empty names count here: the translator would get a None for each
+            raise OnnxImportError(f"{label}: has {len(names)} {kind}{'s' * (len(names) != 1)}, {where} takes at "
+                                  f"most {hi}")
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for i in range(given):
+            if not names[i] and i < len(params) and params[i].option == single:
+                raise OnnxImportError(f"{label}: {kind} {i} ({params[i].name}) of {where} is required but its name "
+                                      "is empty")
+    for name, a in attrs.items():
+        spec = schema.attributes.get(name)
+        if spec is not None and a.type != spec.type:
+            want = onnx.AttributeProto.AttributeType.Name(int(spec.type))
+            got = onnx.AttributeProto.AttributeType.Name(a.type) if a.type in \
+                onnx.AttributeProto.AttributeType.values() else str(a.type)
+            raise OnnxImportError(f"{label}: attribute {name!r} of {where} must be {want}, got {got}")
+
+
 def schema_function(proto: onnx.NodeProto, opsets: Mapping[str, int],
                     inputs: Sequence[Any]) -> onnx.FunctionProto | None:
     """The function body ONNX's schema defines for an op (plain or context-dependent), if any."""
@@ -477,7 +666,7 @@ def schema_function(proto: onnx.NodeProto, opsets: Mapping[str, int],
     version = opsets.get(domain, opsets.get("ai.onnx", 1) if domain == "" else 1)
     try:
         schema = onnx.defs.get_schema(proto.op_type, version, domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError):  # TypeError: a version beyond a C int
         return None
     try:
         if schema.has_function:
@@ -511,7 +700,7 @@ def schema_defaults(proto: onnx.NodeProto, opsets: Mapping[str, int]) -> dict[st
     domain = proto.domain if proto.domain != "ai.onnx" else ""
     try:
         schema = onnx.defs.get_schema(proto.op_type, opsets.get(domain, 1), domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError):  # TypeError: a version beyond a C int
         return {}
     out = {}
     for name, spec in schema.attributes.items():

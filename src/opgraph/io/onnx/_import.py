@@ -12,6 +12,7 @@ import onnx
 
 from opgraph.core.graph import Graph, Value
 from opgraph.core.types import TensorType
+from opgraph.errors import GraphError
 from opgraph.io.onnx import (  # noqa: F401  (registers the translators)
     translate_control,
     translate_math,
@@ -61,13 +62,16 @@ def load_model(model: Any) -> onnx.ModelProto:
     """A ModelProto from a ModelProto, a path or serialized bytes."""
     if isinstance(model, onnx.ModelProto):
         return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, (str, os.PathLike)):
+    if isinstance(model, (bytes, bytearray, memoryview)):
         try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as exc:  # protobuf's DecodeError
+            raise OnnxImportError(f"not a readable ONNX model: {_first_line(exc)}") from exc
+    if isinstance(model, (str, os.PathLike)):
+        try:  # onnx.load reads external data too, refusing files outside the model's directory
             return onnx.load(os.fspath(model))
         except Exception as exc:
-            raise OnnxImportError(f"{os.fspath(model)}: not a readable ONNX model: {exc}") from None
+            raise OnnxImportError(f"{os.fspath(model)}: not a readable ONNX model: {_first_line(exc)}") from exc
     raise TypeError(f"expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
 
 
@@ -82,6 +86,23 @@ def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
     constants.
     """
     proto = load_model(model)
+    try:
+        return _import_model(proto, input_types, input_shapes, static_inputs)
+    except OnnxImportError:
+        raise
+    except GraphError as exc:
+        raise OnnxImportError(str(exc)) from exc
+    except Exception as exc:  # a check the importer misses must still be one error (nodes name themselves)
+        raise OnnxImportError(f"cannot import the model: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
+                  input_shapes: Mapping[str, Any] | None, static_inputs: Mapping[str, Any] | None) -> OnnxImport:
     statics = dict(static_inputs or {})
     types = dict(input_types or {})
     for vi in proto.graph.input:  # a shape alone keeps the model's element type
@@ -104,25 +125,38 @@ def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
 def _value_type(vi: onnx.ValueInfoProto, given: Any, static: Any) -> TensorType:
     tt = vi.type.tensor_type
     dt = np_dtype(tt.elem_type, f"graph input {vi.name!r}")
-    if given is not None:
-        from opgraph.core.types import as_type
+    try:
+        if given is not None:
+            from opgraph.core.types import as_type
 
-        return as_type(given)
-    if static is not None:
-        return TensorType(dt, np.shape(static))
-    if not tt.HasField("shape"):
-        raise OnnxImportError(f"graph input {vi.name!r} has no shape; give it in input_types=")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-    return TensorType(dt, dims)
+            return as_type(given)
+        if static is not None:
+            return TensorType(dt, np.shape(static))
+        if not tt.HasField("shape"):
+            raise OnnxImportError(f"graph input {vi.name!r} has no shape; give it in input_types=")
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+        return TensorType(dt, dims)
+    except GraphError as exc:  # a negative dim, or more elements than an int64 counts
+        if isinstance(exc, OnnxImportError):
+            raise
+        raise OnnxImportError(f"graph input {vi.name!r}: {exc}") from exc
 
 
 def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[str, Any],
             constant: set[str]) -> OnnxImport:
     opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
+    for domain, version in opsets.items():
+        if not isinstance(domain, str) or not 0 <= version < 2**31:  # ONNX's schema lookups take a C int
+            raise OnnxImportError(f"opset_import: version {version} of domain {domain or 'ai.onnx'!r} is not a valid "
+                                  "opset version")
     opsets.setdefault("", 1)
     functions = {(f.domain, f.name): f for f in model.functions}
     imp = Importer(opsets, functions, statics, constant)
     g = model.graph
+    for what, items in (("graph input", g.input), ("graph output", g.output), ("initializer", g.initializer)):
+        for x in items:
+            if not isinstance(x.name, str):  # protobuf hands back bytes that are not UTF-8
+                raise OnnxImportError(f"{what} name {x.name!r} is not valid UTF-8 text")
     scope = Scope()
     inits = {t.name for t in g.initializer}
     in_ports = []

@@ -477,5 +477,6 @@ def _dropout(node: Node, x: Any, ratio: Any = None, training_mode: Any = None) -
                          "import; use the model in inference mode (training_mode false)")
     # the mask is bool from opset 10, the input's type before
     mask_dtype = np.dtype(bool) if node.opset >= 10 else node.dtype(x)
-    mask = node.const(np.ones(node.shape(x), mask_dtype)) if len(node.proto.output) > 1 else None
+    mask = (node.op("broadcast_to", node.const(np.ones((), mask_dtype)), shape=node.shape(x))
+            if len(node.proto.output) > 1 else None)
     return x, mask

@@ -53,6 +53,9 @@ def _reshape(node: Node, x: Any, shape: Any = None) -> Any:
     target = list(node.static_ints(1, "shape") if node.has_input(1) else node.attr("shape"))
     src = node.shape(x)
     if not node.attr("allowzero", 0):
+        if any(d == 0 for d in target[len(src):]):
+            raise node.error(f"shape {tuple(target)}: a 0 (copy the input's dimension) past the input's rank "
+                             f"{len(src)}")
         target = [src[i] if d == 0 else d for i, d in enumerate(target)]
     return node.op("reshape", x, shape=tuple(target))
 
@@ -98,7 +101,11 @@ def _unsqueeze(node: Node, x: Any, axes: Any = None) -> Any:
 @translates("Concat")
 def _concat(node: Node, *xs: Any) -> Any:
     xs = tuple(x for x in xs if x is not None)
+    if not xs:
+        raise node.error("has no inputs to concatenate")
     axis = node.axis(node.attr("axis"), node.rank(xs[0]))
+    if len({node.rank(x) for x in xs}) > 1 or node.rank(xs[0]) == 0:
+        raise node.error(f"inputs must have one rank of at least 1, they have shapes {[node.shape(x) for x in xs]}")
     xs = tuple(x for x in xs if node.shape(x)[axis] != 0) or xs[:1]
     return xs[0] if len(xs) == 1 else node.op("concat", *xs, axis=axis)
 
@@ -137,6 +144,11 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
         st, en, ax, sp = node.attr("starts"), node.attr("ends"), node.attr("axes", ()), ()
     ax = ax or tuple(range(len(st)))
     sp = sp or (1,) * len(st)
+    if not len(st) == len(en) == len(ax) == len(sp):
+        raise node.error(f"starts, ends, axes and steps have different lengths ({len(st)}, {len(en)}, {len(ax)}, "
+                         f"{len(sp)})")
+    if 0 in sp:
+        raise node.error(f"a step is 0 (steps {sp})")
     index: list[Any] = [slice(None)] * r
     for s, e, a, step in zip(st, en, ax, sp, strict=True):
         a = node.axis(a, r)
@@ -161,7 +173,13 @@ def _gather(node: Node, x: Any, idx: Any) -> Any:
 @translates("Expand")
 def _expand(node: Node, x: Any, shape: Any) -> Any:
     target = node.static_ints(1, "shape")
-    out = tuple(np.broadcast_shapes(node.shape(x), target))
+    if any(d < 0 for d in target):
+        raise node.error(f"shape {target} has a negative dimension")
+    try:
+        out = tuple(np.broadcast_shapes(node.shape(x), target))
+    except ValueError:
+        raise node.error(f"cannot expand a value of shape {node.shape(x)} to shape {target}: they do not "
+                         "broadcast") from None
     return node.op("broadcast_to", x, shape=out)
 
 
@@ -173,25 +191,43 @@ def _tile(node: Node, x: Any, repeats: Any) -> Any:
 @translates("ConstantOfShape")
 def _constant_of_shape(node: Node, shape: Any) -> Any:
     dims = node.static_ints(0, "shape")
-    value = node.attr("value", np.zeros(1, np.float32))
-    return node.const(np.full(dims, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype))
+    if any(d < 0 for d in dims):
+        raise node.error(f"shape {dims} has a negative dimension")
+    value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
+    if value.size != 1:
+        raise node.error(f"attribute 'value' must have one element, it has shape {value.shape}")
+    # through an op: a result too large to fold is left to run time instead of being allocated here
+    return node.op("broadcast_to", node.const(value.reshape(())), shape=dims)
 
 
 @translates("Range")
 def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
     # the bounds are scalars, but tolerate one-element vectors
-    s, lim, d = (np.asarray(node.static(i)).reshape(-1)[0] for i in range(3))
-    dt = np.asarray(node.static(0)).dtype
+    from opgraph.io.onnx._core import FOLD_LIMIT
+
+    bounds = [np.asarray(node.static(i)).reshape(-1) for i in range(3)]
+    if any(b.size != 1 for b in bounds):
+        raise node.error(f"start, limit and delta must be scalars, they have {[b.size for b in bounds]} elements")
+    s, lim, d = (b[0] for b in bounds)
+    dt = bounds[0].dtype
+    if d == 0 or not np.isfinite(d) or not np.isfinite(s) or not np.isfinite(lim):
+        raise node.error(f"start {s}, limit {lim} and delta {d} do not make a finite range")
     n = max(int(np.ceil((lim - s) / d)), 0)
+    if n * dt.itemsize > FOLD_LIMIT:
+        raise node.error(f"a range of {n} elements is more than opgraph computes while importing")
     return node.const((s + np.arange(n) * d).astype(dt))
 
 
 @translates("EyeLike")
 def _eye_like(node: Node, x: Any) -> Any:
-    from opgraph.io.onnx._core import np_dtype
+    from opgraph.io.onnx._core import FOLD_LIMIT, np_dtype
 
     shape = node.shape(x)
+    if len(shape) != 2:
+        raise node.error(f"input 0 must be 2-D, it has shape {shape}")
     dt = np_dtype(node.attr("dtype"), node.label) if "dtype" in node.attrs else node.dtype(x)
+    if shape[0] * shape[1] * dt.itemsize > FOLD_LIMIT:
+        raise node.error(f"an identity matrix of shape {shape} is more than opgraph computes while importing")
     return node.const(np.eye(shape[0], shape[1], k=node.attr("k", 0), dtype=dt))
 
 
@@ -205,6 +241,8 @@ def _pad(node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = No
     else:
         p, fill, ax = tuple(node.attr("pads")), float(node.attr("value", 0.0)), tuple(range(r))
     k = len(ax)
+    if len(p) != 2 * k:
+        raise node.error(f"pads {p} must have 2 entries per padded axis ({k} axes)")
     width = [(0, 0)] * r
     for i, a in enumerate(ax):
         width[a] = (p[i], p[i + k])
