@@ -38,7 +38,7 @@ def model(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("cmd", ["run", "info", "dump", "validate"])
+@pytest.mark.parametrize("cmd", ["run", "info", "dump"])
 def test_dev_null_is_not_a_graph_file(capsys: pytest.CaptureFixture[str], cmd: str) -> None:
     code, line = run(capsys, cmd, os.devnull)
     assert code == 1
@@ -46,6 +46,34 @@ def test_dev_null_is_not_a_graph_file(capsys: pytest.CaptureFixture[str], cmd: s
     assert "no extension means a .cg file set" in line and ".cg does not exist" in line
     assert all(s in line for s in READABLE) and ".svg" not in line  # the readable formats only
     assert "No such file" not in line
+
+
+def test_validate_reports_dev_null_as_an_invalid_file(capsys: pytest.CaptureFixture[str]) -> None:
+    # validate reports a file it cannot read as invalid (like a malformed file), on stdout, exit 1
+    code = main(["validate", os.devnull])
+    out, err = capsys.readouterr()
+    assert code == 1 and err == ""
+    assert out.startswith(f"{os.devnull}: invalid (1 problem)")
+    assert f"{os.devnull} is a character device, not a graph file" in out
+
+
+def test_library_load_refuses_what_is_not_a_graph_file(tmp_path: Path) -> None:
+    """opgraph.io.load makes the same checks as the CLI: a FIFO in a .cg set is refused, not read (it would block)."""
+    from opgraph.errors import FormatError
+    from opgraph.io import load, save
+
+    b = GraphBuilder()
+    b.output(b.op("exp", b.input(("float64", (2,)), name="x")))
+    save(b.freeze(), tmp_path / "m.cg")
+    os.unlink(tmp_path / "m.cgc")
+    os.mkfifo(tmp_path / "m.cgc")
+    with pytest.raises(FormatError, match=r"m\.cgc is a FIFO \(named pipe\), not a \.cgc file"):
+        load(tmp_path / "m.cg")
+    with pytest.raises(FormatError, match="is a directory, not a graph file"):
+        load(tmp_path)
+    (tmp_path / "e.json").write_bytes(b"")
+    with pytest.raises(FormatError, match=r"e\.json is empty \(0 bytes\), not a json file"):
+        load(tmp_path / "e.json")
 
 
 def test_a_directory_an_empty_file_and_a_bare_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

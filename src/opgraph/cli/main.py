@@ -130,83 +130,9 @@ def _timed(description: str, fn: Callable[[], T]) -> T:
         return fn()
 
 
-def _kind_of(mode: int) -> str:
-    """What a non-regular file is, in words.
-
-    >>> import stat
-    >>> _kind_of(stat.S_IFIFO)
-    'a FIFO (named pipe)'
-    """
-    import stat
-
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
-def _check_file(path: str, what: str) -> None:
-    """Refuse a path that is not a non-empty regular file before anything opens it (a FIFO would block).
-
-    >>> _check_file(os.devnull, "a graph file")
-    Traceback (most recent call last):
-      ...
-    ValueError: /dev/null is a character device, not a graph file
-    """
-    try:
-        st = os.stat(path)
-    except OSError:
-        return  # the reader reports a missing file in its own words
-    import stat
-
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path} is {_kind_of(st.st_mode)}, not {what}")
-    if st.st_size == 0:
-        raise ValueError(f"{path} is empty (0 bytes), not {what}")
-
-
-def _check_graph_path(path: str, fmt: str | None) -> None:
-    """A clear error for a path that cannot be a graph file, naming the known suffixes.
-
-    A path without an extension is a .cg file set (``PATH.cg`` and its companions), so ``PATH`` itself may be
-    anything as long as ``PATH.cg`` exists; otherwise the path is checked as a file.
-
-    >>> _check_graph_path(os.devnull, None)
-    Traceback (most recent call last):
-      ...
-    ValueError: /dev/null is a character device, not a graph file (no extension means a .cg file set, ...)
-    """
-    from opgraph.io.formats import format_for_path, formats
-
-    readable = [s for f in formats() if f.loadable for s in f.suffixes]
-    known = f"graph files opgraph reads end in {', '.join(readable)}; see '{PROG} formats'"
-    chosen = format_for_path(path, fmt)  # an unknown extension is its own error, listing the suffixes
-    no_ext = fmt is None and not os.path.splitext(os.path.basename(path))[1]
-    if no_ext:
-        cg = path + ".cg"
-        if os.path.exists(cg):
-            _check_file(cg, "a .cg file")
-            return
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, f"No such file (nor a .cg file set {cg})", path)
-        try:
-            _check_file(path, "a graph file")
-            problem = f"{path} is a file without an extension"
-        except ValueError as exc:
-            problem = str(exc)
-        raise ValueError(f"{problem} (no extension means a .cg file set, and {cg} does not exist; {known})")
-    try:
-        _check_file(path, f"a {chosen.name} file")
-    except ValueError as exc:
-        raise ValueError(f"{exc} ({known})") from None
-
-
 def _load(path: str, fmt: str | None = None, allow_pickle: bool = False, **options: Any) -> Any:
     from opgraph.io.formats import PickleRefusedError, load
 
-    _check_graph_path(os.fspath(path), fmt)
     try:
         return _timed(f"loading {path}", lambda: load(path, format=fmt, allow_pickle=allow_pickle, **options))
     except PickleRefusedError as exc:
@@ -431,7 +357,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise
         if int(g.value_producer[v]) != -1:
             raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
-        _check_file(path, "a .npy file")
+        from opgraph.io.formats import check_regular_file
+
+        check_regular_file(path, "a .npy file")
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.ndarray):
             with contextlib.suppress(Exception):

@@ -65,6 +65,7 @@ import math
 import os
 import pickle
 import re
+import stat
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -208,6 +209,82 @@ def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = Non
     return fmt
 
 
+def _kind_of(mode: int) -> str:
+    """What a non-regular file is, in words.
+
+    >>> import stat
+    >>> _kind_of(stat.S_IFIFO)
+    'a FIFO (named pipe)'
+    """
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a path that is not a non-empty regular file, before anything opens it (a FIFO would block).
+
+    A missing path passes: the reader reports it in its own words. The error is a
+    :class:`~opgraph.errors.FormatError`.
+
+    >>> check_regular_file(os.devnull, "a graph file")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FormatError: /dev/null is a character device, not a graph file
+    """
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(f"{path} is {_kind_of(st.st_mode)}, not {what}")
+    if st.st_size == 0:
+        raise FormatError(f"{path} is empty (0 bytes), not {what}")
+
+
+def check_graph_path(path: str | os.PathLike[str], format: str | None = None) -> None:
+    """A clear error for a path that cannot be a graph file, naming the suffixes opgraph reads.
+
+    A path without an extension is a .cg file set (``PATH.cg`` and its companions), so ``PATH`` itself may be
+    anything as long as ``PATH.cg`` exists; every file of a set that exists must be a regular file.
+
+    >>> check_graph_path(os.devnull)
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FormatError: /dev/null is a character device, not a graph file (no extension means a .cg file ...
+    """
+    path = os.fspath(path)
+    readable = [s for f in formats() if f.loadable for s in f.suffixes]
+    known = f"graph files opgraph reads end in {', '.join(readable)}; see 'opgraph formats'"
+    chosen = format_for_path(path, format)  # an unknown extension is its own error, listing the suffixes
+    if format is None and not os.path.splitext(os.path.basename(path))[1]:
+        cg = path + ".cg"
+        if not os.path.exists(cg):
+            if not os.path.exists(path):
+                raise FileNotFoundError(2, f"No such file (nor a .cg file set {cg})", path)
+            try:
+                check_regular_file(path, "a graph file")
+                problem = f"{path} is a file without an extension"
+            except FormatError as exc:
+                problem = str(exc)
+            raise FormatError(f"{problem} (no extension means a .cg file set, and {cg} does not exist; {known})")
+        path = cg
+    if chosen.name == "cg":
+        sets = (".cg", ".cgc", ".cgio", ".cgs")
+        base = os.path.splitext(path)[0] if path.lower().endswith(sets) else path
+        for suffix in sets:
+            check_regular_file(base + suffix, f"a {suffix} file")
+        return
+    try:
+        check_regular_file(path, f"a {chosen.name} file")
+    except FormatError as exc:
+        raise FormatError(f"{exc} ({known})") from None
+
+
 def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickle: bool = False,
          **options: Any) -> Graph:
     """Load a graph from ``path`` in its format (or ``format``); pickles need ``allow_pickle=True``.
@@ -230,6 +307,7 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
                                "read them back")
     if fmt.pickle and not allow_pickle:  # refuse before the file is even opened
         raise PickleRefusedError(os.fspath(path), fmt.name)
+    check_graph_path(path, format)
     return fmt.load(path, **options)
 
 
@@ -971,6 +1049,7 @@ _register_builtin()
 
 __all__ = [
     "DEFAULT_FORMAT", "Format", "NotLoadableError", "PickleRefusedError", "UnknownFormatError",
-    "UnsupportedGraphError", "format_for_path", "formats", "from_graphml_graph", "get_format", "known_suffixes",
-    "load", "match_suffix", "register", "save", "to_graphml_graph",
+    "UnsupportedGraphError", "check_graph_path", "check_regular_file", "format_for_path", "formats",
+    "from_graphml_graph", "get_format", "known_suffixes", "load", "match_suffix", "register", "save",
+    "to_graphml_graph",
 ]
