@@ -1,5 +1,5 @@
-"""The README's, docs/backends.md's and docs/numpy-engine.md's snippets run as written; the generated docs are
-current; every op has a reference test."""
+"""The README's, docs/backends.md's, docs/numpy-engine.md's and docs/errors.md's snippets run as written; the
+generated docs are current; every op has a reference test."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README_BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 README_BLOCKS += re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "backends.md").read_text(), re.S)
 README_BLOCKS += re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "numpy-engine.md").read_text(), re.S)
+README_BLOCKS += re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "errors.md").read_text(), re.S)
 
 
 @pytest.mark.parametrize("block", README_BLOCKS, ids=[f"block{i}" for i in range(len(README_BLOCKS))])
