@@ -79,6 +79,18 @@ def _csr_rows(ptr: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(counts), dtype=INDEX), counts)
 
 
+
+def _const_index(attrs: Any) -> int:
+    """A const op's ``index`` attribute, or -1 when it is missing or not an int64 (verify reports it).
+
+    >>> _const_index((("index", 3),)), _const_index((("index", 2**64),)), _const_index((("index", "3"),))
+    (3, -1, -1)
+    """
+    index = dict(attrs).get("index", -1)
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool) and 0 <= index < 2**63:
+        return int(index)
+    return -1
+
 class Graph:
     """An immutable bipartite graph of ops and values (see the module doc).
 
@@ -896,14 +908,15 @@ class Graph:
             return
         # The index sits in the op's attributes; many const ops may share an attribute entry.
         attr_ids, where = np.unique(self.op_attr[ops], return_inverse=True)
-        index = np.array([dict(self.attrs[a]).get("index", -1) for a in attr_ids.tolist()], dtype=np.int64)[where]
+        index = np.array([_const_index(self.attrs[a]) for a in attr_ids.tolist()], dtype=np.int64)[where]
         bad_index = (index < 0) | (index >= len(self.constants))
         bad_arity = ~bad_index & ((self.out_ptr[ops + 1] - self.out_ptr[ops] != 1)
                                   | (self.in_ptr[ops + 1] != self.in_ptr[ops]))
         ok = ~(bad_index | bad_arity)
         found: list[tuple[int, str]] = []
-        for op, idx in zip(ops[bad_index].tolist(), index[bad_index].tolist(), strict=True):
-            found.append((op, f"op {op} (const): constant index {idx} not in the constants table"))
+        for op in ops[bad_index].tolist():
+            idx = dict(self.attrs[int(self.op_attr[op])]).get("index")  # as stored: it may not even be an int
+            found.append((op, f"op {op} (const): constant index {idx!r} not in the constants table"))
         for op in ops[bad_arity].tolist():
             found.append((op, f"op {op} (const): must have no inputs and one output"))
         # Whether a type accepts a constant depends only on the constant's dtype and shape:

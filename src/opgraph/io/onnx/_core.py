@@ -437,7 +437,10 @@ class Importer:
         arrays = [self.known.get(v.id) for v in vals]
         r = resolve(kind, [v.type for v in vals], attrs) if vals and all(a is not None for a in arrays) \
             and kind not in _NO_FOLD else None
-        if r is not None and _nbytes(r.out_types) <= FOLD_LIMIT:  # a larger result is computed at run time
+        # A larger result is computed at run time. Inputs count too, with empty dims as 1: a kernel may make
+        # intermediates of the other dims' size from an empty input (a (2**40, 0) softmax reduces to (2**40, 1)).
+        if r is not None and _nbytes(r.out_types) <= FOLD_LIMIT \
+                and _nbytes([*r.out_types, *(v.type for v in vals)], empty_as_one=True) <= FOLD_LIMIT:
             fn = r.opdef.kernel_for("numpy", r.version)
             result = fn(*arrays, **dict(r.attrs))
             results = (result,) if len(r.out_types) == 1 else tuple(result)
@@ -594,14 +597,20 @@ def _message(exc: GraphError) -> str:
     return text.replace(f" (at {location})", "") if location else text
 
 
-def _nbytes(types: Sequence[Any]) -> float:
-    """The bytes values of these types take (infinite when a shape is not static)."""
+def _nbytes(types: Sequence[Any], *, empty_as_one: bool = False) -> float:
+    """The bytes values of these types take (infinite when a shape is not static).
+
+    With ``empty_as_one``, a dim of 0 counts as 1: a bound on what a kernel may allocate for a slice of it.
+
+    >>> _nbytes([TensorType("float32", (0, 2**20))]), _nbytes([TensorType("float32", (0, 2**20))], empty_as_one=True)
+    (0, 4194304)
+    """
     total = 0
     for t in types:
         if isinstance(t, TensorType):
             if t.shape is None or any(d is None for d in t.shape):
                 return math.inf
-            total += math.prod(t.shape) * t.dtype.itemsize
+            total += math.prod(max(d, 1) if empty_as_one else d for d in t.shape) * t.dtype.itemsize
     return total
 
 

@@ -14,11 +14,12 @@ for 8-bit operands.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
 
-from opgraph.io.onnx._core import Node, translates
+from opgraph.io.onnx._core import FOLD_LIMIT, Node, translates
 from opgraph.io.onnx.translate_nn import conv_pads
 
 _UNARY = {
@@ -189,7 +190,12 @@ def _reduce(kind: str, pre: str | None = None, post: str | None = None) -> Any:
             y = x
         elif kind in ("max", "min", "logsumexp") and 0 in [shape[a] for a in (axes or range(len(shape)))]:
             # NumPy refuses these over nothing; ONNX gives the identity of the reduction
-            y = node.const(np.full(_reduced_shape(shape, axes, keep), _empty_identity(kind, dt), dtype=dt))
+            out_shape = _reduced_shape(shape, axes, keep)
+            if math.prod(out_shape) * np.dtype(dt).itemsize > FOLD_LIMIT:
+                raise node.error(f"its result {list(out_shape)}, a reduction over nothing, would take "
+                                 f"{math.prod(out_shape) * np.dtype(dt).itemsize} bytes, more than opgraph makes "
+                                 f"while importing ({FOLD_LIMIT})")
+            y = node.const(np.full(out_shape, _empty_identity(kind, dt), dtype=dt))
         else:
             y = node.op(kind, x, axis=axes, keepdims=keep)
         if post == "sqrt":
