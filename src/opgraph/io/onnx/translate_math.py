@@ -471,4 +471,6 @@ def _qlinear_conv(node: Node, x: Any, x_scale: Any, x_zp: Any, w: Any, w_scale: 
     if int(np.prod(node.shape(w_scale), dtype=np.int64)) > 1:
         w_scale = node.op("reshape", w_scale, shape=(1, -1) + (1,) * n)
     factor = node.op("divide", node.op("multiply", x_scale, w_scale), y_scale)
-    return _saturate(node, node.op("multiply", y, node.cast(factor, np.float64)), y_zp, node.dtype(y_zp))
+    # ONNX Runtime requantises in the scales' type: the accumulator (exact there below 2**24) times the combined
+    # scale, rounded in float32; a float64 product rounds differently near .5
+    return _saturate(node, node.op("multiply", node.cast(y, node.dtype(factor)), factor), y_zp, node.dtype(y_zp))
