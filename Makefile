@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Benchmarks and tests run with one BLAS/OpenMP thread for every library compared.
 THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test lint bench docs clean fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,17 @@ lint: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench $(VENV)/.installed-torch
 	$(THREADS) $(BIN)/python bench/run.py
+
+# Fuzzes the file loaders for longer than `make test` does: FUZZ_N mutated files per format (tools/fuzz.py;
+# failing files go to fuzz-out/failures). atheris (the `fuzz` extra) adds coverage guidance where it installs;
+# elsewhere the script says so and uses its own random mutator.
+FUZZ_N ?= 100000
+$(VENV)/.installed-fuzz: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[fuzz]" || echo "note: atheris does not install here; tools/fuzz.py uses its random mutator"
+	touch $@
+
+fuzz: $(VENV)/.installed-test $(VENV)/.installed-fuzz
+	$(THREADS) $(BIN)/python tools/fuzz.py $(FUZZ_N) --out fuzz-out
 
 docs: $(VENV)/.installed-test
 	$(BIN)/python tools/gen_ops_doc.py
