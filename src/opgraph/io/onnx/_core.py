@@ -476,8 +476,8 @@ class Importer:
         (its index, op type and name, after those of the nodes whose
         subgraph or function body it is in), with the cause chained.
         """
-        label = " > ".join([*self.context, node_label(proto, index)])
         self.context.append(node_label(proto, index))
+        label = " > ".join(self.context)
         try:
             self._translate_node(proto, scope, opsets, attr_env, label)
         except (OnnxImportError, NeedStatic):
@@ -492,11 +492,14 @@ class Importer:
 
     def _translate_node(self, proto: onnx.NodeProto, scope: Scope, opsets: Mapping[str, int],
                         attr_env: Mapping[str, onnx.AttributeProto] | None, label: str) -> None:
-        for what, text in (("op_type", proto.op_type), ("domain", proto.domain), ("name", proto.name),
-                           *((f"input {i}", x) for i, x in enumerate(proto.input)),
-                           *((f"output {i}", x) for i, x in enumerate(proto.output))):
-            if not isinstance(text, str):  # protobuf hands back bytes that are not UTF-8
-                raise OnnxImportError(f"{label}: {what} {text!r} is not valid UTF-8 text")
+        in_names, out_names = tuple(proto.input), tuple(proto.output)
+        texts = (proto.op_type, proto.domain, proto.name, *in_names, *out_names)
+        if not all(type(text) is str for text in texts):  # protobuf hands back bytes that are not UTF-8
+            for what, text in (("op_type", proto.op_type), ("domain", proto.domain), ("name", proto.name),
+                               *((f"input {i}", x) for i, x in enumerate(proto.input)),
+                               *((f"output {i}", x) for i, x in enumerate(proto.output))):
+                if not isinstance(text, str):
+                    raise OnnxImportError(f"{label}: {what} {text!r} is not valid UTF-8 text")
         attrs: dict[str, Any] = {}
         attr_protos: dict[str, onnx.AttributeProto] = {}
         for a in proto.attribute:
@@ -511,7 +514,7 @@ class Importer:
                 a = ref
             attr_protos[a.name] = a
         inputs = []
-        for name in proto.input:
+        for name in in_names:
             if not name:
                 inputs.append(None)
                 continue
@@ -523,18 +526,17 @@ class Importer:
         node = Node(self, proto, opsets, attrs, inputs, scope, label)
         local = (domain, proto.op_type) in self.functions
         if not local:  # a model's own function may reuse an op's name with other inputs
-            check_schema(proto, node.opset, attr_protos, label)
+            check_schema(proto, node.opset, attr_protos, label, (in_names, out_names))
         for name, a in attr_protos.items():
             attrs[name] = attribute_value(a, label)
         fn = TRANSLATORS.get((domain, proto.op_type))
         if local:
             outs = self.inline_function(self.functions[(domain, proto.op_type)], node, attr_protos, scope)
         elif fn is not None:
-            try:  # a node ONNX's schema did not check (none known at this opset) may not fit the translator
-                _signature(fn).bind(node, *inputs)
-            except TypeError:
+            lo, hi = _arity(fn)  # a node ONNX's schema did not check (none known at this opset) may not fit
+            if not lo <= len(inputs) <= hi:
                 raise node.error(f"has {len(inputs)} inputs, which opgraph's translation of {proto.op_type} does not "
-                                 "take") from None
+                                 "take")
             outs = fn(node, *inputs)
         else:
             body = schema_function(proto, opsets, inputs)
@@ -543,7 +545,7 @@ class Importer:
                                  f"(opset {node.opset})")
             outs = self.inline_function(body, node, {**schema_defaults(proto, opsets), **attr_protos}, scope)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-        for i, name in enumerate(proto.output):
+        for i, name in enumerate(out_names):
             if name:
                 if i >= len(outs) or outs[i] is None:
                     raise node.error(f"output {i} ({name!r}) is not produced by opgraph's translation")
@@ -586,8 +588,20 @@ _NO_FOLD = frozenset({"random_uniform", "random_normal"})
 
 
 @functools.cache
-def _signature(fn: Translator) -> inspect.Signature:
-    return inspect.signature(fn)
+def _arity(fn: Translator) -> tuple[int, float]:
+    """How many inputs a translator ``fn(node, *inputs)`` takes: (at least, at most).
+
+    >>> _arity(lambda node, x, y=None: x)
+    (1, 2)
+    """
+    lo, hi, variadic = 0, 0, False
+    for p in list(inspect.signature(fn).parameters.values())[1:]:
+        if p.kind == p.VAR_POSITIONAL:
+            variadic = True
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            hi += 1
+            lo += p.default is p.empty
+    return lo, math.inf if variadic else hi
 
 
 def _message(exc: GraphError) -> str:
@@ -625,28 +639,46 @@ def node_label(proto: onnx.NodeProto, index: int | None = None) -> str:
     return f"{'' if index is None else f'#{index} '}{op_type} node {name!r}"
 
 
-def check_schema(proto: onnx.NodeProto, version: int, attrs: Mapping[str, onnx.AttributeProto], label: str) -> None:
+@functools.lru_cache(maxsize=4096)
+def _schema_facts(op_type: str, version: int, domain: str) -> tuple[Any, ...] | None:
+    """What :func:`check_schema` needs of an op's schema, looked up once per (op, opset, domain)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except (onnx.defs.SchemaError, TypeError):  # an unknown domain, not yet defined at this opset, a huge version
+        return None
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    sides = tuple((kind, tuple(p.option == single for p in params), lo, hi)
+                  for kind, params, lo, hi in (("input", schema.inputs, schema.min_input, schema.max_input),
+                                               ("output", schema.outputs, schema.min_output, schema.max_output)))
+    names = (tuple(p.name for p in schema.inputs), tuple(p.name for p in schema.outputs))
+    return sides, names, {name: int(a.type) for name, a in schema.attributes.items()}
+
+
+def check_schema(proto: onnx.NodeProto, version: int, attrs: Mapping[str, onnx.AttributeProto], label: str,
+                 io_names: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
     """Check a node's inputs, outputs and attribute types against its ONNX schema (none known: no check).
 
     Omitted optional inputs and outputs (empty names) count as absent; a
-    variadic one takes any number from its minimum.
+    variadic one takes any number from its minimum. ``io_names``: the node's
+    input and output names when the caller has them already (reading a
+    protobuf field is slow).
 
     >>> check_schema(helper.make_node("Expand", ["x"], ["y"]), 17, {}, "#0 Expand node 'y'")
     Traceback (most recent call last):
       ...
     opgraph.io.onnx._core.OnnxImportError: #0 Expand node 'y': has 1 input, Expand (opset 17) takes at least 2
     """
-    domain = proto.domain if proto.domain != "ai.onnx" else ""
-    try:
-        schema = onnx.defs.get_schema(proto.op_type, version, domain)
-    except (onnx.defs.SchemaError, TypeError):  # an unknown domain, not yet defined at this opset, a huge version
+    op_type, domain = proto.op_type, proto.domain
+    facts = _schema_facts(op_type, version, domain if domain != "ai.onnx" else "")
+    if facts is None:
         return
-    where = f"{proto.op_type} (opset {version})"
-    for kind, names, params, lo, hi in (("input", list(proto.input), schema.inputs, schema.min_input,
-                                         schema.max_input),
-                                        ("output", list(proto.output), schema.outputs, schema.min_output,
-                                         schema.max_output)):
+    sides, param_names, attr_types = facts
+    for (kind, required, lo, hi), names, formal in zip(sides, io_names or (proto.input, proto.output), param_names,
+                                                       strict=True):
         given = len(names)
+        if lo <= given <= hi and (given == 0 or names[given - 1]) and all(names[:len(required)]):
+            continue  # the usual case: every name present, a count the schema takes
+        where = f"{op_type} (opset {version})"
         while given and not names[given - 1]:
             given -= 1
         if given < lo:
@@ -654,18 +686,18 @@ def check_schema(proto: onnx.NodeProto, version: int, attrs: Mapping[str, onnx.A
         if len(names) > hi:  # empty names count here: the translator would get a None for each
             raise OnnxImportError(f"{label}: has {len(names)} {kind}{'s' * (len(names) != 1)}, {where} takes at "
                                   f"most {hi}")
-        single = onnx.defs.OpSchema.FormalParameterOption.Single
-        for i in range(given):
-            if not names[i] and i < len(params) and params[i].option == single:
-                raise OnnxImportError(f"{label}: {kind} {i} ({params[i].name}) of {where} is required but its name "
+        for i in range(min(given, len(required))):
+            if not names[i] and required[i]:
+                raise OnnxImportError(f"{label}: {kind} {i} ({formal[i]}) of {where} is required but its name "
                                       "is empty")
     for name, a in attrs.items():
-        spec = schema.attributes.get(name)
-        if spec is not None and a.type != spec.type:
-            want = onnx.AttributeProto.AttributeType.Name(int(spec.type))
+        want_type = attr_types.get(name)
+        if want_type is not None and a.type != want_type:
+            want = onnx.AttributeProto.AttributeType.Name(want_type)
             got = onnx.AttributeProto.AttributeType.Name(a.type) if a.type in \
                 onnx.AttributeProto.AttributeType.values() else str(a.type)
-            raise OnnxImportError(f"{label}: attribute {name!r} of {where} must be {want}, got {got}")
+            raise OnnxImportError(f"{label}: attribute {name!r} of {proto.op_type} (opset {version}) must be "
+                                  f"{want}, got {got}")
 
 
 def schema_function(proto: onnx.NodeProto, opsets: Mapping[str, int],
