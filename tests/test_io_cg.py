@@ -623,6 +623,14 @@ def test_metadata_counts_and_tables_are_checked(good: Path) -> None:
         expect_error(good, ".cgc", pattern)
 
 
+def test_metadata_const_index_beyond_int64(good: Path) -> None:
+    """Found by make fuzz: such an index raised OverflowError inside the reader (wrapped as "unexpected")."""
+    huge = '[["index",18446744073709551616]]'
+    patch(good, ".cgc", lambda d: edit_metadata(d, lambda j: j.replace('[["index",0]]', huge, 1)))
+    err = expect_error(good, ".cgc", "is a constant function of constant 0")
+    assert "unexpected" not in str(err)
+
+
 def test_metadata_types_are_checked(good: Path) -> None:
     patch(good, ".cgc", lambda d: d.replace(b'"dtype":"float64","shape":[3]', b'"dtype":"float32","shape":[3]', 1))
     err = expect_error(good, ".cg", "does not match|type rule")

@@ -2131,7 +2131,8 @@ class _Reader:
             if len(self.const_ops):
                 lut = np.full(len(attrs), -1, dtype=np.int64)
                 for aid, a in enumerate(attrs):
-                    if len(a) == 1 and a[0][0] == "index" and type(a[0][1]) is int:
+                    # an index beyond int64 cannot name a constant: it stays -1 and is reported as a mismatch
+                    if len(a) == 1 and a[0][0] == "index" and type(a[0][1]) is int and 0 <= a[0][1] < 2**63:
                         lut[aid] = a[0][1]
                 bad = lut[op_attr[self.const_ops]] != self.const_ref
                 if bad.any():
