@@ -285,16 +285,6 @@ def test_onnx_attribute_of_the_wrong_type(tmp_path: Path) -> None:
                                  r"got STRING")
 
 
-def test_onnx_translator_failure_is_wrapped_with_its_cause(tmp_path: Path) -> None:
-    model = _model()
-    model.graph.initializer.extend([numpy_helper.from_array(np.ones(3, np.float32), "w"),
-                                    numpy_helper.from_array(np.array([7], np.int64), "i")])
-    model.graph.node.insert(0, helper.make_node("Gather", ["w", "i"], ["g"], name="gather"))
-    model.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, None))
-    err = _onnx_error(model, tmp_path, r"#0 Gather node 'gather': IndexError: index 7 is out of bounds")
-    assert isinstance(err.__cause__, IndexError)
-
-
 def test_onnx_node_inside_a_subgraph_names_its_parent(tmp_path: Path) -> None:
     model = _model()
     bad = helper.make_node("Expand", ["x"], ["y"], name="inner")
@@ -468,3 +458,180 @@ def test_json_const_index_beyond_int64_is_a_verify_problem(tmp_path: Path) -> No
         with pytest.raises(FormatError, match=rf"(?s)bad\.json: ops\[\d\]: graph fails verification: .*constant index "
                                               rf"{re.escape(repr(bad))} not in the constants table"):
             opgraph.io.load(tmp_path / "bad.json")
+
+
+# ----------------------------------------------------------------------------- fuzz findings: translator checks
+def _one_node(op: str, inputs: list[tuple[int, ...] | np.ndarray | None], opset: int = 24,
+              **attrs: object) -> onnx.ModelProto:
+    """One ``op`` node named 'y': a tuple input is a float32 graph input of that shape, an array an initializer."""
+    names, graph_inputs, inits = [], [], []
+    for i, a in enumerate(inputs):
+        names.append("" if a is None else f"in{i}")
+        if isinstance(a, tuple):
+            graph_inputs.append(helper.make_tensor_value_info(f"in{i}", TensorProto.FLOAT, a))
+        elif a is not None:
+            inits.append(numpy_helper.from_array(np.asarray(a), f"in{i}"))
+    node = helper.make_node(op, names, ["y"], name="y", **attrs)
+    g = helper.make_graph([node], "g", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+_F = np.float32
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # each of these was a Python exception escaping a translator (tools/fuzz.py), wrapped by the importer
+    (lambda: _one_node("Gather", [(3, 2), np.array([0, 3])]),
+     r"#0 Gather node 'y': indices \(input 1\) hold 3, out of range \[-3, 2\] for axis 0 of the data "
+     r"\(input 0, shape \(3, 2\)\)"),
+    (lambda: _one_node("Gather", [(3, 2), np.array([[1, -3]])], axis=1),
+     r"#0 Gather node 'y': indices \(input 1\) hold -3, out of range \[-2, 1\] for axis 1"),
+    (lambda: _one_node("Gather", [np.zeros(0, _F), np.array([1])]),
+     r"#0 Gather node 'y': indices \(input 1\) hold 1, but there is nothing to take from axis 0 of the data "
+     r"\(input 0, shape \(0,\)\)"),
+    (lambda: _one_node("ReduceMax", [np.array(1.0, _F), np.array([0])]),
+     r"#0 ReduceMax node 'y': axes \[0\] are out of range for input 0, a scalar \(rank 0\)"),
+    (lambda: _one_node("ReduceSum", [(2, 3), np.array([np.nan], _F)]),
+     r"#0 ReduceSum node 'y': axes \(input 1\) must be integers, it is float32 \[nan\]"),
+    (lambda: _one_node("ArgMax", [np.zeros((0, 3), _F)], axis=0),
+     r"#0 ArgMax node 'y': axis 0 of input 0 \(shape \(0, 3\)\) is empty: there is no index to return"),
+    (lambda: _one_node("DepthToSpace", [(2, 4)], blocksize=2),
+     r"#0 DepthToSpace node 'y': input 0 must be 4-D \(N, C, H, W\), it has shape \(2, 4\)"),
+    (lambda: _one_node("DepthToSpace", [(1, 4, 2, 2)], blocksize=0),
+     r"#0 DepthToSpace node 'y': attribute blocksize must be a positive integer, got 0"),
+    (lambda: _one_node("DepthToSpace", [(1, 6, 2, 2)], blocksize=2),
+     r"#0 DepthToSpace node 'y': input 0 has 6 channels, not a multiple of blocksize \* blocksize \(4\)"),
+    (lambda: _one_node("SpaceToDepth", [(3,)], blocksize=2),
+     r"#0 SpaceToDepth node 'y': input 0 must be 4-D \(N, C, H, W\), it has shape \(3,\)"),
+    (lambda: _one_node("SpaceToDepth", [(1, 3, 3, 4)], blocksize=2),
+     r"#0 SpaceToDepth node 'y': input 0's height and width \(3, 4\) must be multiples of blocksize \(2\)"),
+    (lambda: _one_node("OneHot", [np.array([0, 1]), np.array([np.nan], _F), np.array([0, 1], _F)]),
+     r"#0 OneHot node 'y': depth \(input 1\) must be a finite number, it is float32 \[nan\]"),
+    (lambda: _one_node("OneHot", [np.array([0, 1]), np.array([], np.int64), np.array([0, 1], _F)]),
+     r"#0 OneHot node 'y': depth \(input 1\) must hold one value, it has 0"),
+    (lambda: _one_node("OneHot", [np.array([0, 1]), np.array([0]), np.array([0, 1], _F)]),
+     r"#0 OneHot node 'y': depth \(input 1\) is 0, it must be at least 1"),
+    (lambda: _one_node("OneHot", [np.array([0, 1]), np.array([2]), np.array([0, 1, 2], _F)]),
+     r"#0 OneHot node 'y': values \(input 2\) must hold 2 values \[off, on\], it has shape \(3,\)"),
+    (lambda: _one_node("RNN", [(2, 3), np.zeros((1, 4, 3), _F), np.zeros((1, 4, 4), _F)], hidden_size=4),
+     r"#0 RNN node 'y': input 0 \(X\) must be 3-D, it has shape \(2, 3\)"),
+    (lambda: _one_node("GRU", [(5, 2, 3), np.zeros((1, 12, 3), _F), np.zeros((1, 4, 4), _F)], hidden_size=4),
+     r"#0 GRU node 'y': input 2 \(R\) has shape \(1, 4, 4\), not \(num_directions, 3 \* hidden_size, "
+     r"hidden_size\) = \(1, 12, 4\)"),
+    (lambda: _one_node("CausalConvWithState", [(2, 3), np.zeros((3, 1, 2), _F)]),
+     r"#0 CausalConvWithState node 'y': input 0 \(input\) must be 3-D, it has shape \(2, 3\)"),
+    (lambda: _one_node("CausalConvWithState", [(1, 3, 4), np.zeros((3, 1, 0), _F)]),
+     r"#0 CausalConvWithState node 'y': input 1 \(weight\) has kernel size 0"),
+    (lambda: _one_node("Attention", [(1, 2, 4), (1, 2, 4), (1, 2, 4)], q_num_heads=0, kv_num_heads=0),
+     r"#0 Attention node 'y': attributes q_num_heads \(0\) and kv_num_heads \(0\) must be positive"),
+    (lambda: _one_node("Attention", [(1, 2, 4), (2, 4), (1, 2, 4)], q_num_heads=2, kv_num_heads=2),
+     r"#0 Attention node 'y': input 1 \(K\) must be 3-D \(batch, sequence, heads \* head_size\), it has shape "
+     r"\(2, 4\)"),
+    (lambda: _one_node("Attention", [(1, 2, 2, 3), (2, 2, 3), (1, 2, 2, 3)]),
+     r"#0 Attention node 'y': input 1 \(K\) must be 4-D \(batch, heads, sequence, head_size\) like Q"),
+    (lambda: _one_node("Attention", [(1, 2, 2, 0), (1, 2, 2, 0), (1, 2, 2, 0)]),
+     r"#0 Attention node 'y': input 0 \(Q\) has head size 0, so the default scale 1 / sqrt\(head_size\) is "
+     r"undefined"),
+    (lambda: _one_node("Attention", [(1, 2, 2, 3), (1, 0, 2, 3), (1, 0, 2, 3)]),
+     r"#0 Attention node 'y': input 1 \(K\) has 0 heads"),
+    (lambda: _one_node("Attention", [(1, 2, 2, 3), (1, 2, 2, 3), (1, 2, 2, 3), np.array(0.0, _F)]),
+     r"#0 Attention node 'y': input 3 \(attn_mask\) must have at least 1 axis, it is a scalar"),
+])
+def test_onnx_translator_shape_and_attribute_checks(tmp_path: Path, model: Callable[[], onnx.ModelProto],
+                                                    expected: str) -> None:
+    err = _onnx_error(model(), tmp_path, expected)
+    assert err.__cause__ is None  # a check of the translator's own, not a wrapped Python exception
+
+
+def test_onnx_gather_in_range_constant_indices_on_data_input() -> None:
+    """The range check lets every index ONNX allows through, negative ones counting from the end."""
+    idx = np.array([[-2, 1], [0, -1]])
+    g = from_onnx(_one_node("Gather", [(3, 2), idx], axis=1).SerializeToString())
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(g.run({"in0": x})[0], np.take(x, idx, axis=1))
+
+
+def test_onnx_one_hot_non_integer_depth_is_truncated() -> None:
+    """ONNX casts a float depth to int64 (2.7 -> 2)."""
+    g = from_onnx(_one_node("OneHot", [np.array([0, 1, 3]), np.array([2.7], _F), np.array([-1, 5], _F)])
+                  .SerializeToString())
+    np.testing.assert_array_equal(g.run({})[0], np.where(np.arange(2) == np.array([[0], [1], [3]]), 5, -1))
+
+
+def test_onnx_translator_exception_is_wrapped_with_its_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The importer's catch-all, shown with a translator that fails (Gather's out-of-range index is now checked)."""
+    from opgraph.io.onnx._core import TRANSLATORS
+
+    def broken(node: object, x: object) -> object:
+        return [][1]
+
+    monkeypatch.setitem(TRANSLATORS, ("test.opgraph", "Broken"), broken)
+    node = helper.make_node("Broken", ["x"], ["y"], name="b", domain="test.opgraph")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2,))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("test.opgraph", 1)])
+    err = _onnx_error(model, tmp_path, r"#0 Broken node 'b': IndexError: list index out of range")
+    assert isinstance(err.__cause__, IndexError)
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # the same missing check as Gather's: constant indices out of range failed in a kernel while folding
+    (lambda: _one_node("GatherElements", [(2, 2), np.array([[0, 2]])]),
+     r"#0 GatherElements node 'y': indices \(input 1\) hold 2, out of range \[-2, 1\] for axis 0 of the data "
+     r"\(input 0, shape \(2, 2\)\)"),
+    (lambda: _one_node("ScatterElements", [(2, 3), np.array([[0, -4]]), np.zeros((1, 2), _F)], axis=1),
+     r"#0 ScatterElements node 'y': indices \(input 1\) hold -4, out of range \[-3, 2\] for axis 1"),
+    (lambda: _one_node("GatherND", [(2, 3), np.array([[1, 3]])]),
+     r"#0 GatherND node 'y': indices \(input 1\) hold 3, out of range \[-3, 2\] for axis 1"),
+    (lambda: _one_node("GatherND", [(2, 3, 4), np.array([[1], [4]])], batch_dims=1),
+     r"#0 GatherND node 'y': indices \(input 1\) hold 4, out of range \[-3, 2\] for axis 1"),
+    (lambda: _one_node("ScatterND", [(2, 2), np.array([[2, 0]]), np.zeros(1, _F)]),
+     r"#0 ScatterND node 'y': indices \(input 1\) hold 2, out of range \[-2, 1\] for axis 0"),
+    (lambda: _one_node("SoftmaxCrossEntropyLoss", [(2, 3), np.array([0, 5])]),
+     r"#0 SoftmaxCrossEntropyLoss node 'y': labels \(input 1\) hold 5, out of range for the 3 classes of scores"),
+    # NegativeLogLikelihoodLoss is imported through ONNX's function body: its GatherElements reports it
+    (lambda: _one_node("NegativeLogLikelihoodLoss", [(2, 3), np.array([0, 5])]),
+     r"#0 NegativeLogLikelihoodLoss node 'y' > #\d+ GatherElements node '\w+': indices \(input 1\) hold 5, "
+     r"out of range \[-3, 2\] for axis 1"),
+])
+def test_onnx_constant_indices_out_of_range(tmp_path: Path, model: Callable[[], onnx.ModelProto],
+                                            expected: str) -> None:
+    err = _onnx_error(model(), tmp_path, expected)
+    assert err.__cause__ is None
+
+
+def test_onnx_gather_nd_and_scatter_elements_in_range_negative_indices() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    nd = np.array([[-1, 0], [2, -4]])
+    g = from_onnx(_one_node("GatherND", [(3, 4), nd]).SerializeToString())
+    np.testing.assert_array_equal(g.run({"in0": x})[0], x[tuple(nd.T)])
+    idx, upd = np.array([[-1, 0]]), np.array([[10, 20]], _F)
+    g = from_onnx(_one_node("ScatterElements", [(3, 4), idx, upd], axis=1).SerializeToString())
+    want = x.copy()
+    for (i, j), k in np.ndenumerate(idx):  # ONNX's definition: out[i][idx[i][j]] = updates[i][j]
+        want[i, k % 4] = upd[i, j]
+    np.testing.assert_array_equal(g.run({"in0": x})[0], want)
+
+
+@pytest.mark.parametrize(("inputs", "rule", "expected"), [
+    ([(2, 4), (1, 2, 4), (1, 2, 4)], "linear",
+     r"#0 LinearAttention node 'y': input 0 \(query\) must be 3-D \(batch, sequence, heads \* head_size\), it has "
+     r"shape \(2, 4\)"),
+    ([(1, 2, 4), (1, 2, 4), (1, 2, 4), None, np.float32(1)], "gated",
+     r"#0 LinearAttention node 'y': input 4 \(decay\) must be 3-D \(batch, sequence, \.\.\.\), it has shape \(\)"),
+])
+def test_onnx_linear_attention_input_ranks(tmp_path: Path, inputs: list[tuple[int, ...] | np.ndarray | None],
+                                           rule: str, expected: str) -> None:
+    model = _one_node("LinearAttention", inputs, q_num_heads=1, kv_num_heads=1, update_rule=rule)
+    assert _onnx_error(model, tmp_path, expected).__cause__ is None
+
+
+def test_onnx_sequence_where_a_tensor_is_needed() -> None:
+    """A sequence fed to an op that needs a tensor: one error naming the node (it was an AttributeError)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (3,))
+    nodes = [helper.make_node("SequenceConstruct", ["x"], ["seq"]), helper.make_node("Div", ["seq", "x"], ["y"])]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(OnnxImportError, match=r"#1 Div node 'y': needs a tensor input, got "):
+        from_onnx(model.SerializeToString())

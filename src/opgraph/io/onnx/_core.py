@@ -351,7 +351,9 @@ class Node:
         """The dtype of a value."""
         if v is None:
             raise self.error("an input it needs is left out (its name is empty)")
-        return v.type.dtype  # type: ignore[union-attr]
+        if not isinstance(v, Value) or not isinstance(v.type, TensorType):
+            raise self.error(f"needs a tensor input, got {type(v).__name__.lower()}")
+        return v.type.dtype
 
     def const(self, value: Any, dtype: Any = None) -> Value:
         """A constant value."""

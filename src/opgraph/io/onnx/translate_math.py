@@ -166,11 +166,14 @@ def _cast_like(node: Node, x: Any, like: Any) -> Any:
 def _axes(node: Node, axes_input: Any, rank: int) -> tuple[int, ...] | None:
     """The reduced axes (attribute before the op's opset moved them to an input); None = all."""
     if axes_input is not None:
-        axes = tuple(int(a) for a in np.asarray(node.static(axes_input, "axes")).reshape(-1))
+        axes = node.static_ints(1, "axes (input 1)")
     else:
         axes = tuple(node.attr("axes", ()))
     if not axes:
         return None if not node.attr("noop_with_empty_axes", 0) else ()
+    if rank == 0:
+        # ONNX's axes range [-r, r - 1] is empty for a scalar
+        raise node.error(f"axes {list(axes)} are out of range for input 0, a scalar (rank 0)")
     return node.axes(axes, rank)
 
 
@@ -235,7 +238,11 @@ translates("ReduceLogSumExp")(_reduce("logsumexp"))
 
 def _arg(kind: str) -> Any:
     def translate(node: Node, x: Any) -> Any:
-        axis = node.axis(node.attr("axis", 0), node.rank(x))
+        shape = node.shape(x)
+        axis = node.axis(node.attr("axis", 0), len(shape))
+        if shape and shape[axis] == 0:
+            # opgraph's argmax, like NumPy's, would fail only when run; ONNX has no index to give either
+            raise node.error(f"axis {axis} of input 0 (shape {shape}) is empty: there is no index to return")
         keep = bool(node.attr("keepdims", 1))
         if node.attr("select_last_index", 0):
             x = node.op("flip", x, axis=axis)

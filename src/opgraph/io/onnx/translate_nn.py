@@ -757,9 +757,12 @@ def _non_max_suppression(node: Node, boxes: Any, scores: Any, max_out: Any = Non
 
 
 # ================================================================ attention
-def _heads(node: Node, v: Any, heads: int) -> Any:
+def _heads(node: Node, v: Any, heads: int, what: str = "input") -> Any:
     """(B, S, heads * d) -> (B, heads, S, d)."""
-    b, s, hidden = node.shape(v)
+    shape = node.shape(v)
+    if len(shape) != 3:
+        raise node.error(f"{what} must be 3-D (batch, sequence, heads * head_size), it has shape {shape}")
+    b, s, hidden = shape
     if hidden % heads:
         raise node.error(f"hidden size {hidden} is not divisible by {heads} heads")
     return node.op("permute_dims", node.op("reshape", v, shape=(b, s, heads, hidden // heads)), axes=(0, 2, 1, 3))
@@ -785,11 +788,24 @@ def _attention(node: Node, q: Any, k: Any, v: Any, attn_mask: Any = None, past_k
         qh, kvh = node.attr("q_num_heads", None), node.attr("kv_num_heads", None)
         if qh is None or kvh is None:
             raise node.error("3-D inputs need the q_num_heads and kv_num_heads attributes")
-        q, k, v = _heads(node, q, qh), _heads(node, k, kvh), _heads(node, v, kvh)
+        if qh <= 0 or kvh <= 0:
+            raise node.error(f"attributes q_num_heads ({qh}) and kv_num_heads ({kvh}) must be positive")
+        q, k, v = (_heads(node, t, h, f"input {i} ({name})")
+                   for i, (t, h, name) in enumerate(((q, qh, "Q"), (k, kvh, "K"), (v, kvh, "V"))))
     elif rank != 4:
         raise node.error(f"Q must be 3-D or 4-D, got rank {rank}")
+    for i, name, t in ((1, "K", k), (2, "V", v), (4, "past_key", past_key), (5, "past_value", past_value)):
+        if t is not None and len(node.shape(t)) != 4:
+            raise node.error(f"input {i} ({name}) must be 4-D (batch, heads, sequence, head_size) like Q, "
+                             f"it has shape {node.shape(t)}")
+    if attn_mask is not None and not node.shape(attn_mask):
+        raise node.error("input 3 (attn_mask) must have at least 1 axis, it is a scalar")
+    if node.shape(k)[1] == 0:
+        raise node.error(f"input 1 (K) has 0 heads (shape {node.shape(k)})")
     batch, n_q_heads, q_len, head = node.shape(q)
     scale = node.attr("scale", None)
+    if scale is None and head == 0:
+        raise node.error("input 0 (Q) has head size 0, so the default scale 1 / sqrt(head_size) is undefined")
     scale = 1 / math.sqrt(head) if scale is None else scale
     root = _scalar(node, math.sqrt(scale), q)
     if past_key is not None:
@@ -938,6 +954,9 @@ def _recurrent(node: Node, kind: str, x: Any, w: Any, r: Any, b: Any, seq_lens: 
     dirs = 2 if direction == "bidirectional" else 1
     if direction not in ("forward", "reverse", "bidirectional"):
         raise node.error(f"unknown direction {direction!r}")
+    for i, (what, v) in enumerate((("X", x), ("W", w), ("R", r))):
+        if len(node.shape(v)) != 3:
+            raise node.error(f"input {i} ({what}) must be 3-D, it has shape {node.shape(v)}")
     layout = node.attr("layout", 0)
     if layout:
         x = node.op("permute_dims", x, axes=(1, 0, 2))
@@ -947,6 +966,9 @@ def _recurrent(node: Node, kind: str, x: Any, w: Any, r: Any, b: Any, seq_lens: 
     hidden = node.shape(r)[-1]
     if node.shape(w)[0] != dirs:
         raise node.error(f"W has {node.shape(w)[0]} directions, direction {direction!r} needs {dirs}")
+    if node.shape(r) != (dirs, gates * hidden, hidden):
+        raise node.error(f"input 2 (R) has shape {node.shape(r)}, not (num_directions, {gates} * hidden_size, "
+                         f"hidden_size) = {(dirs, gates * hidden, hidden)} (hidden_size {hidden} from its last axis)")
     dt = node.dtype(x)
     names = list(node.attr("activations", ()) or defaults * dirs)
     alphas = list(node.attr("activation_alpha", ()))
@@ -1093,6 +1115,11 @@ def _softmax_cross_entropy(node: Node, scores: Any, labels: Any, weights: Any = 
         valid = node.op("not_equal", labels, node.const(ignore, np.int64))
         # ignored entries may hold any value (even out of range): point them at class 0, then zero them
         labels = node.op("where", valid, labels, node.const(0, np.int64))
+    known, classes = node.known(labels), node.shape(scores)[1]
+    if known is not None and ((known < -classes) | (known >= classes)).any():
+        bad = known[(known < -classes) | (known >= classes)].reshape(-1)[0]
+        raise node.error(f"labels (input 1) hold {int(bad)}, out of range for the {classes} classes of scores "
+                         f"(axis 1 of input 0)")
     picked = node.op("gather_elements", log_prob, node.op("expand_dims", labels, axis=1), axis=1)
     loss = node.op("negative", node.op("squeeze", picked, axis=1))
     zero = _scalar(node, 0, loss)
@@ -1134,9 +1161,13 @@ def _linear_attention(node: Node, q: Any, k: Any, v: Any, past_state: Any = None
                          f"{'needs' if delta else 'forbids'} beta")
     out_dt = node.dtype(q)
     f32 = np.float32
+    q4, k4, v4 = (node.cast(_heads(node, t, h, f"input {i} ({name})"), f32)
+                  for i, (t, h, name) in enumerate(((q, qh, "query"), (k, kvh, "key"), (v, kvh, "value"))))
     batch, steps, _ = node.shape(q)
-    q4, k4, v4 = (node.cast(_heads(node, t, h), f32) for t, h in ((q, qh), (k, kvh), (v, kvh)))
     d_k, d_v = node.shape(q4)[-1], node.shape(v4)[-1]
+    for i, name, t in ((4, "decay", decay), (5, "beta", beta)):
+        if t is not None and len(node.shape(t)) != 3:
+            raise node.error(f"input {i} ({name}) must be 3-D (batch, sequence, ...), it has shape {node.shape(t)}")
     if decay is not None:
         last = node.shape(decay)[-1]
         if last == kvh:
@@ -1174,8 +1205,13 @@ def _linear_attention(node: Node, q: Any, k: Any, v: Any, past_state: Any = None
 @translates("CausalConvWithState")
 def _causal_conv_with_state(node: Node, x: Any, w: Any, bias: Any = None, past_state: Any = None) -> Any:
     # A depthwise 1-D conv over [past_state, x]; the new state is the last k - 1 positions.
+    for i, (what, v) in enumerate((("input", x), ("weight", w))):
+        if len(node.shape(v)) != 3:
+            raise node.error(f"input {i} ({what}) must be 3-D, it has shape {node.shape(v)}")
     batch, channels, _ = node.shape(x)
     k = node.shape(w)[-1]
+    if k < 1:
+        raise node.error(f"input 1 (weight) has kernel size 0 (shape {node.shape(w)})")
     pad = node.const(np.zeros((batch, channels, k - 1), node.dtype(x))) if past_state is None else past_state
     padded = node.op("concat", pad, x, axis=2) if k > 1 else x
     y = node.op("conv", padded, w, stride=(1,), padding=((0, 0),), dilation=(1,), groups=channels)

@@ -14,6 +14,7 @@ graph inputs.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -167,7 +168,10 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
 @translates("Gather")
 def _gather(node: Node, x: Any, idx: Any) -> Any:
     # take counts negative indices from the end, as ONNX does
-    return node.op("take", x, idx, axis=node.axis(node.attr("axis", 0), node.rank(x)))
+    shape = node.shape(x)
+    axis = node.axis(node.attr("axis", 0), len(shape))
+    _check_indices(node, node.known(idx), shape, axis)
+    return node.op("take", x, idx, axis=axis)
 
 
 @translates("Expand")
@@ -256,26 +260,59 @@ def _pad(node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = No
 
 
 # ---------------------------------------------------------------- gathering and scattering
+def _check_indices(node: Node, known: np.ndarray | None, shape: tuple[int, ...], axis: int) -> None:
+    """Known integer indices (input 1) into ``axis`` of the data (input 0) must be in ONNX's [-n, n - 1].
+
+    ONNX makes an index out of range an error; a constant one is caught here, at import, rather than
+    by a kernel when folding or at run time.
+    """
+    if known is None or known.dtype.kind not in "iu" or not known.size:
+        return
+    n = shape[axis] if shape else 1  # a scalar is taken from as a 1-element vector
+    bad = known[(known < -n) | (known >= n)]
+    if bad.size:
+        allowed = f"out of range [{-n}, {n - 1}] for" if n else "but there is nothing to take from"
+        raise node.error(f"indices (input 1) hold {int(bad.reshape(-1)[0])}, {allowed} axis {axis} of the "
+                         f"data (input 0, shape {shape})")
+
+
+def _check_nd_indices(node: Node, known: np.ndarray | None, shape: tuple[int, ...], batch_dims: int) -> None:
+    """GatherND / ScatterND: column j of known indices (input 1) indexes axis batch_dims + j of the data."""
+    if known is None or known.ndim == 0 or known.dtype.kind not in "iu":
+        return  # the op's own type rule reports a malformed index tensor
+    for j in range(known.shape[-1]):
+        if batch_dims + j < len(shape):
+            _check_indices(node, known[..., j], shape, batch_dims + j)
+
+
 @translates("GatherElements")
 def _gather_elements(node: Node, x: Any, idx: Any) -> Any:
-    return node.op("gather_elements", x, idx, axis=node.axis(node.attr("axis", 0), node.rank(x)))
+    shape = node.shape(x)
+    axis = node.axis(node.attr("axis", 0), len(shape))
+    _check_indices(node, node.known(idx), shape, axis)
+    return node.op("gather_elements", x, idx, axis=axis)
 
 
 @translates("ScatterElements", "Scatter")
 def _scatter_elements(node: Node, x: Any, idx: Any, updates: Any) -> Any:
     # Scatter is ScatterElements' deprecated name (opset 9-10); reduction came in opset 16
-    return node.op("scatter_elements", x, idx, updates, axis=node.axis(node.attr("axis", 0), node.rank(x)),
-                   reduction=node.attr("reduction", "none"))
+    shape = node.shape(x)
+    axis = node.axis(node.attr("axis", 0), len(shape))
+    _check_indices(node, node.known(idx), shape, axis)
+    return node.op("scatter_elements", x, idx, updates, axis=axis, reduction=node.attr("reduction", "none"))
 
 
 @translates("ScatterND")
 def _scatter_nd(node: Node, x: Any, idx: Any, updates: Any) -> Any:
+    _check_nd_indices(node, node.known(idx), node.shape(x), 0)
     return node.op("scatter_nd", x, idx, updates, reduction=node.attr("reduction", "none"))
 
 
 @translates("GatherND")
 def _gather_nd(node: Node, x: Any, idx: Any) -> Any:
-    return node.op("gather_nd", x, idx, batch_dims=node.attr("batch_dims", 0))
+    batch_dims = node.attr("batch_dims", 0)
+    _check_nd_indices(node, node.known(idx), node.shape(x), batch_dims)
+    return node.op("gather_nd", x, idx, batch_dims=batch_dims)
 
 
 @translates("TopK")
@@ -293,7 +330,17 @@ def _trilu(node: Node, x: Any, k: Any = None) -> Any:
 
 @translates("OneHot")
 def _one_hot(node: Node, indices: Any, depth: Any, values: Any) -> Any:
-    d = np.asarray(node.static(1, "depth")).reshape(-1)[0]
+    depth_values = np.asarray(node.static(1, "depth (input 1)")).reshape(-1)
+    if depth_values.size != 1:
+        raise node.error(f"depth (input 1) must hold one value, it has {depth_values.size}")
+    if depth_values.dtype.kind not in "biuf" or not np.isfinite(depth_values).all():
+        raise node.error(f"depth (input 1) must be a finite number, it is {depth_values.dtype} "
+                         f"{depth_values.tolist()}")
+    d = int(depth_values[0])  # ONNX casts a non-integer depth to int64
+    if d < 1:
+        raise node.error(f"depth (input 1) is {d}, it must be at least 1")
+    if math.prod(node.shape(values)) != 2:
+        raise node.error(f"values (input 2) must hold 2 values [off, on], it has shape {node.shape(values)}")
     if node.dtype(indices).kind not in "iu":
         # ONNX allows float indices and truncates them toward zero
         indices = node.cast(indices, np.int64)
@@ -307,10 +354,27 @@ def _reverse_sequence(node: Node, x: Any, lengths: Any) -> Any:
                    time_axis=node.attr("time_axis", 0))
 
 
+def _nchw(node: Node, x: Any) -> tuple[int, int, int, int]:
+    shape = node.shape(x)
+    if len(shape) != 4:
+        raise node.error(f"input 0 must be 4-D (N, C, H, W), it has shape {shape}")
+    n, c, h, w = shape
+    return n, c, h, w
+
+
+def _blocksize(node: Node) -> int:
+    b = node.attr("blocksize")
+    if not isinstance(b, int) or b < 1:
+        raise node.error(f"attribute blocksize must be a positive integer, got {b!r}")
+    return b
+
+
 @translates("DepthToSpace")
 def _depth_to_space(node: Node, x: Any) -> Any:
-    n, c, h, w = node.shape(x)
-    b = int(node.attr("blocksize"))
+    n, c, h, w = _nchw(node, x)
+    b = _blocksize(node)
+    if c % (b * b):
+        raise node.error(f"input 0 has {c} channels, not a multiple of blocksize * blocksize ({b * b})")
     if node.attr("mode", "DCR") == "DCR":
         y = node.op("reshape", x, shape=(n, b, b, c // (b * b), h, w))
         y = node.op("permute_dims", y, axes=(0, 3, 4, 1, 5, 2))
@@ -322,8 +386,10 @@ def _depth_to_space(node: Node, x: Any) -> Any:
 
 @translates("SpaceToDepth")
 def _space_to_depth(node: Node, x: Any) -> Any:
-    n, c, h, w = node.shape(x)
-    b = int(node.attr("blocksize"))
+    n, c, h, w = _nchw(node, x)
+    b = _blocksize(node)
+    if h % b or w % b:
+        raise node.error(f"input 0's height and width ({h}, {w}) must be multiples of blocksize ({b})")
     y = node.op("reshape", x, shape=(n, c, h // b, b, w // b, b))
     crd = node.attr("mode", "DCR") == "CRD"
     y = node.op("permute_dims", y, axes=(0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
