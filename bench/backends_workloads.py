@@ -280,8 +280,9 @@ def torch_cnn(compiled: bool) -> Callable[[], Any]:
 
 
 # ---------------------------------------------------------------- peers: the chain
-def numpy_chain() -> Callable[[], Any]:
-    x = chain_input()
+def numpy_chain(x: np.ndarray | None = None) -> Callable[[], Any]:
+    """NumPy eager over the chain: a fresh array per op (on ``x``, default :func:`chain_input`)."""
+    x = chain_input() if x is None else x
     steps = [(CHAIN_UFUNCS[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
 
     def call() -> np.ndarray:

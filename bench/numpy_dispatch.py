@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import itertools
 import json
 import statistics
 import sys
@@ -69,15 +68,9 @@ def demo_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Call
 
 def tiny_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Callable[[], Any]]:
     """(step graph, first feeds, later feeds, hand-written NumPy step) for the 16-16-16-4 MLP, batch 4, SGD."""
-    from training_common import numpy_step, opgraph_step
+    from training_common import data, numpy_step, opgraph_step
 
-    rng = np.random.default_rng(0)
-    params = []
-    for n_in, n_out in itertools.pairwise(TINY_SIZES):
-        params.append((rng.standard_normal((n_in, n_out)) * np.sqrt(2.0 / n_in)).astype(np.float32))
-        params.append(np.zeros(n_out, np.float32))
-    x = rng.standard_normal((TINY_BATCH, TINY_SIZES[0])).astype(np.float32)
-    y = np.eye(TINY_SIZES[-1], dtype=np.float32)[rng.integers(0, TINY_SIZES[-1], TINY_BATCH)]
+    params, x, y = data(0, TINY_SIZES, TINY_BATCH)
     step, named = opgraph_step(params, x, y)
     first = {**step.state, **named, "x": x, "y": y}
     return step.graph, first, {"x": x, "y": y}, numpy_step([a.copy() for a in params], x, y)

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import backends_workloads
 from backends_workloads import CHAIN, CHAIN_UFUNCS, chain_graph, chain_input, cnn_graph, mlp_graph
 from training_common import data, numpy_step
 
@@ -54,13 +55,9 @@ IMPLS = ("level0", "level1", "level2", "level3", "level3-fast", "numpy", "numpy-
 
 def numpy_chain(x: np.ndarray, inplace: bool) -> Callable[[], Any]:
     """NumPy eager (a fresh array per op) or in place (every op into one buffer allocated per call)."""
+    if not inplace:
+        return backends_workloads.numpy_chain(x)
     steps = [(CHAIN_UFUNCS[kind], None if k is None else np.float32(k)) for kind, k in CHAIN]
-
-    def eager() -> np.ndarray:
-        h = x
-        for f, k in steps:
-            h = f(h) if k is None else f(h, k)
-        return h
 
     def in_place() -> np.ndarray:
         buf = np.empty_like(x)  # the result: a fresh array per call, like every other variant's
@@ -69,7 +66,7 @@ def numpy_chain(x: np.ndarray, inplace: bool) -> Callable[[], Any]:
             h = f(h, out=buf) if k is None else f(h, k, out=buf)
         return h
 
-    return in_place if inplace else eager
+    return in_place
 
 
 def opgraph_call(workload: str, level: int, x: np.ndarray, fast_math: bool = False) -> Callable[[], Any]:

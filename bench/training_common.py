@@ -16,15 +16,16 @@ import numpy as np
 SIZES, BATCH, LR = (784, 512, 512, 10), 128, 0.01
 
 
-def data(seed: int = 0) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """float32 He-initialised weights, random inputs and one-hot labels."""
+def data(seed: int = 0, sizes: tuple[int, ...] = SIZES,
+         batch: int = BATCH) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """float32 He-initialised weights, random inputs and one-hot labels (the MLP of ``sizes``)."""
     rng = np.random.default_rng(seed)
     params = []
-    for n_in, n_out in itertools.pairwise(SIZES):
+    for n_in, n_out in itertools.pairwise(sizes):
         params.append((rng.standard_normal((n_in, n_out)) * np.sqrt(2.0 / n_in)).astype(np.float32))
         params.append(np.zeros(n_out, np.float32))
-    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
-    y = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], batch)]
     return params, x, y
 
 

@@ -137,7 +137,7 @@ def test_changed_graph_is_written_as_it_is(tmp_path: Path) -> None:
     # is written with the update edges onto x and a (copies of tensors), and still computes TensCalc's values.
     # (Passes drop file_meta; it is put back so that the writer sees the loader's records and must refuse them.)
     g = opgraph.io.load(DATA / "scalarized")
-    h = cg._replace(opgraph.passes.cse(g).graph, file_meta=g.file_meta)
+    h = opgraph.passes.cse(g).graph.replace(file_meta=g.file_meta)
     assert h.num_ops < g.num_ops
     cg.save_cg(h, tmp_path / "cse")
     assert (tmp_path / "cse.cgio").read_bytes() != (DATA / "scalarized.cgio").read_bytes()

@@ -185,18 +185,6 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     console.print(table)
 
 
-def _value_key(graph: Any, key: str) -> int:
-    """A value id from a name, ``%name``, ``%12`` or ``12``."""
-    text = key[1:] if key.startswith("%") else key
-    try:
-        return graph.find_value(text)
-    except KeyError:
-        pass
-    if re.fullmatch(r"[0-9]+", text) and int(text) < graph.num_values:
-        return int(text)
-    raise KeyError(f"no value named {key!r} in the graph")
-
-
 def _file_stem(label: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", label.lstrip("%"))
     return "_" + stem[1:] if stem.startswith(".") else stem
@@ -337,9 +325,9 @@ def _cmd_formats(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
-    from opgraph.core.feeds import input_id
-    from opgraph.errors import ExecutionError
+    from opgraph.core.feeds import input_id, value_id
     from opgraph.io._atomic import atomic_files
+    from opgraph.io.formats import check_regular_file
 
     settings = []
     for item in args.set or []:
@@ -350,15 +338,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     g = _load(args.file)
     feeds: dict[int, np.ndarray] = {}
     for name, path in settings:
-        try:
-            v = _value_key(g, name)
-        except KeyError:
-            input_id(g, name, verb="set")  # raises, listing the inputs and close names
-            raise
-        if int(g.value_producer[v]) != -1:
-            raise ExecutionError(f"{g.value_label(v)} is computed by the graph and cannot be set")
-        from opgraph.io.formats import check_regular_file
-
+        v = input_id(g, name, verb="set")  # an unknown name lists the inputs and close names
         check_regular_file(path, "a .npy file")
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.ndarray):
@@ -367,7 +347,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(f"{path}: expected a .npy file holding one array")
         feeds[v] = data
     if args.get:
-        targets = [_value_key(g, name) for name in args.get]
+        targets = [value_id(g, name) for name in args.get]
     else:
         targets = [int(v) for v in g.outputs]
         if not targets:

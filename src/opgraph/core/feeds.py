@@ -51,15 +51,16 @@ def _close(word: str, names: list[str]) -> str:
 
 
 def value_id(graph: Graph, key: Any) -> int:
-    """The value id a feed or target key names: an id, a name (``"x"`` or ``"%x"``) or a :class:`Value`.
+    """The value id a feed or target key names: an id (``3``, ``"%3"``, ``"3"``), a name (``"x"`` or ``"%x"``)
+    or a :class:`Value`. A name wins over an id written as text.
 
     An unknown name or id is an :class:`UnknownKeyError` suggesting close names.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
     >>> g = b.freeze()
-    >>> value_id(g, "x"), value_id(g, x), value_id(g, 0)
-    (0, 0, 0)
+    >>> value_id(g, "x"), value_id(g, x), value_id(g, 0), value_id(g, "%0")
+    (0, 0, 0, 0)
     >>> value_id(g, "xx")
     Traceback (most recent call last):
       ...
@@ -72,10 +73,10 @@ def value_id(graph: Graph, key: Any) -> int:
             return graph.find_value(key)
         except KeyError:
             pass
-        if key.startswith("%"):  # the label dumps and errors print
-            text = key[1:]
-            if text.isdigit() and int(text) < graph.num_values:
-                return int(text)
+        text = key[1:] if key.startswith("%") else key  # "%x" is the label dumps and errors print
+        if text.isascii() and text.isdigit() and int(text) < graph.num_values:
+            return int(text)
+        if text is not key:
             try:
                 return graph.find_value(text)
             except KeyError:

@@ -194,10 +194,20 @@ class Graph:
         >>> pickle.loads(pickle.dumps(g)).equals(g, check_names=True)
         True
         """
-        names = ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
-                 "value_producer", "value_index", "types", "attrs", "constants", "inputs", "outputs", "updates",
-                 "symbols", "file_meta")
-        return _unpickle_graph, ({n: getattr(self, n) for n in names},)
+        return _unpickle_graph, ({n: getattr(self, n) for n in _FIELDS},)
+
+    def replace(self, **changes: Any) -> Graph:
+        """The same graph with some of its arrays or tables replaced; the rest is shared, nothing is checked.
+
+        For code that builds graphs from arrays it has already checked (file
+        readers and writers, runtimes); call :meth:`verify` otherwise.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.op("exp", x))
+        >>> b.freeze().replace(outputs=[0]).outputs.tolist()
+        [0]
+        """
+        return Graph(**{n: changes[n] if n in changes else getattr(self, n) for n in _FIELDS})
 
     @classmethod
     def from_arrays(
@@ -1213,6 +1223,12 @@ class Graph:
 
 _NARROW = 64
 """Frontier size below which level-wise walks switch from NumPy to plain lists."""
+_FIELDS = ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
+           "value_producer", "value_index", "types", "attrs", "constants", "inputs", "outputs", "updates",
+           "symbols", "file_meta")
+"""The arrays and tables a graph is made of: its constructor's arguments (the rest is derived)."""
+
+
 def _unpickle_graph(fields: dict[str, Any]) -> Graph:
     return Graph(**fields)
 

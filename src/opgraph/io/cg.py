@@ -864,22 +864,6 @@ def gateways(graph: Graph) -> list[Gateway]:
 
 
 # ------------------------------------------------------- copies into scalarised inputs
-_GRAPH_FIELDS = ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
-                 "value_producer", "value_index", "types", "attrs", "constants", "inputs", "outputs", "updates",
-                 "symbols", "file_meta")
-
-
-def _replace(graph: Graph, **changes: Any) -> Graph:
-    """``graph`` with some of its fields replaced, unchecked (as file readers and writers build graphs).
-
-    >>> import opgraph
-    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.op("exp", x))
-    >>> _replace(b.freeze(), outputs=[0]).outputs.tolist()
-    [0]
-    """
-    return Graph(**{name: changes.get(name, getattr(graph, name)) for name in _GRAPH_FIELDS})
-
-
 class _CopyProblem(Exception):
     """A copy pair that is neither a copy into an input nor into the scalars of a set variable."""
 
@@ -912,7 +896,7 @@ def _scalar_copies(view: Graph, counts: Sequence[int]) -> tuple[Graph, list[int]
     >>> y = b.op("Sexp", x0)
     >>> b.output(y)
     >>> g = b.freeze()
-    >>> h, rows = _scalar_copies(_replace(g, updates=[[y.id, x0.id]]), [1])   # x(1) <- exp(x(1))
+    >>> h, rows = _scalar_copies(g.replace(updates=[[y.id, x0.id]]), [1])   # x(1) <- exp(x(1))
     >>> [h.kind_of(op) for op in range(h.num_ops)], h.updates.tolist(), rows
     (['ftensor2scalars', 'Sexp', 'const', 'scalars2ftensor'], [[5, 0]], [1])
     >>> ctx = opgraph.compile(h).context()
@@ -1999,7 +1983,7 @@ class _Reader:
             except _CopyProblem as exc:
                 self._io_fail(int(self.copy_rec[exc.pair]), exc.message)
             fm["cg_scalar_copies"] = (*fm["cg_scalar_copies"][:4], tuple(rows))
-            graph = _replace(graph, file_meta=fm)
+            graph = graph.replace(file_meta=fm)
         return graph
 
     def _explain_io(self, produced: np.ndarray, limit: int) -> NoReturn:

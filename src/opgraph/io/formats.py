@@ -258,8 +258,6 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
     opgraph.errors.FormatError: /dev/null is a character device, not a graph file (no extension means a .cg file ...
     """
     path = os.fspath(path)
-    readable = [s for f in formats() if f.loadable for s in f.suffixes]
-    known = f"graph files opgraph reads end in {', '.join(readable)}; see 'opgraph formats'"
     chosen = format_for_path(path, format)  # an unknown extension is its own error, listing the suffixes
     if format is None and not os.path.splitext(os.path.basename(path))[1]:
         cg = path + ".cg"
@@ -271,7 +269,8 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
                 problem = f"{path} is a file without an extension"
             except FormatError as exc:
                 problem = str(exc)
-            raise FormatError(f"{problem} (no extension means a .cg file set, and {cg} does not exist; {known})")
+            raise FormatError(f"{problem} (no extension means a .cg file set, and {cg} does not exist; "
+                              f"{_readable_suffixes()})")
         path = cg
     if chosen.name == "cg":
         sets = (".cg", ".cgc", ".cgio", ".cgs")
@@ -282,7 +281,13 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
     try:
         check_regular_file(path, f"a {chosen.name} file")
     except FormatError as exc:
-        raise FormatError(f"{exc} ({known})") from None
+        raise FormatError(f"{exc} ({_readable_suffixes()})") from None
+
+
+def _readable_suffixes() -> str:
+    """The suffixes of the formats opgraph reads, for a message about a path that is not one of them."""
+    readable = [s for f in formats() if f.loadable for s in f.suffixes]
+    return f"graph files opgraph reads end in {', '.join(readable)}; see 'opgraph formats'"
 
 
 def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickle: bool = False,

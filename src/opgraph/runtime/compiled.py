@@ -80,12 +80,8 @@ def with_outputs(graph: Graph, outputs: Sequence[int], *, updates: bool = True) 
     >>> with_outputs(b.freeze(), [x.id]).outputs.tolist()
     [0]
     """
-    fields = {k: getattr(graph, k) for k in ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr",
-                                             "out_ids", "value_type", "value_producer", "value_index", "types",
-                                             "attrs", "constants", "inputs", "updates", "symbols", "file_meta")}
-    if not updates:
-        fields["updates"] = np.zeros((0, 2), dtype=np.int64)
-    return Graph(**fields, outputs=np.asarray(outputs, dtype=np.int64))
+    changes = {} if updates else {"updates": np.zeros((0, 2), dtype=np.int64)}
+    return graph.replace(outputs=np.asarray(outputs, dtype=np.int64), **changes)
 
 
 def _regions(graph: Graph, place: list[str | None]) -> list[Region]:
