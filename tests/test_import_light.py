@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = {"opgraph", "opgraph._version", "opgraph.errors", "opgraph.ops", "opgraph.ops._index", "opgraph.frontend",
            "opgraph.frontend.lazy"}
 HEAVY = ["scipy", "rich", "networkx", "onnx", "onnxruntime", "jax", "torch", "dask", "graphviz", "ml_dtypes",
-         "numba", "opt_einsum", "pytensor", "hashlib", "subprocess"]
+         "numba", "opt_einsum", "optree", "pytensor", "hashlib", "subprocess"]
 
 
 def _python(code: str, *args: str) -> str:

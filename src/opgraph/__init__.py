@@ -74,8 +74,9 @@ if TYPE_CHECKING:
     from opgraph import passes as passes
     from opgraph import runtime as runtime
     from opgraph import viz as viz
-    from opgraph.autodiff import grad, value_and_grad, vjp
+    from opgraph.autodiff import grad, hessian, jacobian, value_and_grad, vjp
     from opgraph.frontend.trace import function, trace
+    from opgraph.io import load, save
     from opgraph.passes import optimize
     from opgraph.runtime.compiled import compile
     from opgraph.viz import draw
@@ -83,8 +84,8 @@ if TYPE_CHECKING:
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
     "MemoryLimitError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "UnknownKeyError",
-    "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "optimize",
-    "register_op", "trace", "value_and_grad", "vjp",
+    "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "hessian",
+    "jacobian", "load", "optimize", "register_op", "save", "trace", "value_and_grad", "vjp",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.
@@ -93,7 +94,11 @@ _LAZY_NAMES = {
     "draw": "opgraph.viz",
     "function": "opgraph.frontend.trace",
     "grad": "opgraph.autodiff",
+    "hessian": "opgraph.autodiff",
+    "jacobian": "opgraph.autodiff",
+    "load": "opgraph.io",
     "optimize": "opgraph.passes",
+    "save": "opgraph.io",
     "trace": "opgraph.frontend.trace",
     "value_and_grad": "opgraph.autodiff",
     "vjp": "opgraph.autodiff",

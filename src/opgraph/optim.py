@@ -47,7 +47,7 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.feeds import value_id
 from opgraph.core.graph import Graph, Value
 from opgraph.errors import GraphError
-from opgraph.frontend import lazy
+from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray
 from opgraph.frontend.trace import _is_array
 
@@ -352,37 +352,26 @@ def _lazy_step(loss: Any, params: Any, optimizer: Optimizer, *, outputs: Sequenc
 
 
 # ---------------------------------------------------------------- pytrees of parameters and data
-# A tree definition is hashable (it is part of the trace cache key): ("leaf",), ("dict", keys, children) or
-# ("seq", type, children).
-def _flatten(tree: Any, path: str, default: str) -> tuple[list[tuple[str, Any]], Any]:
-    if isinstance(tree, Mapping):
-        leaves: list[tuple[str, Any]] = []
-        defs = []
-        for k, v in tree.items():
-            sub, d = _flatten(v, f"{path}/{k}" if path else str(k), default)
-            leaves += sub
-            defs.append(d)
-        return leaves, ("dict", tuple(tree), tuple(defs))
-    if isinstance(tree, (list, tuple)):
-        leaves, defs = [], []
-        for i, v in enumerate(tree):
-            sub, d = _flatten(v, f"{path}/{i}" if path else f"{default}{i}", default)
-            leaves += sub
-            defs.append(d)
-        return leaves, ("seq", type(tree), tuple(defs))
-    return [(path or default, tree)], ("leaf",)
+# Trees flatten with opgraph.frontend.pytree (optree, as JAX): dicts in sorted key order, None an empty subtree.
+# A leaf is named by its path joined with "/", under ``root``; with no root, a top-level sequence's leaves are
+# ``<default><i>`` ("param0/1") and a mapping's or namedtuple's are its keys ("w", "layers/0").
+_LEAF_SPEC = pytree.flatten(0)[1]
 
 
-def _unflatten(treedef: Any, leaves: Iterator[Any]) -> Any:
-    if treedef[0] == "leaf":
-        return next(leaves)
-    children = [_unflatten(d, leaves) for d in treedef[-1]]
-    if treedef[0] == "dict":
-        return dict(zip(treedef[1], children, strict=True))
-    kind = treedef[1]
-    if kind is list:
-        return children
-    return kind._make(children) if hasattr(kind, "_make") else kind(children)  # named tuples
+def _flatten(tree: Any, root: str, default: str) -> tuple[list[tuple[str, Any]], pytree.PyTreeSpec]:
+    leaves, spec = pytree.flatten(tree)
+    keyed = isinstance(tree, Mapping) or hasattr(tree, "_fields") or not isinstance(tree, (list, tuple))
+    names = []
+    for path in pytree.paths(tree):
+        parts = [str(k) for k in path]
+        if not root and parts and not keyed:
+            parts[0] = f"{default}{parts[0]}"
+        names.append("/".join([root, *parts]) if root else ("/".join(parts) or default))
+    return list(zip(names, leaves, strict=True)), spec
+
+
+def _unflatten(spec: pytree.PyTreeSpec, leaves: Iterator[Any]) -> Any:
+    return pytree.unflatten(spec, list(leaves))
 
 
 def _is_param(x: Any) -> bool:
@@ -511,6 +500,9 @@ def _loss_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     while isinstance(fn, TracedFunction):
         fn = fn.fn
     if isinstance(fn, GradFunction):
+        if fn.has_aux or type(fn) is not GradFunction:
+            raise GraphError(f"training_step needs a loss function returning a scalar; this is a "
+                             f"{'has_aux ' if fn.has_aux else ''}{fn.label} function")
         if fn.argnums != 0:
             raise GraphError(f"training_step differentiates loss_fn for its first argument (the parameters); this "
                              f"gradient function is for argnums={fn.argnums}")
@@ -580,7 +572,7 @@ class Trainer:
     # ------------------------------------------------------------ tracing
     def _bind(self, args: tuple[Any, ...]) -> tuple[Any, list[tuple[str, np.ndarray]], list[Any]]:
         if all(type(a) is np.ndarray for a in args):  # the common call, kept cheap: it is paid at every step
-            key = tuple((("leaf",), (("array", a.dtype.str, a.shape),)) for a in args)
+            key = tuple((_LEAF_SPEC, (("array", a.dtype.str, a.shape),)) for a in args)
             if key in self._traces:
                 return key, [("", a) for a in args], list(args)
         try:
@@ -603,7 +595,8 @@ class Trainer:
                     try:
                         hash(leaf)
                     except TypeError:
-                        raise TypeError(f"argument {path!r} is neither an array nor hashable (static arguments "
+                        raise TypeError(f"argument {path!r} of {getattr(self.loss_fn, '__name__', 'loss_fn')} is a "
+                                        f"{type(leaf).__name__}: neither an array nor hashable (static arguments "
                                         "must be hashable)") from None
                     sig.append(("static", type(leaf).__name__, leaf))
             key.append((treedef, tuple(sig)))

@@ -36,8 +36,8 @@ import numpy as np
 from opgraph.autodiff.reverse import NoGradientError, Record, build_grad_ops, build_vjp_ops, sweep
 from opgraph.core.graph import Value
 
-__all__ = ["GradFunction", "NoGradientError", "build_grad_ops", "build_vjp_ops", "grad", "lazy_vjp",
-           "value_and_grad", "vjp"]
+__all__ = ["GradFunction", "JacobianFunction", "NoGradientError", "build_grad_ops", "build_vjp_ops", "grad",
+           "hessian", "jacobian", "lazy_vjp", "value_and_grad", "vjp"]
 
 
 class _LazyEmitter:
@@ -95,57 +95,234 @@ def _is_lazy(x: Any) -> bool:
     return isinstance(x, LazyArray)
 
 
+def _any_lazy(tree: Any) -> bool:
+    from opgraph.frontend import pytree
+
+    return any(_is_lazy(leaf) for leaf in pytree.flatten(tree)[0])
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _describe(x: Any) -> str:
+    if _is_lazy(x) or isinstance(x, np.ndarray):
+        return f"an array of shape {tuple(x.shape)}"
+    if isinstance(x, (tuple, list, dict)):
+        return f"a {type(x).__name__} of {len(x)} item{'s' if len(x) != 1 else ''}"
+    return f"a {type(x).__name__}"
+
+
+def _argnums_tuple(argnums: Any, what: str) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) and not isinstance(argnums, bool) else argnums
+    if (not isinstance(nums, (tuple, list)) or not nums
+            or not all(isinstance(a, int) and not isinstance(a, bool) for a in nums)):
+        raise TypeError(f"{what}: argnums must be an int or a non-empty tuple of ints, not {argnums!r}")
+    return tuple(nums)
+
+
+def _positional(fn: Any) -> tuple[list[str], str | None]:
+    """Names of ``fn``'s positional parameters, and of its ``*args`` (if any)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature (some builtins): nothing to check in advance
+        return [], "args"
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    return names, star
+
+
+def _check_argnums(what: str, fname: str, argnums: Any, nums: Sequence[int], n: int, verb: str) -> None:
+    for a in nums:
+        if not -n <= a < n:
+            raise TypeError(f"{what}: argnums={argnums!r} but {fname} {verb} {n} positional "
+                            f"argument{'s' if n != 1 else ''}")
+
+
 class GradFunction:
     """A function computing gradients (made by :func:`grad` / :func:`value_and_grad` of a function).
 
-    Called with NumPy arrays it runs a graph traced once per signature; called
-    with lazy arrays (e.g. inside another traced function or another ``grad``)
-    it records the gradient ops lazily, which is how higher derivatives work.
-    ``.graph(*args)`` is the traced gradient graph.
+    Called with NumPy arrays (or pytrees of them) it runs a graph traced once
+    per signature; called with lazy arrays (e.g. inside another traced
+    function or another ``grad``) it records the gradient ops lazily, which is
+    how higher derivatives work. ``.graph(*args)`` is the traced gradient
+    graph (one input per array leaf of the arguments, flat outputs).
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> g = GradFunction(lambda p: onp.sum(p["w"] ** 2), 0, with_value=False)
+    >>> g({"w": np.array([1.0, 2.0])})
+    {'w': array([2., 4.])}
     """
 
-    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], with_value: bool) -> None:
+    label = "grad"
+
+    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], with_value: bool, *,
+                 has_aux: bool = False, label: str | None = None) -> None:
         from opgraph.frontend.trace import TracedFunction
 
         functools.update_wrapper(self, fn, updated=())  # not __dict__: fn may be a GradFunction itself
         self.fn = fn
         self.argnums = argnums
         self.with_value = with_value
-        self._traced = TracedFunction(self._lazy)
+        self.has_aux = has_aux
+        if label is not None:
+            self.label = label
+        self.fname = _name(fn)
+        self._what = f"{self.label}({self.fname})"
+        self._nums = _argnums_tuple(argnums, self._what)
+        self._params, star = _positional(fn)
+        self._star = star or "args"
+        if star is None:  # a fixed number of positional parameters: a bad argnums is an error now, not at the call
+            _check_argnums(self._what, self.fname, argnums, self._nums, len(self._params), "takes")
+        self._traced = TracedFunction(self._lazy, name=self.fname)
         self._traced.signature = inspect.signature(fn)  # traced by fn's parameters
 
-    def _lazy(self, *args: Any, **kwargs: Any) -> Any:
+    def _arg_name(self, i: int) -> str:
+        return self._params[i] if i < len(self._params) else f"{self._star}[{i - len(self._params)}]"
+
+    def _inputs(self, args: list[Any]) -> tuple[list[int], list[tuple[Any, int]], list[Any]]:
+        """Make the differentiated arguments' leaves lazy (in place); return their positions, specs and leaves."""
+        from opgraph.frontend import pytree
+        from opgraph.frontend.lazy import as_lazy
+        from opgraph.ops.grad_helpers import is_float
+
+        _check_argnums(self._what, self.fname, self.argnums, self._nums, len(args), "was called with")
+        nums = [a % len(args) for a in self._nums]
+        specs: list[tuple[Any, int]] = []
+        wrt: list[Any] = []
+        for i in nums:
+            leaves, spec = pytree.flatten(args[i])
+            lazies = []
+            for leaf, path in zip(leaves, pytree.keystrs(self._arg_name(i), args[i]), strict=True):
+                x = as_lazy(leaf)
+                if not is_float(x.type):
+                    raise TypeError(f"{self._what}: argument {path} has dtype {x.dtype}, but only floating inputs "
+                                    f"can be differentiated (make it a float array, or leave it out of argnums)")
+                lazies.append(x)
+            args[i] = pytree.unflatten(spec, lazies)
+            specs.append((spec, len(lazies)))
+            wrt += lazies
+        return nums, specs, wrt
+
+    def _structure(self, specs: list[tuple[Any, int]], flat: Sequence[Any]) -> Any:
+        """Gradients in the structure of the arguments: one tree, or a tuple of them for a tuple argnums."""
+        from opgraph.frontend import pytree
+
+        trees, k = [], 0
+        for spec, n in specs:
+            trees.append(pytree.unflatten(spec, flat[k:k + n]))
+            k += n
+        return trees[0] if isinstance(self.argnums, int) else tuple(trees)
+
+    def _split(self, result: Any) -> tuple[Any, Any]:
+        if not self.has_aux:
+            return result, None
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TypeError(f"{self._what} with has_aux=True: {self.fname} must return a pair (output, aux), but "
+                            f"it returned {_describe(result)}")
+        return result[0], result[1]
+
+    def _scalar(self, out: Any) -> Any:
         from opgraph.frontend.lazy import as_lazy
 
-        nums = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
-        args = list(args)
-        for i in nums:
-            args[i] = as_lazy(args[i])
-        out = self.fn(*args, **kwargs)
-        grads = lazy_vjp([out], [args[i] for i in nums])
-        return (out, *grads) if self.with_value else tuple(grads)  # flat, for tracing
+        if isinstance(out, (tuple, list, dict)):
+            raise TypeError(f"{self._what}: {self.fname} returned {_describe(out)}, but grad needs a scalar output; "
+                            "if the other items are auxiliary outputs, pass has_aux=True and return (output, aux)")
+        if not (_is_lazy(out) or isinstance(out, (np.ndarray, np.generic, float, int))):
+            raise TypeError(f"{self._what}: {self.fname} returned {_describe(out)}, not an array")
+        out = as_lazy(out)
+        if out.type.shape != ():
+            raise TypeError(f"{self._what}: {self.fname} must return a scalar, but it returned an array of shape "
+                            f"{out.type.shape} ({out.type}); grad is defined for scalar-output functions "
+                            "(use jacobian or vjp for the others)")
+        if out.dtype.kind != "f":
+            raise TypeError(f"{self._what}: {self.fname} returned {out.type}; grad needs a real floating scalar")
+        return out
 
-    def _shape(self, flat: Sequence[Any]) -> Any:
-        flat = list(flat)
-        value = flat.pop(0) if self.with_value else None
-        g = flat[0] if isinstance(self.argnums, int) else tuple(flat)
-        return (value, g) if self.with_value else g
+    def _lazy(self, *args: Any, **kwargs: Any) -> Any:
+        arglist = list(args)
+        _, specs, wrt = self._inputs(arglist)
+        out, aux = self._split(self.fn(*arglist, **kwargs))
+        out = self._scalar(out)
+        g = self._structure(specs, lazy_vjp([out], wrt))
+        if self.with_value:
+            return ((out, aux) if self.has_aux else out), g
+        return (g, aux) if self.has_aux else g
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if any(_is_lazy(a) for a in args) or any(_is_lazy(a) for a in kwargs.values()):
-            return self._shape(self._lazy(*args, **kwargs))
-        return self._shape(self._traced(*args, **kwargs))
+        if _any_lazy((args, kwargs)):
+            try:
+                bound = self._traced.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.fname}(): {exc}") from None
+            bound.apply_defaults()
+            return self._lazy(*bound.args, **bound.kwargs)
+        return self._traced(*args, **kwargs)
 
     def graph(self, *args: Any, **kwargs: Any) -> Any:
         """The traced graph computing the gradient for these arguments."""
         return self._traced.graph(*args, **kwargs)
 
 
-def grad(fun_or_loss: Any, wrt: Any = None, *, argnums: int | Sequence[int] = 0) -> Any:
+class JacobianFunction(GradFunction):
+    """The Jacobian of a function, in reverse mode (made by :func:`jacobian` and :func:`hessian`).
+
+    One vector-Jacobian product per element of the output; the result for an
+    output leaf ``o`` and an input leaf ``x`` has shape ``o.shape + x.shape``.
+
+    >>> import numpy as np
+    >>> JacobianFunction(lambda x: x * x, 0, with_value=False)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+
+    label = "jacobian"
+
+    def _lazy(self, *args: Any, **kwargs: Any) -> Any:
+        from opgraph.frontend import api, pytree
+        from opgraph.frontend.lazy import as_lazy, constant
+
+        arglist = list(args)
+        _, specs, wrt = self._inputs(arglist)
+        out, aux = self._split(self.fn(*arglist, **kwargs))
+        if isinstance(out, (np.ndarray, np.generic, float, int)):
+            out = as_lazy(out)
+        leaves, spec = pytree.flatten(out)
+        jacs = []
+        for leaf, path in zip(leaves, pytree.keystrs("output", out), strict=True):
+            o = as_lazy(leaf) if isinstance(leaf, (np.ndarray, np.generic, float, int)) else leaf
+            if not _is_lazy(o):
+                raise TypeError(f"{self._what}: {self.fname} returned {_describe(leaf)} as {path}, not an array")
+            if o.dtype.kind not in "fc":
+                raise TypeError(f"{self._what}: {self.fname} returned {o.type} as {path}; the Jacobian needs a "
+                                "floating output")
+            shape = o.type.shape
+            if shape is None or any(d is None for d in shape):
+                raise TypeError(f"{self._what}: {self.fname} returned {o.type} as {path}; the Jacobian needs a "
+                                "static output shape")
+            m = int(np.prod(shape, dtype=np.int64))
+            if m == 0:
+                flat = [api.zeros(shape + w.shape, dtype=w.dtype) for w in wrt]
+            else:
+                # One reverse sweep per output element (the rows of the Jacobian), as jax.jacrev does under vmap.
+                eye = np.eye(m, dtype=o.dtype)
+                rows = [lazy_vjp([o], wrt, [constant(eye[k].reshape(shape))]) for k in range(m)]
+                flat = [api.reshape(r[0] if m == 1 else api.stack(list(r)), shape + w.shape)
+                        for r, w in zip(zip(*rows, strict=True), wrt, strict=True)]
+            jacs.append(self._structure(specs, flat))
+        jac = pytree.unflatten(spec, jacs)
+        return (jac, aux) if self.has_aux else jac
+
+
+def grad(fun_or_loss: Any, wrt: Any = None, *, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Any:
     """Gradients, at the level of what is given.
 
-    * ``grad(f, argnums=0)``: a function computing the gradient of scalar
-      ``f`` for its argument(s) ``argnums`` (JAX style, traced once per signature);
+    * ``grad(f, argnums=0, has_aux=False)``: a function computing the gradient
+      of scalar ``f`` for its argument(s) ``argnums`` (JAX semantics, traced
+      once per signature). Arguments may be pytrees (dicts, tuples, lists,
+      namedtuples); the gradient of one has the same structure. With a tuple
+      ``argnums`` the result is a tuple of gradients; with ``has_aux=True``,
+      ``f`` returns ``(output, aux)`` and the function returns ``(gradient, aux)``;
     * ``grad(loss, wrt)`` with builder Values: appends the gradient ops to the
       builder and returns gradient Values (like :func:`build_grad_ops`);
     * ``grad(loss, wrt)`` with lazy arrays: lazy gradient arrays.
@@ -158,6 +335,8 @@ def grad(fun_or_loss: Any, wrt: Any = None, *, argnums: int | Sequence[int] = 0)
     array([2., 4.])
     >>> grad(lambda a, b: onp.sum(a * b), argnums=(0, 1))(np.ones(2), np.arange(2.0))
     (array([0., 1.]), array([1., 1.]))
+    >>> grad(lambda p: onp.sum(p["w"] * p["b"]))({"w": np.ones(2), "b": np.full(2, 3.0)})
+    {'w': array([3., 3.]), 'b': array([1., 1.])}
     """
     if isinstance(fun_or_loss, Value):
         if wrt is None:
@@ -172,25 +351,68 @@ def grad(fun_or_loss: Any, wrt: Any = None, *, argnums: int | Sequence[int] = 0)
     if callable(fun_or_loss):
         if wrt is not None:
             raise TypeError("grad(f) of a function takes argnums=, not wrt")
-        return GradFunction(fun_or_loss, argnums, with_value=False)
+        return GradFunction(fun_or_loss, argnums, with_value=False, has_aux=has_aux)
     raise TypeError(f"grad() of {type(fun_or_loss).__name__}: expected a function, a builder Value or a lazy array")
 
 
-def value_and_grad(fun: Callable[..., Any], *, argnums: int | Sequence[int] = 0) -> GradFunction:
+def value_and_grad(fun: Callable[..., Any], *, argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> GradFunction:
     """Like ``grad(f)``, but the function returns ``(f(*args), gradient)``.
+
+    With ``has_aux=True``, ``f`` returns ``(output, aux)`` and the function
+    returns ``((output, aux), gradient)``, as in JAX.
 
     >>> import numpy as np, opgraph.numpy as onp
     >>> value_and_grad(lambda x: onp.sum(x * x))(np.array([3.0]))
     (array(9.), array([6.]))
+    >>> (v, aux), g = value_and_grad(lambda x: (onp.sum(x * x), {"x2": x * x}), has_aux=True)(np.array([3.0]))
+    >>> float(v), aux, g
+    (9.0, {'x2': array([9.])}, array([6.]))
     """
-    return GradFunction(fun, argnums, with_value=True)
+    return GradFunction(fun, argnums, with_value=True, has_aux=has_aux, label="value_and_grad")
 
 
-def vjp(fun_or_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+def jacobian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> GradFunction:
+    """The Jacobian of ``fun`` for its argument(s) ``argnums``, in reverse mode (``jax.jacrev``).
+
+    For an output ``o`` and an input ``x`` the Jacobian has shape
+    ``o.shape + x.shape``; pytrees of outputs and inputs give a tree (the
+    output's structure) of trees (the input's), a tuple of them for a tuple
+    ``argnums``. It takes one reverse sweep per output element, so it suits
+    outputs of modest size. ``has_aux=True``: ``fun`` returns
+    ``(output, aux)`` and the Jacobian function returns ``(jacobian, aux)``.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> jacobian(lambda x: onp.sin(x) * 2.0)(np.array([0.0, np.pi]))
+    array([[ 2.,  0.],
+           [ 0., -2.]])
+    """
+    return JacobianFunction(fun, argnums, with_value=False, has_aux=has_aux)
+
+
+def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> GradFunction:
+    """The Hessian of scalar ``fun``: the :func:`jacobian` of its gradient (``jax.hessian``'s structure).
+
+    For an input ``x`` the result has shape ``x.shape + x.shape``.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> hessian(lambda x: onp.sum(x ** 3))(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
+    inner = GradFunction(fun, argnums, with_value=False, has_aux=has_aux, label="hessian")
+    return JacobianFunction(inner, argnums, with_value=False, has_aux=has_aux, label="hessian")
+
+
+def vjp(fun_or_outputs: Any, *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
     """Vector-Jacobian products.
 
-    * ``vjp(f, *primals)`` (JAX style): returns ``(f(*primals), vjp_fn)`` where
-      ``vjp_fn(cotangent)`` returns the tuple of cotangents of the primals;
+    * ``vjp(f, *primals, has_aux=False)`` (JAX style): returns
+      ``(f(*primals), vjp_fn)`` where ``vjp_fn(cotangent)`` returns the tuple
+      of cotangents of the primals. Primals, outputs and cotangents may be
+      pytrees: a cotangent has its output's structure, and the result its
+      primal's. With ``has_aux=True``, ``f`` returns ``(output, aux)`` and
+      ``vjp`` returns ``(output, vjp_fn, aux)``;
     * ``vjp(outputs, wrt, cotangents)`` with builder Values or lazy arrays:
       appends/records the product and returns one cotangent per ``wrt``.
 
@@ -198,6 +420,9 @@ def vjp(fun_or_outputs: Any, *args: Any, **kwargs: Any) -> Any:
     >>> y, f_vjp = vjp(lambda x: onp.exp(x), np.zeros(2))
     >>> f_vjp(np.array([1.0, 3.0]))
     (array([1., 3.]),)
+    >>> y, f_vjp = vjp(lambda p: {"s": p[0] * p[1]}, (np.array(2.0), np.array(5.0)))
+    >>> f_vjp({"s": np.array(1.0)})
+    ((array(5.), array(2.)),)
     """
     if isinstance(fun_or_outputs, (Value, list, tuple)) or _is_lazy(fun_or_outputs):
         outputs = [fun_or_outputs] if not isinstance(fun_or_outputs, (list, tuple)) else list(fun_or_outputs)
@@ -208,25 +433,52 @@ def vjp(fun_or_outputs: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(outputs[0], Value):
             return build_vjp_ops(outputs[0].owner, outputs, wrt, cts)
         return lazy_vjp(outputs, wrt, cts)
-    fun = fun_or_outputs
-    primals = [np.asarray(p) for p in args]
+    if kwargs:
+        raise TypeError(f"vjp(f, *primals): unexpected keyword argument(s) {', '.join(kwargs)}")
+    return _function_vjp(fun_or_outputs, args, has_aux)
+
+
+def _function_vjp(fun: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool) -> Any:
+    from opgraph.frontend import pytree
     from opgraph.frontend.trace import TracedFunction
 
-    n = len(primals)
+    fname = _name(fun)
+    if not primals:
+        raise TypeError(f"vjp({fname}): no primals given")
+    names, star = _positional(fun)
+    if star is None and len(primals) > len(names):
+        raise TypeError(f"vjp({fname}): {len(primals)} primals given, but {fname} takes {len(names)} positional "
+                        f"argument{'s' if len(names) != 1 else ''}")
+    # differentiates every primal; its checks and messages are grad's
+    splitter = GradFunction(fun, tuple(range(len(primals))), with_value=False, has_aux=has_aux, label="vjp")
+    out = TracedFunction(fun, name=fname)(*primals)
+    out, aux = splitter._split(out)
 
-    def pullback(*xs: Any) -> Any:
+    def pullback(primals: tuple[Any, ...], cotangent: Any) -> tuple[Any, ...]:
         from opgraph.frontend.lazy import as_lazy
 
-        ps = [as_lazy(x) for x in xs[:n]]
-        return tuple(lazy_vjp([fun(*ps)], ps, [xs[n]]))
+        args = list(primals)
+        _, specs, wrt = splitter._inputs(args)
+        result, _ = splitter._split(fun(*args))
+        outs, spec = pytree.flatten(result)
+        cts, ct_spec = pytree.flatten(cotangent)
+        if ct_spec != spec:
+            raise TypeError(f"vjp({fname}): the cotangent has structure {ct_spec}, but {fname} returns {spec}")
+        outs = [as_lazy(o) for o in outs]
+        for o, c, path in zip(outs, cts, pytree.keystrs("cotangent", cotangent), strict=True):
+            if tuple(np.shape(c) if not _is_lazy(c) else c.shape) != o.type.shape:
+                raise ValueError(f"vjp({fname}): {path} has shape {tuple(np.shape(c))}, but the output it "
+                                 f"stands for has shape {o.type.shape}")
+        flat = lazy_vjp(outs, wrt, [as_lazy(c) for c in cts])
+        trees, k = [], 0
+        for s, n in specs:
+            trees.append(pytree.unflatten(s, flat[k:k + n]))
+            k += n
+        return tuple(trees)
 
-    # TracedFunction binds by signature: give pullback n + 1 positional parameters.
-    params = [inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(n + 1)]
-    pullback.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    traced = TracedFunction(pullback)
-    out = TracedFunction(fun)(*primals)
+    traced = TracedFunction(pullback, name=f"vjp({fname})")
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
-        return traced(*primals, np.asarray(cotangent))
+        return traced(primals, cotangent)
 
-    return out, vjp_fn
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
