@@ -15,6 +15,10 @@ common aliases (``concatenate``, ``transpose``, ``arcsin``, ``power``...).
 
 from __future__ import annotations
 
+import builtins as _builtins
+import functools
+import inspect
+import reprlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -293,11 +297,22 @@ def _reduction(kind: str) -> Any:
 
 max = _reduction("max")
 min = _reduction("min")
-mean = _reduction("mean")
 any = _reduction("any")
 all = _reduction("all")
 logsumexp = _reduction("logsumexp")
 amax, amin = max, min
+
+
+def mean(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
+    """Mean over ``axis`` (all axes by default), computed in ``dtype`` when given (NumPy's ``dtype=``).
+
+    >>> mean(asarray([1, 2])).eval()
+    array(1.5)
+    """
+    x = as_lazy(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    return apply("mean", x, axis=axis, keepdims=keepdims)
 
 
 def var(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> LazyArray:
@@ -336,6 +351,21 @@ def argmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Laz
     return apply("argmin", x, axis=axis, keepdims=keepdims)
 
 
+def _cumulative(kind: str, x: Any, axis: int | None, dtype: Any, include_initial: bool) -> LazyArray:
+    x = as_lazy(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    if axis is None and x.ndim > 1:
+        raise ValueError(f"cumulative_{kind[3:]} needs an axis for arrays of more than one dimension")
+    out = apply(kind, x, axis=0 if axis is None else axis)
+    if include_initial:
+        ax = 0 if axis is None else axis
+        shape = list(out.shape)
+        shape[ax] = 1
+        out = concat([full(tuple(shape), 0 if kind == "cumsum" else 1, dtype=out.dtype), out], axis=ax)
+    return out
+
+
 def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
                    include_initial: bool = False) -> LazyArray:
     """Cumulative sum along ``axis``.
@@ -343,36 +373,35 @@ def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
     >>> cumulative_sum(asarray([1, 2, 3])).eval()
     array([1, 3, 6])
     """
-    x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
-    if axis is None and x.ndim > 1:
-        raise ValueError("cumulative_sum needs an axis for arrays of more than one dimension")
-    out = apply("cumsum", x, axis=0 if axis is None else axis)
-    if include_initial:
-        ax = 0 if axis is None else axis
-        shape = list(out.shape)
-        shape[ax] = 1
-        out = concat([zeros(tuple(shape), dtype=out.dtype), out], axis=ax)
-    return out
+    return _cumulative("cumsum", x, axis, dtype, include_initial)
 
 
-def cumsum(x: Any, /, axis: int | None = None) -> LazyArray:
-    """NumPy's cumsum (flattened when ``axis`` is None).
+def cumulative_prod(x: Any, /, *, axis: int | None = None, dtype: Any = None,
+                    include_initial: bool = False) -> LazyArray:
+    """Cumulative product along ``axis``.
+
+    >>> cumulative_prod(asarray([1, 2, 3]), include_initial=True).eval()
+    array([1, 1, 2, 6])
+    """
+    return _cumulative("cumprod", x, axis, dtype, include_initial)
+
+
+def cumsum(x: Any, /, axis: int | None = None, dtype: Any = None) -> LazyArray:
+    """NumPy's cumsum (flattened when ``axis`` is None), computed in ``dtype`` when given.
 
     >>> cumsum(asarray([[1, 2], [3, 4]])).eval()
     array([ 1,  3,  6, 10])
     """
-    return apply("cumsum", x, axis=axis)
+    return apply("cumsum", as_lazy(x) if dtype is None else as_lazy(x).astype(dtype), axis=axis)
 
 
-def cumprod(x: Any, /, axis: int | None = None) -> LazyArray:
-    """NumPy's cumprod.
+def cumprod(x: Any, /, axis: int | None = None, dtype: Any = None) -> LazyArray:
+    """NumPy's cumprod, computed in ``dtype`` when given.
 
     >>> cumprod(asarray([1, 2, 3])).eval()
     array([1, 2, 6])
     """
-    return apply("cumprod", x, axis=axis)
+    return apply("cumprod", as_lazy(x) if dtype is None else as_lazy(x).astype(dtype), axis=axis)
 
 
 # ---------------------------------------------------------------- products
@@ -435,6 +464,27 @@ def dot(a: Any, b: Any) -> LazyArray:
     if b.ndim <= 2:
         return matmul(a, b)
     return tensordot(a, b, axes=((a.ndim - 1,), (b.ndim - 2,)))
+
+
+def vdot(a: Any, b: Any, /) -> LazyArray:
+    """NumPy's vdot: the dot product of the flattened arrays, conjugating ``a``.
+
+    >>> vdot(asarray([1 + 2j, 3j]), asarray([1.0, 1.0])).eval()
+    array(1.-5.j)
+    """
+    return apply("vecdot", ravel(a), ravel(b), axis=-1)
+
+
+def inner(a: Any, b: Any, /) -> LazyArray:
+    """NumPy's inner: a sum over the last axes of ``a`` and ``b`` (no conjugation; scalars multiply).
+
+    >>> inner(asarray([[1, 2], [3, 4]]), asarray([1, 1])).eval()
+    array([3, 7])
+    """
+    a, b = as_lazy(a), as_lazy(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)  # type: ignore[name-defined]  # noqa: F821
+    return tensordot(a, b, axes=((a.ndim - 1,), (b.ndim - 1,)))
 
 
 def matrix_transpose(x: Any, /) -> LazyArray:
@@ -681,6 +731,59 @@ class SlogdetResult(NamedTuple):
     logabsdet: LazyArray
 
 
+def _inexact(x: Any) -> LazyArray:
+    x = as_lazy(x)
+    return x.astype(np.float64) if x.dtype.kind in "biu" else x
+
+
+def _abs_squared(x: LazyArray) -> LazyArray:
+    # |x|^2 without abs(): abs has a kink at 0, so square(x) keeps gradients smooth there
+    if x.dtype.kind == "c":
+        return apply("add", apply("square", apply("real", x)), apply("square", apply("imag", x)))
+    return apply("square", x)
+
+
+def _vector_norm(x: LazyArray, axis: Any, keepdims: bool, ord: Any) -> LazyArray:
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order {ord!r} for vectors")
+    ax = apply("abs", x)
+    if ord in (np.inf, -np.inf):
+        return (max if ord > 0 else min)(ax, axis=axis, keepdims=keepdims)
+    if ord == 0:
+        return sum(apply("not_equal", x, 0).astype(ax.dtype), axis=axis, keepdims=keepdims)
+    if ord == 1:
+        return sum(ax, axis=axis, keepdims=keepdims)
+    if ord == 2:
+        return apply("sqrt", sum(_abs_squared(x), axis=axis, keepdims=keepdims))
+    p = float(ord)
+    return apply("power", sum(apply("power", ax, p), axis=axis, keepdims=keepdims), 1.0 / p)
+
+
+def _matrix_norm(x: LazyArray, axis: tuple[int, int], keepdims: bool, ord: Any) -> LazyArray:
+    nd = x.ndim
+    if not _builtins.all(-nd <= a < nd for a in axis):
+        raise ValueError(f"axis {axis} is out of bounds for an array of dimension {nd}")
+    r, c = (a % nd for a in axis)
+    if r == c:
+        raise ValueError("Duplicate axes given.")
+    if ord in (2, -2, "nuc"):
+        s = linalg.svdvals(moveaxis(x, (r, c), (-2, -1)))
+        out = sum(s, axis=-1) if ord == "nuc" else (max if ord == 2 else min)(s, axis=-1)
+    elif ord is None or ord in ("fro", "f"):
+        out = apply("sqrt", sum(_abs_squared(x), axis=(r, c)))
+    elif ord in (1, -1):  # the largest (smallest) column sum: sum over rows, then reduce over columns
+        out = (max if ord == 1 else min)(sum(apply("abs", x), axis=r), axis=c - 1 if c > r else c)
+    elif ord in (np.inf, -np.inf):  # the largest (smallest) row sum
+        out = (max if ord > 0 else min)(sum(apply("abs", x), axis=c), axis=r - 1 if r > c else r)
+    else:
+        raise ValueError(f"Invalid norm order {ord!r} for matrices")
+    if keepdims:
+        shape = list(x.shape)
+        shape[r] = shape[c] = 1
+        out = reshape(out, tuple(shape))
+    return out
+
+
 class _Linalg:
     """``opgraph.numpy.linalg``: the Array API linalg extension on lazy arrays.
 
@@ -745,6 +848,68 @@ class _Linalg:
         """Pseudo-inverse."""
         return apply("pinv", x)
 
+    @staticmethod
+    def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> LazyArray:
+        """NumPy's ``linalg.norm``: vector norms over one axis, matrix norms over two, built from differentiable ops.
+
+        ``ord`` for vectors: None/2, 1, inf, -inf, 0 or any p; for matrices:
+        None/'fro', 'nuc', 1, -1, 2, -2 (via singular values), inf, -inf.
+        Integers are computed in float64, as NumPy does.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.norm(onp.asarray([3.0, 4.0])).eval()
+        array(5.)
+        >>> onp.linalg.norm(onp.asarray([[1.0, -2.0], [3.0, 4.0]]), ord=1).eval()
+        array(6.)
+        """
+        x = _inexact(x)
+        if axis is None:
+            if ord is None:  # the 2-norm of the flattened array, whatever its rank
+                return _vector_norm(x, None, keepdims, 2)
+            if x.ndim not in (1, 2):
+                raise ValueError("Improper number of dimensions to norm.")
+            axis = tuple(range(x.ndim))
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        if len(axes) == 1:
+            return _vector_norm(x, axes[0], keepdims, 2 if ord is None else ord)
+        if len(axes) == 2:
+            return _matrix_norm(x, (int(axes[0]), int(axes[1])), keepdims, ord)
+        raise ValueError("Improper number of dimensions to norm.")
+
+    @staticmethod
+    def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> LazyArray:
+        """Array API ``vector_norm``: a vector norm over ``axis`` (an int, a tuple, or None for all axes).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.vector_norm(onp.ones((2, 2)), ord=1).eval()
+        array(4.)
+        """
+        return _vector_norm(_inexact(x), axis, keepdims, ord)
+
+    @staticmethod
+    def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> LazyArray:
+        """Array API ``matrix_norm``: a matrix norm over the last two axes.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.matrix_norm(2 * onp.eye(3), ord=2).eval()
+        array(2.)
+        """
+        return _matrix_norm(_inexact(x), (-2, -1), keepdims, ord)
+
+    @staticmethod
+    def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> LazyArray:
+        """Array API ``trace``: sums of the ``offset`` diagonal of the last two axes.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.trace(onp.asarray([[1, 2], [3, 4]])).eval()
+        array(5)
+        """
+        x = as_lazy(x)
+        if dtype is not None:
+            x = x.astype(dtype)
+        mask = np.eye(x.shape[-2], x.shape[-1], k=offset, dtype=np.bool_)
+        return sum(where(mask, x, zeros((), dtype=x.dtype)), axis=(-2, -1))
+
     matmul = staticmethod(matmul)
     tensordot = staticmethod(tensordot)
     vecdot = staticmethod(vecdot)
@@ -754,6 +919,339 @@ class _Linalg:
 
 linalg = _Linalg()
 
+
+# ---------------------------------------------------------------- NumPy's own functions (NEP 13 / NEP 18)
+# LazyArray.__array_ufunc__ / __array_function__ come here: np.tanh(x), np.sum(x, axis=0), np.linalg.norm(x)
+# record the opgraph op of the same meaning. Anything else raises one TypeError line naming what to use: a
+# NumPy function must never evaluate a lazy array behind the user's back (inside @opgraph.function it cannot).
+
+_ONP = "import opgraph.numpy as onp"
+_EVAL_FIRST = "call .eval() or np.asarray(x) first to compute a NumPy array"
+_ONLY_DEFAULT = "opgraph supports only NumPy's default for this parameter"
+
+
+def _np_name(func: Any) -> str:
+    module = getattr(func, "__module__", None) or "numpy"
+    module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+    return f"{module}.{getattr(func, '__name__', func)}"
+
+
+def _unsupported(what: str, instead: str | None = None, why: str = "opgraph has no op for it") -> TypeError:
+    alternative = f"use {instead} ({_ONP})" if instead else f"{why}; {_EVAL_FIRST}"
+    return TypeError(f"{what} is not supported on opgraph lazy arrays; {alternative}")
+
+
+def _ufunc_lambda(fn: Any, name: str) -> Any:
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+# NumPy ufunc name -> the opgraph.numpy function with the same meaning (or a composite of them).
+_UFUNC_TABLE: dict[str, Any] = {
+    **{n: n for n in (
+        "add", "subtract", "multiply", "divide", "floor_divide", "remainder", "fmod", "power", "negative",
+        "positive", "sign", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "square", "cbrt",
+        "reciprocal", "sin", "cos", "tan", "sinh", "cosh", "tanh", "hypot", "logaddexp", "maximum", "minimum",
+        "fmax", "fmin", "copysign", "nextafter", "signbit", "floor", "ceil", "trunc", "isfinite", "isinf",
+        "isnan", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+        "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "matmul",
+        "vecdot")},
+    "absolute": "abs", "fabs": "abs", "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+    "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "rint": "round", "conjugate": "conj",
+    "invert": "bitwise_invert", "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift",
+    "deg2rad": _ufunc_lambda(lambda x: apply("multiply", x, np.pi / 180), "deg2rad"),
+    "rad2deg": _ufunc_lambda(lambda x: apply("multiply", x, 180 / np.pi), "rad2deg"),
+    "float_power": _ufunc_lambda(
+        lambda x, y: apply("power", *(as_lazy(a).astype(np.promote_types(as_lazy(a).dtype, np.float64))
+                                      for a in (x, y))), "float_power"),
+    "divmod": _ufunc_lambda(lambda x, y: (apply("floor_divide", x, y), apply("remainder", x, y)), "divmod"),
+    "matvec": _ufunc_lambda(lambda a, v: squeeze(matmul(a, expand_dims(v, axis=-1)), axis=-1), "matvec"),
+    "vecmat": _ufunc_lambda(lambda v, a: squeeze(matmul(expand_dims(apply("conj", v), axis=-2), a), axis=-2),
+                            "vecmat"),
+}
+# What to write instead of a ufunc opgraph has no op for.
+_UFUNC_HINTS = {
+    "heaviside": "onp.where(x < 0, 0.0, onp.where(x > 0, 1.0, h))",
+    "logaddexp2": "onp.logaddexp(x * onp.log(2.0), y * onp.log(2.0)) / onp.log(2.0)",
+    "ldexp": "x * onp.exp2(e)",
+}
+# ufunc.reduce / ufunc.accumulate -> the opgraph reduction; NumPy's default axis there is 0, not None.
+_UFUNC_REDUCE = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min", "logical_and": "all",
+                 "logical_or": "any"}
+_UFUNC_ACCUMULATE = {"add": "cumsum", "multiply": "cumprod"}
+
+
+# keyed by the ufunc object, not its name: another library's ufunc (scipy.special.erf) is not NumPy's
+_UFUNC_BY_OBJECT: dict[np.ufunc, Any] = {
+    getattr(np, n): t for n, t in _UFUNC_TABLE.items() if isinstance(getattr(np, n, None), np.ufunc)}
+
+
+def _ufunc_target(ufunc: np.ufunc) -> Any:
+    target = _UFUNC_BY_OBJECT.get(ufunc)
+    return globals()[target] if isinstance(target, str) else target
+
+
+def _check_ufunc_kwargs(what: str, kwargs: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out", None)
+    if out is not None and not (isinstance(out, tuple) and _builtins.all(o is None for o in out)):
+        raise TypeError(f"{what}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
+                        f"use the returned array")
+    where_ = kwargs.pop("where", True)
+    if where_ is not True:
+        raise _unsupported(f"{what}(..., where=...)", "onp.where(mask, result, other)")
+    for key, default in (("casting", "same_kind"), ("order", "K"), ("subok", True), ("signature", None)):
+        if key in kwargs and kwargs.pop(key) != default:
+            raise _unsupported(f"{what}(..., {key}=...)", why=_ONLY_DEFAULT)
+    extra = sorted(set(kwargs) - set(allowed))
+    if extra:
+        raise _unsupported(f"{what}(..., {extra[0]}=...)", why=_ONLY_DEFAULT)
+    return kwargs
+
+
+def _array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """NEP 13 for :class:`LazyArray`: a NumPy ufunc on lazy arrays (and NumPy arrays, scalars) records an op.
+
+    >>> import numpy as np
+    >>> x = asarray([1.0, 4.0])
+    >>> np.sqrt(x).eval(), np.add(np.ones(2), x).eval(), np.add.reduce(x).eval()
+    (array([1., 2.]), array([2., 5.]), array(5.))
+    """
+    for a in (*inputs, *(kwargs.get("out") or ())):
+        # NEP 13: defer to other array types we do not know (they may know us); NumPy arrays become constants.
+        if not isinstance(a, (LazyArray, np.ndarray, np.generic)) and hasattr(type(a), "__array_ufunc__"):
+            return NotImplemented
+    name = f"np.{ufunc.__name__}" if getattr(np, ufunc.__name__, None) is ufunc else ufunc.__name__
+    target = _ufunc_target(ufunc)
+    if method == "__call__":
+        if target is None:
+            same_name = f"onp.{ufunc.__name__}" if ufunc.__name__ in __all__ else None
+            raise _unsupported(name, _UFUNC_HINTS.get(ufunc.__name__, same_name))
+        kw = _check_ufunc_kwargs(name, kwargs, ("dtype", "axis") if ufunc is getattr(np, "vecdot", 0) else ("dtype",))
+        dtype = kw.pop("dtype", None)
+        args = [as_lazy(a, inputs) for a in inputs]
+        if dtype is not None:  # NumPy's dtype= picks the loop: the inputs are cast to it
+            args = [a.astype(dtype) for a in args]
+        return target(*args, **kw)
+    what = f"{name}.{method}"
+    if method == "reduce" and target is not None and ufunc.__name__ in _UFUNC_REDUCE:
+        kw = _check_ufunc_kwargs(what, kwargs, ("axis", "dtype", "keepdims"))
+        x = as_lazy(inputs[0])
+        if kw.get("dtype") is not None:
+            x = x.astype(kw["dtype"])
+        return apply(_UFUNC_REDUCE[ufunc.__name__], x, axis=kw.get("axis", 0), keepdims=kw.get("keepdims", False))
+    if method == "accumulate" and target is not None and ufunc.__name__ in _UFUNC_ACCUMULATE:
+        kw = _check_ufunc_kwargs(what, kwargs, ("axis", "dtype"))
+        x = as_lazy(inputs[0])
+        if kw.get("dtype") is not None:
+            x = x.astype(kw["dtype"])
+        return apply(_UFUNC_ACCUMULATE[ufunc.__name__], x, axis=kw.get("axis", 0))
+    if method == "outer" and target is not None and ufunc.nin == 2:
+        _check_ufunc_kwargs(what, kwargs, ())
+        a, b = (as_lazy(v, inputs) for v in inputs)
+        return target(reshape(a, (*a.shape, *(1,) * b.ndim)), b)
+    if method == "reduce" and ufunc.__name__ in ("bitwise_and", "bitwise_or", "bitwise_xor", "logical_xor"):
+        raise _unsupported(what)
+    instead = {"reduce": "a reduction such as onp.sum / onp.prod / onp.max",
+               "accumulate": "onp.cumsum / onp.cumprod", "at": "onp.where(mask, new, x) (lazy arrays are immutable)",
+               "outer": "broadcasting: f(x[:, None], y)", "reduceat": None}.get(method)
+    raise _unsupported(what, instead)
+
+
+def _is_default(key: str, value: Any, default: Any) -> bool:
+    if value is None or value is np._NoValue or value is default or (key == "where" and value is True):
+        return True
+    return isinstance(value, (_builtins.bool, int, float, str)) and type(value) is type(default) and value == default
+
+
+def _np_where(condition: Any, x: Any = None, y: Any = None, /) -> Any:
+    if x is None and y is None:
+        raise _unsupported("np.where(condition) with one argument (its shape depends on the data)",
+                           "onp.where(condition, x, y)")
+    return where(condition, x, y)
+
+
+def _np_round(a: Any, decimals: int = 0, out: Any = None) -> LazyArray:
+    if out is not None:
+        raise TypeError("np.round(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
+                        "use the returned array")
+    a = as_lazy(a)
+    if decimals == 0 or a.dtype.kind not in "fc":
+        return apply("round", a)
+    scale = 10.0 ** decimals  # NumPy's own method: scale, round half to even, scale back
+    return apply("divide", apply("round", apply("multiply", a, scale)), scale)
+
+
+def _np_trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
+              out: Any = None) -> LazyArray:
+    if out is not None:
+        raise TypeError("np.trace(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
+                        "use the returned array")
+    return linalg.trace(moveaxis(a, (axis1, axis2), (-2, -1)), offset=offset, dtype=dtype)
+
+
+def _np_svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
+    if hermitian:
+        raise _unsupported("np.linalg.svd(..., hermitian=True)", "onp.linalg.svd(x)")
+    return linalg.svd(a, full_matrices=full_matrices) if compute_uv else linalg.svdvals(a)
+
+
+def _np_swapaxes(a: Any, axis1: int, axis2: int) -> LazyArray:
+    a = as_lazy(a)
+    axes = list(range(a.ndim))
+    axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+    return permute_dims(a, tuple(axes))
+
+
+def _np_size(a: Any, axis: int | None = None) -> int | None:
+    a = as_lazy(a)
+    return a.size if axis is None else a.shape[axis]
+
+
+def _np_result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    return np.result_type(*(a.dtype if isinstance(a, LazyArray) else a for a in arrays_and_dtypes))
+
+
+class _Entry(NamedTuple):
+    target: Any  # the opgraph function (or an adapter taking NumPy's own parameters)
+    positional: tuple[str, ...]  # NumPy parameters passed positionally; "*" for an adapter taking everything as is
+    rename: dict[str, str]  # NumPy keyword -> opgraph keyword
+
+
+_FUNCTION_SPECS: list[tuple[str, Any, tuple[str, ...], dict[str, str]]] = [
+    # reductions
+    *((n, n, ("a",), {}) for n in ("sum", "prod", "mean", "max", "min", "amax", "amin", "any", "all", "argmax",
+                                   "argmin", "cumsum", "cumprod")),
+    ("var", var, ("a",), {"ddof": "correction"}),
+    ("std", std, ("a",), {"ddof": "correction"}),
+    ("cumulative_sum", cumulative_sum, ("x",), {}),
+    ("cumulative_prod", cumulative_prod, ("x",), {}),
+    # products
+    ("dot", dot, ("a", "b"), {}), ("vdot", vdot, ("a", "b"), {}), ("inner", inner, ("a", "b"), {}),
+    ("outer", outer, ("a", "b"), {}), ("tensordot", tensordot, ("a", "b"), {}),
+    ("einsum", einsum, ("operands",), {}),
+    ("linalg.matmul", matmul, ("x1", "x2"), {}), ("linalg.tensordot", tensordot, ("x1", "x2"), {}),
+    ("linalg.outer", outer, ("x1", "x2"), {}), ("linalg.vecdot", vecdot, ("x1", "x2"), {}),
+    # shapes
+    ("reshape", reshape, ("a", "shape"), {}), ("transpose", transpose, ("a",), {}),
+    ("matrix_transpose", matrix_transpose, ("x",), {}), ("linalg.matrix_transpose", matrix_transpose, ("x",), {}),
+    ("moveaxis", moveaxis, ("a", "source", "destination"), {}), ("swapaxes", _np_swapaxes, ("*",), {}),
+    ("expand_dims", expand_dims, ("a",), {}), ("squeeze", squeeze, ("a",), {}), ("ravel", ravel, ("a",), {}),
+    ("broadcast_to", broadcast_to, ("array",), {}), ("broadcast_arrays", broadcast_arrays, ("args",), {}),
+    ("concatenate", concatenate, ("arrays",), {}), ("stack", stack, ("arrays",), {}),
+    ("unstack", unstack, ("x",), {}), ("split", split, ("ary",), {}), ("flip", flip, ("m",), {}),
+    ("roll", roll, ("a",), {}), ("tile", tile, ("A", "reps"), {}), ("repeat", repeat, ("a", "repeats"), {}),
+    ("pad", pad, ("array",), {}), ("take", take, ("a", "indices"), {}),
+    ("tril", tril, ("m",), {}), ("triu", triu, ("m",), {}),
+    # elementwise functions that are not ufuncs
+    ("where", _np_where, ("*",), {}), ("clip", clip, ("a",), {"a_min": "min", "a_max": "max"}),
+    ("round", _np_round, ("*",), {}), ("around", _np_round, ("*",), {}),
+    ("real", "real", ("val",), {}), ("imag", "imag", ("val",), {}), ("astype", astype, ("x", "dtype"), {}),
+    ("copy", lambda a: as_lazy(a), ("a",), {}),  # lazy arrays are immutable: a copy is the array itself
+    # creation from an array
+    ("zeros_like", zeros_like, ("a",), {}), ("ones_like", ones_like, ("a",), {}),
+    ("empty_like", empty_like, ("prototype",), {}), ("full_like", full_like, ("a",), {}),
+    # static facts: no op needed
+    ("shape", lambda a: as_lazy(a).shape, ("a",), {}), ("ndim", lambda a: as_lazy(a).ndim, ("a",), {}),
+    ("size", _np_size, ("*",), {}), ("result_type", _np_result_type, ("*",), {}),
+    ("trace", _np_trace, ("*",), {}),
+    # linalg
+    *((f"linalg.{n}", getattr(_Linalg, n), ("a",), {}) for n in ("inv", "det", "slogdet", "cholesky", "qr",
+                                                                  "eigh", "eigvalsh", "pinv")),
+    ("linalg.solve", _Linalg.solve, ("a", "b"), {}), ("linalg.svd", _np_svd, ("*",), {}),
+    ("linalg.svdvals", _Linalg.svdvals, ("x",), {}), ("linalg.norm", _Linalg.norm, ("x",), {}),
+    ("linalg.vector_norm", _Linalg.vector_norm, ("x",), {}),
+    ("linalg.matrix_norm", _Linalg.matrix_norm, ("x",), {}),
+    ("linalg.trace", _Linalg.trace, ("x",), {}),
+]
+# What to write instead of a NumPy function opgraph has no op for (the others say to evaluate first).
+_FUNCTION_HINTS = {
+    "np.isclose": "onp.abs(a - b) <= atol + rtol * onp.abs(b)",
+    "np.nansum": "onp.sum(onp.where(onp.isnan(x), 0.0, x))",
+    "np.average": "onp.sum(x * w) / onp.sum(w)",
+    "np.linalg.eig": "onp.linalg.eigh for symmetric matrices",
+    "np.linalg.eigvals": "onp.linalg.eigvalsh for symmetric matrices",
+    "np.linalg.lstsq": "onp.linalg.pinv(a) @ b",
+    "np.trapezoid": "onp.sum((y[1:] + y[:-1]) / 2 * dx)",
+}
+
+
+def _lookup(path: str) -> Any:
+    obj: Any = np
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+# NumPy function -> how to call the opgraph function; NumPy versions without a function just lack its entry.
+_FUNCTION_TABLE: dict[Any, _Entry] = {}
+for _np_path, _target, _positional, _rename in _FUNCTION_SPECS:
+    _np_func = _lookup(_np_path)
+    if _np_func is not None:
+        _FUNCTION_TABLE.setdefault(_np_func, _Entry(globals()[_target] if isinstance(_target, str) else _target,
+                                                    _positional, _rename))
+
+
+@functools.cache
+def _signature(func: Any) -> inspect.Signature:
+    return inspect.signature(func)
+
+
+@functools.cache
+def _keywords(target: Any) -> frozenset[str]:
+    return frozenset(p.name for p in inspect.signature(target).parameters.values()
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _array_function(func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """NEP 18 for :class:`LazyArray`: NumPy's API functions call the opgraph.numpy function of the same meaning.
+
+    NumPy's parameter names are accepted (``axis=``, ``keepdims=``, ``ddof=``...);
+    a parameter opgraph cannot honour (``out=``, ``order='F'``, ``initial=``)
+    raises a ``TypeError`` unless it has NumPy's default value.
+
+    >>> import numpy as np
+    >>> x = asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> np.mean(x, axis=0).eval(), np.linalg.norm(x, ord=np.inf).eval()
+    (array([2., 3.]), array(7.))
+    """
+    if not _builtins.all(issubclass(t, (LazyArray, np.ndarray)) for t in types):
+        return NotImplemented  # NEP 18: another array type may know how to mix with lazy arrays
+    name = _np_name(func)
+    entry = _FUNCTION_TABLE.get(func)
+    if entry is None:
+        raise _unsupported(name, _FUNCTION_HINTS.get(name))
+    if entry.positional == ("*",):
+        return entry.target(*args, **kwargs)
+    sig = _signature(func)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{name}(): {exc}") from None
+    pos: list[Any] = []
+    kw: dict[str, Any] = {}
+    accepted = _keywords(entry.target)
+    for pname, value in bound.arguments.items():
+        param = sig.parameters[pname]
+        if pname in entry.positional:
+            if param.kind is param.VAR_POSITIONAL:
+                pos.extend(value)
+            else:
+                pos.append(value)
+            continue
+        items = value.items() if param.kind is param.VAR_KEYWORD else [(pname, value)]
+        for key, val in items:
+            target_key = entry.rename.get(key, key)
+            if target_key in accepted:
+                if val is not np._NoValue:
+                    kw[target_key] = val
+            elif key == "out" and val is not None:
+                raise TypeError(f"{name}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
+                                f"use the returned array")
+            elif not _is_default(key, val, param.default if param.kind is not param.VAR_KEYWORD else None):
+                raise _unsupported(f"{name}(..., {key}={reprlib.repr(val)})", why=_ONLY_DEFAULT)
+    return entry.target(*pos, **kw)
+
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__
             and n not in ("annotations", "Any", "NamedTuple", "Sequence", "np", "all_ops", "apply", "as_lazy",
-                          "constant")]
+                          "constant", "functools", "inspect", "reprlib")]

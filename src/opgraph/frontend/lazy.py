@@ -2,9 +2,15 @@
 
 A :class:`LazyArray` knows its ``shape`` and ``dtype`` at once (types are
 inferred when each op is built) but computes its value only when asked
-(``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.eval()``). Every lazy
-expression is a graph: ``x.graph`` is the same core :class:`Graph` the
-explicit builder makes for the same program.
+(``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.item()``, ``x.eval()``).
+Every lazy expression is a graph: ``x.graph`` is the same core
+:class:`Graph` the explicit builder makes for the same program.
+
+NumPy's own functions take lazy arrays (NEP 13 ``__array_ufunc__`` and
+NEP 18 ``__array_function__``): ``np.tanh(x)`` or ``np.sum(x, axis=0)``
+record the opgraph op and return a lazy array; a NumPy function opgraph
+has no op for raises one ``TypeError`` line naming what to use instead
+(see :mod:`opgraph.frontend.api` and docs/numpy-functions.md).
 
     >>> import numpy as np
     >>> import opgraph.numpy as onp
@@ -120,7 +126,31 @@ class LazyArray:
         return ARRAY_NAMESPACE.get()
 
     def __repr__(self) -> str:
-        return f"LazyArray({self.type})"
+        """The value when it is known or cheap, else the type.
+
+        A value already computed (a constant, or an array evaluated before)
+        is shown like NumPy shows it; an unevaluated array without
+        placeholders is evaluated first when that is cheap (see
+        :func:`_cheap_to_evaluate`; the value is then kept). Anything else,
+        e.g. a value inside a traced function, shows its type.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.asarray([1.0, 2.0]) * 0.5
+        LazyArray([0.5, 1. ], dtype=float64)
+        >>> onp.placeholder((3, 4), name="x") * 2
+        LazyArray(f64[3,4])
+        """
+        node = self._node
+        if node.value is None and _cheap_to_evaluate(node):
+            try:
+                _evaluate(node, "repr()")
+            except Exception:  # repr must not raise; eval() reports the error
+                node.value = None
+        if node.value is None:
+            return f"LazyArray({self.type})"
+        value = node.value[self._index]
+        body = np.array2string(value, separator=", ", prefix="LazyArray(")
+        return f"LazyArray({body}, dtype={value.dtype})"
 
     # ------------------------------------------------------------ graph
     @property
@@ -130,18 +160,62 @@ class LazyArray:
 
     # ------------------------------------------------------------ evaluation
     def eval(self) -> np.ndarray:
-        """Compute (once) and return the value as a NumPy array."""
+        """Compute (once) and return the value as a NumPy array; the value is kept on the array.
+
+        >>> import opgraph.numpy as onp
+        >>> (onp.asarray([1, 2]) + 1).eval()
+        array([2, 3])
+        """
+        return self._value("x.eval()")
+
+    def _value(self, why: str) -> np.ndarray:
         node = self._node
         if node.value is None:
-            _evaluate(node)
+            _evaluate(node, why)
         assert node.value is not None
         return node.value[self._index]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        value = self.eval()
+        # np.asarray(x) evaluates: it is the documented way to get a NumPy array. Inside a traced
+        # function _evaluate says to use opgraph.numpy instead (NumPy's functions no longer come here:
+        # they dispatch through __array_ufunc__ / __array_function__).
+        value = self._value("np.asarray()")
         if dtype is not None and np.dtype(dtype) != value.dtype:
             return value.astype(dtype)
         return value.copy() if copy else value
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NEP 13: ``np.tanh(x)``, ``np.add(ndarray, x)``, ``np.add.reduce(x)`` record opgraph ops.
+
+        >>> import numpy as np, opgraph.numpy as onp
+        >>> np.tanh(onp.asarray([0.0]))
+        LazyArray([0.], dtype=float64)
+        """
+        from opgraph.frontend import api
+
+        return api._array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """NEP 18: ``np.sum(x, axis=0)``, ``np.linalg.norm(x)``... call the opgraph.numpy function.
+
+        >>> import numpy as np, opgraph.numpy as onp
+        >>> np.sum(onp.asarray([[1, 2], [3, 4]]), axis=0)
+        LazyArray([4, 6], dtype=int64)
+        """
+        from opgraph.frontend import api
+
+        return api._array_function(func, types, args, kwargs)
+
+    def item(self, *args: Any) -> Any:
+        """Evaluate and return one element as a Python scalar (NumPy's ``item``).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.sum(onp.asarray([0.5, 0.25])).item()
+        0.75
+        """
+        if not args and self.type.size not in (None, 1):
+            raise ValueError(f"can only convert an array of size 1 to a Python scalar; this one is {self.type}")
+        return self._value("x.item()").item(*args)
 
     def __float__(self) -> float:
         return float(self._scalar("float"))
@@ -160,17 +234,22 @@ class LazyArray:
             raise TypeError(f"only integer arrays can be used as an index, not {self.dtype}")
         return int(self._scalar("index"))
 
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return str(self)
+        return format(self._value("format()"), spec)  # NumPy formats 0-d arrays like their scalar
+
     def _scalar(self, what: str) -> Any:
         if self.type.shape is not None and self.type.size not in (None, 1):
             raise TypeError(f"only size-1 arrays convert to Python {what}s; this one is {self.type}")
-        return self.eval().item()
+        return self._value(f"{what}()").item()
 
     def __len__(self) -> int:
         n = self.shape[0] if self.shape else None
         if n is None:
             if not self.shape:
                 raise TypeError("len() of a 0-d array")
-            n = self.eval().shape[0]
+            n = self._value("len()").shape[0]
         return n
 
     def __iter__(self) -> Any:
@@ -432,17 +511,63 @@ def append_to(builder: GraphBuilder, outputs: Sequence[LazyArray],
     return [values[id(o._node)][o._index] for o in outputs]
 
 
-def _evaluate(target: _Node) -> None:
+# What a traced function can do instead of asking for a value, by what asked for it (the error says it in one line).
+_TRACED_HINTS = {
+    "bool()": "inside a traced function, Python control flow (if, while, and/or) cannot depend on the function's "
+              "inputs; use onp.where() or make the value a static argument",
+    "np.asarray()": "the value is only known when the function runs; use opgraph.numpy (onp.tanh) instead of "
+                    "NumPy functions inside @opgraph.function, or return the value",
+}
+_TRACED_DEFAULT_HINT = ("the value is only known when the function runs; keep it a lazy array (use opgraph.numpy "
+                        "functions), return it, or make it a static argument")
+
+# repr() evaluates an unevaluated array without placeholders only below these bounds (ops still to run, and the
+# elements they read and write), so printing never starts a long computation.
+_REPR_MAX_OPS = 64
+_REPR_MAX_ELEMENTS = 1 << 16
+
+
+def _cheap_to_evaluate(target: _Node) -> bool:
+    """Whether ``target`` can be computed now at a small bounded cost (no placeholders, few small ops).
+
+    >>> import opgraph.numpy as onp
+    >>> _cheap_to_evaluate((onp.ones(3) + 1)._node), _cheap_to_evaluate(onp.placeholder((3,))._node)
+    (True, False)
+    """
+    # a bounded walk (not _collect): a huge symbolic graph must not make repr() slow either
+    seen: set[int] = set()
+    stack = [target]
+    total = 0
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.value is not None:
+            continue
+        seen.add(id(node))
+        if node.is_input or len(seen) > _REPR_MAX_OPS:
+            return False
+        for t in (*node.types, *(a.type for a in node.inputs)):
+            if t.size is None:
+                return False
+            total += t.size
+        if total > _REPR_MAX_ELEMENTS:
+            return False
+        stack.extend(a._node for a in node.inputs)
+    return True
+
+
+def _evaluate(target: _Node, why: str = "x.eval()") -> None:
     nodes = _collect([target], stop_at_values=True)
     pending = [n for n in nodes if n.is_input and n.value is None]
     if pending:
         p = pending[0]
         where = user_location()
-        hint = (" (inside a traced function, Python control flow and conversions cannot depend on"
-                " the function's inputs; use where() or make the value a static argument)") if _TRACING else ""
+        at = f" (at {where})" if where else ""
+        if _TRACING:
+            name = f" (it depends on input {p.name})" if p.name else ""
+            raise TracingError(f"{why} of a traced value{name}: {_TRACED_HINTS.get(why, _TRACED_DEFAULT_HINT)}{at}")
         raise TracingError(
             f"this array depends on placeholder {p.name or ('of type ' + repr(p.types[0]))}, which has no value"
-            + hint + (f" (at {where})" if where else ""))
+            f" ({why} needs it){at}")
     known = {id(n) for n in nodes if n.value is not None and n is not target}
     b = GraphBuilder(hash_cons=False)
     values = _build(nodes, b, known)
