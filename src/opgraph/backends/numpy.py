@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.backends.base import Backend, Executable, OpInfo
-from opgraph.core.feeds import coerce_feed, input_id
+from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds
 from opgraph.core.feeds import value_id as _value_id
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
@@ -328,7 +328,7 @@ class CompiledGraph:
         previous call (it must be fed on the first call).
         """
         with self._lock:
-            feeds = {**(feeds or {}), **named} if named else (feeds or {})
+            feeds = resolve_feeds(self.graph, feeds, named)
             fn = self._generated(self._parity)
             if fn is None:
                 return self._run(feeds)

@@ -1068,13 +1068,19 @@ class GraphBuilder:
             self._release()
 
     def run(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
-            *, backend: str = "numpy") -> list[np.ndarray]:
+            *, backend: str = "numpy", **kw_feeds: Any) -> list[np.ndarray]:
         """Evaluate ``targets`` from ``feeds`` on the ops they need (seed 003's ``run``).
 
         Values built later are not affected; values of this builder, their
-        ids or names are accepted as keys and targets.
+        ids or names are accepted as keys and targets. Keys and keywords
+        follow :meth:`Graph.run` (inputs by name also as keywords).
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); y = b.op("exp", x)
+        >>> b.run({x: np.zeros(2)}, [y]), b.run(targets=[y], x=np.zeros(2))
+        ([array([1., 1.])], [array([1., 1.])])
         """
         graph = self.freeze()
         feeds = {(k.id if isinstance(k, Value) else k): v for k, v in (feeds or {}).items()}
         targets = None if targets is None else [t.id if isinstance(t, Value) else t for t in targets]
-        return graph.run(feeds, targets, backend=backend)
+        return graph.run(feeds, targets, backend=backend, **kw_feeds)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -113,15 +114,114 @@ def input_id(graph: Graph, key: Any, *, verb: str = "fed") -> int:
     try:
         v = value_id(graph, key)
     except UnknownKeyError as exc:
-        ins = graph.inputs.tolist()
-        labels = [graph.value_label(i).lstrip("%") for i in ins]
-        shown = ", ".join(labels[:_SHOWN]) + (f", ... ({len(labels)} in all)" if len(labels) > _SHOWN else "")
+        labels, shown = _input_list(graph)
         hint = _close(key.lstrip("%"), labels) if isinstance(key, str) else ""
         what = f"no value named {key!r}" if isinstance(key, str) else str(exc)
-        raise UnknownKeyError(f"{what}; the graph's inputs: {shown or '(none)'}{hint}") from None
+        raise UnknownKeyError(f"{what}; the graph's inputs: {shown}{hint}") from None
     if graph.value_producer[v] != -1:
         raise ExecutionError(f"{graph.value_label(v)} is computed by the graph and cannot be {verb}")
     return v
+
+
+def _input_list(graph: Graph) -> tuple[list[str], str]:
+    """The graph's input labels (without ``%``) and their listing for messages (``_SHOWN`` at most)."""
+    labels = [graph.value_label(i).lstrip("%") for i in graph.inputs.tolist()]
+    shown = ", ".join(labels[:_SHOWN]) + (f", ... ({len(labels)} in all)" if len(labels) > _SHOWN else "")
+    return labels, shown or "(none)"
+
+
+def resolve_feeds(graph: Graph, feeds: Mapping[Any, Any] | None = None,
+                  named: Mapping[str, Any] | None = None) -> dict[int, Any]:
+    """The feeds of one call as ``{input id: data}``: the one rule every ``run`` and compiled call applies.
+
+    * ``feeds`` (the dict form) is keyed as :func:`input_id` reads a key: a
+      value id (``3``, ``"3"``, ``"%3"``), a name (``"x"``, or ``"%x"`` as
+      dumps, errors and the command line's ``--set`` spell it) or a
+      :class:`Value`. It always works, whatever the inputs are called.
+    * ``named`` are keyword arguments (``run(x=...)``): each is an input's
+      name; anything else is an :class:`UnknownKeyError` listing the inputs.
+      A call's own keyword parameters (``targets``, ``backend``) keep their
+      meaning, so an input called ``targets`` is fed through the dict form.
+    * Two keys naming the same input (``{"x": a, 0: b}``, or ``{"x": a}``
+      with ``x=b``) are a :class:`FeedError` naming it, not a silent choice.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); y = b.input(("f8", ()), name="y")
+    >>> g = b.freeze()
+    >>> resolve_feeds(g, {"%x": 1.0}, {"y": 2.0})
+    {0: 1.0, 1: 2.0}
+    >>> resolve_feeds(g, {"x": 1.0}, {"x": 2.0})
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FeedError: input %x is fed twice: by key 'x' and by keyword x=
+    >>> resolve_feeds(g, named={"z": 1.0})
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.UnknownKeyError: no input named 'z' (keyword z=); the graph's inputs: x, y
+    """
+    out: dict[int, Any] = {}
+    by: dict[int, str] = {}
+    for k, data in (feeds or {}).items():
+        v = input_id(graph, k)
+        if v in out:
+            raise FeedError(f"input {graph.value_label(v)} is fed twice: by key {by[v]} and by key "
+                            f"{_key_text(k)}")
+        out[v], by[v] = data, _key_text(k)
+    for name, data in (named or {}).items():
+        try:
+            v = graph.find_value(name)
+        except KeyError:
+            v = -1
+        if v < 0 or graph.value_producer[v] != -1:
+            labels, shown = _input_list(graph)
+            why = "" if v < 0 else f", and {graph.value_label(v)} is computed by the graph"
+            raise UnknownKeyError(f"no input named {name!r} (keyword {name}=){why}; the graph's inputs: "
+                                  f"{shown}{_close(name, labels)}")
+        if v in out:
+            raise FeedError(f"input {graph.value_label(v)} is fed twice: by key {by[v]} and by keyword {name}=")
+        out[v], by[v] = data, f"keyword {name}="
+    return out
+
+
+def target_ids(graph: Graph, targets: Any) -> list[int]:
+    """The value ids ``targets`` (a sequence of ids, names or Values) names, by :func:`value_id`.
+
+    When that fails and the graph has an input called ``targets``, the error
+    says that ``targets=`` is the call's parameter and the dict form feeds
+    such an input.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); t = b.input(("f8", ()), name="targets"); b.output(b.op("exp", t))
+    >>> g = b.freeze()
+    >>> target_ids(g, ["targets", 1])
+    [0, 1]
+    >>> target_ids(g, 2.5)
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.UnknownKeyError: targets is a sequence of value ids, names or Values, not float 2.5; ...
+    """
+    try:
+        keys = list(targets)
+    except TypeError:
+        keys = None
+    try:
+        if keys is None:
+            raise UnknownKeyError(f"targets is a sequence of value ids, names or Values, not "
+                                  f"{type(targets).__name__} {targets!r}"[:200])
+        return [value_id(graph, t) for t in keys]
+    except UnknownKeyError as exc:
+        try:
+            clash = graph.value_producer[graph.find_value("targets")] == -1
+        except KeyError:
+            clash = False
+        if not clash:
+            raise
+        raise UnknownKeyError(f"{exc}; targets= is the list of values to compute: feed the input named "
+                              f"'targets' through the dict, run({{'targets': ...}})") from None
+
+
+def _key_text(key: Any) -> str:
+    return f"Value {key.id}" if isinstance(key, Value) else repr(key)
 
 
 def _describe(data: Any, arr: np.ndarray, weak: bool) -> str:

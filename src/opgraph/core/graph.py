@@ -1204,21 +1204,35 @@ class Graph:
 
     # ------------------------------------------------------------ running
     def run(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
-            *, backend: str = "numpy") -> list[np.ndarray]:
+            *, backend: str = "numpy", **kw_feeds: Any) -> list[np.ndarray]:
         """Evaluate ``targets`` (default: the graph's outputs) from ``feeds``.
 
-        Only the ops the targets need run. Feeds and targets may be value
-        ids, names or :class:`Value` handles.
+        Only the ops the targets need run. Inputs are fed by a dict, by
+        keywords, or both: ``run({"x": a})``, ``run(x=a)``. Dict keys are
+        value ids, names, ``"%x"`` (the label dumps and the command line use)
+        or :class:`Value` handles; a keyword is an input's name. Feeding one
+        input twice is a :class:`~opgraph.errors.FeedError`
+        (:func:`opgraph.core.feeds.resolve_feeds` is the rule, shared by every
+        runtime). ``targets`` and ``backend`` are this method's parameters: an
+        input with one of those names is fed through the dict, which always
+        works. Targets are ids, names or Values too.
 
         >>> import numpy as np, opgraph
         >>> b = opgraph.GraphBuilder()
         >>> x = b.input(("float64", (2,)), name="x")
         >>> b.output(b.op("square", x))
-        >>> b.freeze().run({"x": np.array([3.0, 4.0])})
+        >>> g = b.freeze()
+        >>> g.run({"x": np.array([3.0, 4.0])})
         [array([ 9., 16.])]
+        >>> g.run(x=np.array([3.0, 4.0]))[0], g.run({"%x": np.array([1.0, 2.0])})[0]
+        (array([ 9., 16.]), array([1., 4.]))
         """
+        from opgraph.core.feeds import resolve_feeds, target_ids  # feeds imports this module
+
+        ids = resolve_feeds(self, feeds, kw_feeds)
+        tids = None if targets is None else target_ids(self, targets)
         # Running is opgraph.runtime's job (a layer above core): it fills this hook when imported.
-        return hooks.RUN.get()(self, feeds or {}, targets, backend=backend)
+        return hooks.RUN.get()(self, ids, tids, backend=backend)
 
 
 _NARROW = 64

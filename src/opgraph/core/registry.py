@@ -33,6 +33,7 @@ registered types, and user kinds should take ids of 40000 and above.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -416,9 +417,54 @@ def _get_deferred(kind: str | int) -> OpDef:
         _load_all()
         found = table.get(key)  # type: ignore[call-overload]
     if found is None:
-        hint = "" if _IMPORTERS else " (the built-in ops are announced by importing opgraph)"
-        raise KeyError(f"unknown op kind {kind!r}{hint}")
+        raise KeyError(f"unknown op kind {kind!r}{_announce_hint()}")
     return found
+
+
+def _announce_hint() -> str:
+    return "" if _IMPORTERS else " (the built-in ops are announced by importing opgraph)"
+
+
+USER_IDS = 40000
+"""Op kind ids from here up are for user-defined kinds (docs/ops.md)."""
+
+
+def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called: str = "op kind") -> str:
+    """What a loader says about an op kind this process does not know: the one message every format uses.
+
+    It names the kind, says it is not a built-in op and must be registered in
+    this process before loading (``opgraph.register_op``: import the module
+    that registers it), and suggests close registered names when the kind
+    looks like a typo. ``kind`` is a name (JSON, dict DAGs, GraphML) or an id
+    (.cg files, which may know the name the kind had when it was saved:
+    ``saved_name``); ``called`` is what the format calls a kind.
+
+    >>> print(unknown_op_message("softplus"))  # doctest: +NORMALIZE_WHITESPACE
+    unknown op kind 'softplus': it is not a built-in op; an op of your own must be registered in this process
+    before loading: call opgraph.register_op(OpDef(name='softplus', ...)), i.e. import the module that registers it
+    >>> "did you mean 'matmul'" in unknown_op_message("matmull")
+    True
+    >>> unknown_op_message(41234, saved_name="softplus").startswith("unknown op kind 41234 ('softplus' when saved)")
+    True
+    """
+    _load_all()  # close names come from every announced kind
+    if isinstance(kind, str):
+        what, name = f"unknown {called} {kind!r}", kind
+    else:
+        what, name = f"unknown {called} {kind}" + (f" ({saved_name!r} when saved)" if saved_name else ""), saved_name
+    builtin = "it is not a built-in op"
+    if not isinstance(kind, str) and kind < USER_IDS:  # user kinds take ids from USER_IDS up
+        builtin = (f"it is not a built-in op of this opgraph version (ids below {USER_IDS} are opgraph's and "
+                   f"TensCalc's: a file from a newer opgraph?)")
+    spec = f"name={name!r}, id={kind}" if name and not isinstance(kind, str) else (
+        f"name={name!r}" if name else f"id={kind}")
+    msg = (f"{what}{_announce_hint()}: {builtin}; an op of your own must be registered in this process before "
+           f"loading: call opgraph.register_op(OpDef({spec}, ...)), i.e. import the module that registers it")
+    if name:
+        close = difflib.get_close_matches(name, list(_BY_NAME), n=3, cutoff=0.75)
+        if close:
+            msg += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    return msg
 
 
 def all_ops() -> list[OpDef]:

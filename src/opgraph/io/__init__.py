@@ -9,6 +9,11 @@ only) and the pickled Python forms (``.dag.pkl``, ``.tdag.pkl``,
 a pickle needs ``allow_pickle=True``: a pickle can run code when loaded.
 An unknown extension is an error listing the known ones.
 
+Both are also top-level names: ``opgraph.save(g, "model.cg")`` and
+``g = opgraph.load("model.cg")``. A graph that uses an op of your own
+(:func:`opgraph.register_op`) loads only in a process where that op is
+registered: import the module that registers it before loading.
+
     >>> import os, tempfile, numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
     >>> x = b.input(("float64", (3,)), name="x")
@@ -24,6 +29,9 @@ An unknown extension is an error listing the known ones.
     >>> save(g, os.path.join(d, "model.tdag.pkl"))
     >>> load(os.path.join(d, "model.tdag.pkl"), allow_pickle=True) == g
     True
+    >>> opgraph.save(g, os.path.join(d, "top.cg"))
+    >>> opgraph.load(os.path.join(d, "top.cg")).run(x=np.zeros(3))
+    [array([1., 1., 1.])]
 """
 
 from __future__ import annotations
@@ -39,12 +47,18 @@ CG_SUFFIXES = (".cg", ".cgc", ".cgio", ".cgs")
 def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = None, **options: Any) -> None:
     """Save ``graph`` to ``path`` in the format its suffix names (or ``format``), atomically.
 
+    Also available as ``opgraph.save`` (``opgraph.save(g, "model.cg")``).
     ``options`` go to the format's writer (``inline_limit`` for JSON,
     ``index_bits`` for .cg, ``feeds`` for Dask, ``plan``/``max_ops``/``rankdir``
     for drawings). A format that cannot hold the graph raises
     :class:`~opgraph.io.formats.UnsupportedGraphError` and writes nothing.
 
     >>> import os, tempfile, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); b.output(b.exp(x))
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.cg")
+    >>> opgraph.save(b.freeze(), path)
+    >>> sorted(os.listdir(os.path.dirname(path)))
+    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs']
     >>> b = opgraph.GraphBuilder()
     >>> s = b.input(("int64", ()), name="s")
     >>> b.update(b.add(s, 1), s)
@@ -62,10 +76,19 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
          **options: Any) -> Graph:
     """Load a graph saved by :func:`save` (or written by TensCalc, or an ONNX model).
 
-    Never executes code, except that loading a pickle (``.dag.pkl``, ...,
+    Also available as ``opgraph.load`` (``g = opgraph.load("model.cg")``).
+    A graph with ops of your own needs them registered first (import the
+    module that calls :func:`opgraph.register_op`); otherwise the error names
+    the op and says so. Never executes code, except that loading a pickle (``.dag.pkl``, ...,
     ``.pytensor.pkl``) runs whatever the pickle says, so it needs
     ``allow_pickle=True``; drawings cannot be loaded.
 
+    >>> import os, tempfile, numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); b.output(b.exp(x))
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.json")
+    >>> opgraph.save(b.freeze(), path)
+    >>> opgraph.load(path).run(x=np.zeros(2))
+    [array([1., 1.])]
     >>> load("model.svg")
     Traceback (most recent call last):
       ...

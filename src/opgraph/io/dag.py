@@ -45,7 +45,7 @@ import numpy as np
 
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
-from opgraph.core.registry import get_op
+from opgraph.core.registry import get_op, unknown_op_message
 from opgraph.core.types import ValueType, as_type
 from opgraph.errors import GraphError
 
@@ -275,7 +275,7 @@ def parse_fn(fn: Any) -> tuple[str, dict[str, Any]]:
         try:
             get_op(kind)
         except KeyError:
-            raise GraphError(f"unknown op kind {kind!r}") from None
+            raise GraphError(unknown_op_message(kind)) from None
     return kind, attrs
 
 

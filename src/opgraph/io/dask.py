@@ -43,7 +43,7 @@ import numpy as np
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph, Value
-from opgraph.core.registry import get_op
+from opgraph.core.registry import get_op, unknown_op_message
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
 from opgraph.io.dag import Constant, _hashable, _keep_name, to_tuple_dag
@@ -356,6 +356,10 @@ class _Importer:
         computed.update(zip(values[n_in:], results, strict=True))
 
     def op(self, kind: str, args: list[Any], attrs: dict[str, Any], where: Hashable) -> Any:
+        try:
+            get_op(kind)
+        except KeyError:
+            raise GraphError(f"{where!r}: {unknown_op_message(kind)}") from None
         if kind in ("sum", "prod", "max", "min", "mean", "any", "all") and "keepdims" in attrs:
             attrs = {**attrs, "keepdims": bool(attrs["keepdims"])}
         for a in args:

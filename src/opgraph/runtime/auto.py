@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from opgraph import backends
-from opgraph.core.feeds import value_id
+from opgraph.core.feeds import resolve_feeds, value_id
 from opgraph.core.graph import Graph
 
 
@@ -129,7 +129,7 @@ class AutoCompiled:
 
     def __call__(self, feeds: Mapping[Any, Any] | None = None, **named: Any) -> list[np.ndarray]:
         """Run; the first call decides the backend (its result comes from the chosen one)."""
-        all_feeds = {**(feeds or {}), **named}
+        all_feeds = resolve_feeds(self.graph, feeds, named)
         with self._lock:
             if self.choice is None:
                 self.choice = choose(self.graph, all_feeds, budget=self.budget, device=self.device, **self.options)
