@@ -16,6 +16,9 @@ Run with ``make demo``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import time
 import tracemalloc
 from collections import Counter
@@ -186,6 +189,23 @@ def check_front_ends(params: dict[str, np.ndarray], x_test: np.ndarray) -> None:
         raise SystemExit("the three front ends disagree")
 
 
+def opgraph_command() -> str:
+    """How to call the ``opgraph`` command from the working directory: ``opgraph`` when the running Python's venv
+    is active (its bin directory is on PATH), else the path of the venv's script, e.g. ``.venv/bin/opgraph``.
+
+    >>> opgraph_command().endswith("opgraph")
+    True
+    """
+    script = Path(sys.executable).parent / "opgraph"
+    if not script.exists():
+        return "opgraph"
+    on_path = shutil.which("opgraph")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "opgraph"
+    rel = os.path.relpath(script)
+    return rel if not rel.startswith("..") else str(script)
+
+
 def main() -> None:
     console.rule("[bold]opgraph demo: training an MLP on scikit-learn's digits")
     digits = load_digits()
@@ -286,7 +306,8 @@ def main() -> None:
     if opgraph.io.load(out_dir / "mlp_step") != g or opgraph.io.load(out_dir / "mlp_step.json") != g:
         raise SystemExit("the saved step graph did not load back equal")
     sizes = ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in sorted(out_dir.glob("mlp_step.*")))
-    console.print(f"saved and reloaded the training-step graph: {sizes} (try: opgraph info out/mlp_step.cg)")
+    console.print(f"saved and reloaded the training-step graph: {sizes} "
+                  f"(try: {opgraph_command()} info {os.path.relpath(out_dir / 'mlp_step.cg')})")
     try:
         picture = opgraph.viz.render(g, out_dir / "mlp_step.svg", plan=True)
         console.print(f"drew the training-step graph, values coloured by memory block: {picture}")
