@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from math import prod
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -869,3 +869,202 @@ register_op(OpDef(
         "opgraph.ops.fused._NB_EXPR runs as one compiled loop instead: exp, log, sin, cos, tanh by polynomial "
         "approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded exactly as NumPy",
 ))
+
+
+# ---------------------------------------------------------------- decompositions
+# An op's decomposition writes it with more basic ops: lowering (opgraph.passes.lower) rewrites an op a backend
+# lacks with it, and the ONNX exporter (opgraph.io.onnx.export) writes an op without an ONNX translation through
+# it. Both reach it here, on the OpDef, so each op's parts are written once (ops sit below passes and io).
+class Emit(Protocol):
+    """What a decomposition writes with: an emitter whose values are whatever its user's are (value ids in
+    ``opgraph.passes``, ONNX tensor names in the exporter)."""
+
+    def op(self, kind: str, *ins: Any, **attrs: Any) -> Any:
+        """Append op ``kind`` on ``ins``; its output (or a tuple of outputs)."""
+
+    def constant(self, value: Any, dtype: Any = None) -> Any:
+        """A constant holding ``value`` (cast to ``dtype`` if given)."""
+
+    def type_of(self, v: Any) -> ValueType:
+        """The type of value ``v``."""
+
+
+Decomposition = Callable[[Emit, Sequence[Any], Mapping[str, Any]], Any]
+"""``fn(e, ins, attrs)``: emit an op's parts on ``e`` from its inputs and attributes; return its output (a
+tuple for several), or None where this case has none (the op is then kept, or refused)."""
+
+
+def decomposition(kind: str | int | OpDef) -> Decomposition | None:
+    """The decomposition of op ``kind`` into more basic ops (its OpDef's ``decompose``), or None.
+
+    The result computes the same values with the same operations in the same order where the op's kernel
+    allows (see each op's lowering rule in :mod:`opgraph.passes.lower` for its exactness).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> a, c = b.input(("float64", (2, 3)), name="a"), b.input(("float64", (2, 4)), name="c")
+    >>> class ToBuilder:  # any emitter will do; this one writes into a GraphBuilder
+    ...     op, type_of = staticmethod(b.op), staticmethod(lambda v: v.type)
+    ...     constant = staticmethod(lambda value, dtype=None: b.constant(np.asarray(value, dtype)))
+    >>> y = decomposition("matmul_t")(ToBuilder, [a, c], {"transpose_a": True, "transpose_b": False})
+    >>> b.output(y); print(b.freeze())
+    graph(%a: f64[2,3], %c: f64[2,4]) {
+      %2: f64[3,2] = permute_dims(%a) {axes=(1, 0)}
+      %3: f64[3,4] = matmul(%2, %c)
+      return %3
+    }
+    """
+    from opgraph.core.registry import get_op
+
+    d = kind if isinstance(kind, OpDef) else get_op(kind)
+    return getattr(d, "decompose", None) or _ELSEWHERE.get(d.name)
+
+
+def _decomposes(name: str) -> Callable[[Decomposition], Decomposition]:
+    """Record ``fn`` as the decomposition of fused op ``name`` (an attribute of its OpDef)."""
+    def record(fn: Decomposition) -> Decomposition:
+        from opgraph.core.registry import get_op
+
+        get_op(name).decompose = fn  # type: ignore[attr-defined]
+        return fn
+    return record
+
+
+def _const_like(e: Emit, x: float, like: Any) -> Any:
+    """The scalar ``x`` in the dtype of value ``like``."""
+    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
+
+
+@_decomposes("fma")
+def _fma_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    a, b, c = ins
+    return e.op("add", e.op("multiply", a, b), c)
+
+
+@_decomposes("matmul_t")
+def _matmul_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    a, b = ins
+
+    def swap(v: Any) -> Any:
+        rank = len(tensor(e.type_of(v)).shape)  # type: ignore[arg-type]
+        return e.op("permute_dims", v, axes=(*range(rank - 2), rank - 1, rank - 2))
+
+    return e.op("matmul", swap(a) if attrs["transpose_a"] else a, swap(b) if attrs["transpose_b"] else b)
+
+
+@_decomposes("fused_elementwise")
+def _fused_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    vals: list[Any] = []
+    for kind, *refs in attrs["program"]:
+        vals.append(e.op(kind, *[ins[-r - 1] if r < 0 else vals[r] for r in refs]))
+    return vals[-1]
+
+
+@_decomposes("sgd_momentum_update")
+def _momentum_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, v, g = ins
+    v2 = e.op("add", e.op("multiply", _const_like(e, attrs["mu"], p), v), g)
+    p2 = e.op("subtract", p, e.op("multiply", _const_like(e, attrs["lr"], p), v2))
+    return p2, v2
+
+
+@_decomposes("adagrad_update")
+def _adagrad_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, acc, g = ins
+    acc2 = e.op("add", acc, e.op("multiply", g, g))
+    den = e.op("add", e.op("sqrt", acc2), _const_like(e, attrs["eps"], p))
+    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", _const_like(e, attrs["lr"], p), g), den))
+    return p2, acc2
+
+
+def _adam_parts(e: Emit, p: Any, m: Any, v: Any, g: Any, bc1: Any, bc2: Any, attrs: Mapping[str, Any]) -> Any:
+    def sc(name: str) -> Any:
+        return _const_like(e, attrs[name], p)
+
+    m2 = e.op("add", e.op("multiply", sc("b1"), m), e.op("multiply", sc("c1"), g))
+    if attrs["square_first"]:
+        sq = e.op("multiply", e.op("multiply", g, g), sc("c2"))
+    else:
+        sq = e.op("multiply", e.op("multiply", sc("c2"), g), g)
+    v2 = e.op("add", e.op("multiply", sc("b2"), v), sq)
+    den = e.op("add", e.op("sqrt", e.op("divide", v2, bc2)), sc("eps"))
+    step = e.op("divide", e.op("multiply", sc("lr"), e.op("divide", m2, bc1)), den)
+    return e.op("subtract", p, step), m2, v2
+
+
+@_decomposes("adam_update")
+def _adam_update_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, m, v, g = ins
+    return _adam_parts(e, p, m, v, g, _const_like(e, attrs["bc1"], p), _const_like(e, attrs["bc2"], p), attrs)
+
+
+@_decomposes("adam_update_t")
+def _adam_update_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    return _adam_parts(e, *ins, attrs)
+
+
+# The other kinds the optimiser's fusion rules make (opgraph.passes.rules) belong to other families
+# (elementwise: gelu, silu, hard_sigmoid, hard_swish; nn: layer_norm); their decompositions are kept here, by
+# name, until those modules carry them on their OpDefs as the fused family does above.
+def _gelu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    dt = tensor(e.type_of(x)).dtype
+
+    def c(v: float) -> Any:
+        return _const_like(e, v, x)
+
+    if attrs["approximate"] == "tanh":
+        inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
+        t = e.op("tanh", e.op("multiply", c(float(np.sqrt(2 / np.pi))), inner))
+    else:
+        t = e.op("erf", e.op("multiply", x, c(float(1 / np.sqrt(2)))))
+    if tensor(e.type_of(t)).dtype != dt:  # SciPy's erf widens float16
+        t = e.op("cast", t, dtype=dt)
+    return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))
+
+
+def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    s = e.op("sigmoid", x)
+    dt = tensor(e.type_of(x)).dtype
+    if tensor(e.type_of(s)).dtype != dt:  # SciPy's expit widens float16
+        s = e.op("cast", s, dtype=dt)
+    return e.op("multiply", x, s)
+
+
+def _hard_sigmoid_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    line = e.op("add", e.op("multiply", x, _const_like(e, attrs["alpha"], x)), _const_like(e, attrs["beta"], x))
+    return e.op("clip", line, _const_like(e, 0.0, x), _const_like(e, 1.0, x))
+
+
+def _hard_swish_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    relu6 = e.op("clip", e.op("add", x, _const_like(e, 3.0, x)), _const_like(e, 0.0, x), _const_like(e, 6.0, x))
+    return e.op("multiply", e.op("multiply", relu6, x), _const_like(e, 1 / 6, x))
+
+
+def _layer_norm_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    x, *rest = ins
+    t = e.type_of(x)
+    if not isinstance(t, TensorType) or t.rank is None:
+        return None
+    axes = tuple(range(attrs["axis"] % t.rank, t.rank))
+    xw = e.op("cast", x, dtype="float32") if t.dtype == np.float16 else x  # the kernel's float32 for float16
+    mean = e.op("mean", xw, axis=axes, keepdims=True)
+    d = e.op("subtract", xw, mean)
+    var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
+    y = e.op("divide", d, e.op("sqrt", e.op("add", var, _const_like(e, attrs["epsilon"], var))))
+    if xw is not x:
+        y = e.op("cast", y, dtype=t.dtype)
+    if rest:
+        y = e.op("multiply", y, rest[0])
+    if len(rest) > 1:
+        y = e.op("add", y, rest[1])
+    return y
+
+
+_ELSEWHERE: dict[str, Decomposition] = {
+    "gelu": _gelu_parts, "silu": _silu_parts, "hard_sigmoid": _hard_sigmoid_parts, "hard_swish": _hard_swish_parts,
+    "layer_norm": _layer_norm_parts,
+}

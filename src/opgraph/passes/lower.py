@@ -9,7 +9,9 @@ each rule exact: it computes the same values with more basic ops.
   ``matmul_t`` -> ``permute_dims`` + ``matmul``; ``fused_elementwise`` -> its
   program's ops; the optimiser updates (``sgd_momentum_update``,
   ``adagrad_update``, ``adam_update``, ``adam_update_t``) -> their textbook
-  elementwise forms;
+  elementwise forms. These rules write each op as its decomposition
+  (:func:`opgraph.ops.fused.decomposition`), which lives with the op, so the
+  ONNX exporter writes an op without an ONNX translation the same way;
 * contractions into transpose + reshape + matmul (TTGT): two-operand
   ``einsum`` and ``tensordot``; ``outer`` -> reshape + multiply; ``vecdot``
   -> ``conj`` + ``multiply`` + ``sum``;
@@ -50,79 +52,15 @@ LOWER = RuleSet()
 _EXACT = "exact: the same arithmetic in the same order, written with more basic ops"
 
 
-def _swap_last(m: Match, v: int) -> int:
-    rank = len(m.e.type_of(v).shape)  # type: ignore[union-attr,arg-type]
-    axes = (*range(rank - 2), rank - 1, rank - 2)
-    return m.e.op("permute_dims", v, axes=axes)
+def _decomposed(kind: str) -> Callable[[Match], Any]:
+    """The replacement that writes op ``kind`` as its decomposition (``opgraph.ops.fused.decomposition``)."""
+    def replace(m: Match) -> Any:
+        from opgraph.ops.fused import decomposition  # the family's module, imported when a rule first fires
 
-
-def _matmul_t(m: Match) -> int | None:
-    a, b = m.root_ins
-    if m.root_attrs["transpose_a"]:
-        a = _swap_last(m, a)
-    if m.root_attrs["transpose_b"]:
-        b = _swap_last(m, b)
-    return m.e.op("matmul", a, b)  # type: ignore[no-any-return]
-
-
-def _fma(m: Match) -> int:
-    a, b, c = m.root_ins
-    return m.e.op("add", m.e.op("multiply", a, b), c)  # type: ignore[no-any-return]
-
-
-def _fused(m: Match) -> int:
-    ins = m.root_ins
-    vals: list[int] = []
-    for kind, *refs in m.root_attrs["program"]:
-        vals.append(m.e.op(kind, *[ins[-r - 1] if r < 0 else vals[r] for r in refs]))
-    return vals[-1]
-
-
-def _scalar(m: Match, x: float, like: int) -> int:
-    return m.e.constant(np.asarray(x, dtype=m.e.type_of(like).dtype))  # type: ignore[union-attr,no-any-return]
-
-
-def _momentum(m: Match) -> tuple[int, int]:
-    p, v, g = m.root_ins
-    a = m.root_attrs
-    e = m.e
-    v2 = e.op("add", e.op("multiply", _scalar(m, a["mu"], p), v), g)
-    p2 = e.op("subtract", p, e.op("multiply", _scalar(m, a["lr"], p), v2))
-    return p2, v2
-
-
-def _adagrad(m: Match) -> tuple[int, int]:
-    p, acc, g = m.root_ins
-    a = m.root_attrs
-    e = m.e
-    acc2 = e.op("add", acc, e.op("multiply", g, g))
-    den = e.op("add", e.op("sqrt", acc2), _scalar(m, a["eps"], p))
-    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", _scalar(m, a["lr"], p), g), den))
-    return p2, acc2
-
-
-def _adam_parts(m: Match, p: int, mm: int, v: int, g: int, bc1: int, bc2: int) -> tuple[int, int, int]:
-    a = m.root_attrs
-    e = m.e
-    sc = lambda name: _scalar(m, a[name], p)  # noqa: E731
-    m2 = e.op("add", e.op("multiply", sc("b1"), mm), e.op("multiply", sc("c1"), g))
-    if a["square_first"]:
-        sq = e.op("multiply", e.op("multiply", g, g), sc("c2"))
-    else:
-        sq = e.op("multiply", e.op("multiply", sc("c2"), g), g)
-    v2 = e.op("add", e.op("multiply", sc("b2"), v), sq)
-    den = e.op("add", e.op("sqrt", e.op("divide", v2, bc2)), sc("eps"))
-    step = e.op("divide", e.op("multiply", sc("lr"), e.op("divide", m2, bc1)), den)
-    return e.op("subtract", p, step), m2, v2
-
-
-def _adam(m: Match) -> tuple[int, int, int]:
-    p, mm, v, g = m.root_ins
-    return _adam_parts(m, p, mm, v, g, _scalar(m, m.root_attrs["bc1"], p), _scalar(m, m.root_attrs["bc2"], p))
-
-
-def _adam_t(m: Match) -> tuple[int, int, int]:
-    return _adam_parts(m, *m.root_ins)
+        fn = decomposition(kind)
+        return None if fn is None else fn(m.e, m.root_ins, m.root_attrs)
+    replace.__name__ = f"decompose_{kind}"
+    return replace
 
 
 def _static(m: Match, *vs: int) -> bool:
@@ -232,87 +170,26 @@ def _vecdot(m: Match) -> int | None:
     return e.op("sum", e.op("multiply", a, b), axis=m.root_attrs["axis"])  # type: ignore[no-any-return]
 
 
-def _gelu(m: Match) -> int:
-    (x,) = m.root_ins
-    e = m.e
-    dt = e.type_of(x).dtype  # type: ignore[union-attr]
-    c = lambda v: _scalar(m, v, x)  # noqa: E731
-    if m.root_attrs["approximate"] == "tanh":
-        inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
-        t = e.op("tanh", e.op("multiply", c(float(np.sqrt(2 / np.pi))), inner))
-    else:
-        t = e.op("erf", e.op("multiply", x, c(float(1 / np.sqrt(2)))))
-    if e.type_of(t).dtype != dt:  # type: ignore[union-attr]  # SciPy's erf widens float16
-        t = e.op("cast", t, dtype=dt)
-    return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))  # type: ignore[no-any-return]
-
-
-def _silu(m: Match) -> int:
-    (x,) = m.root_ins
-    e = m.e
-    s = e.op("sigmoid", x)
-    if e.type_of(s).dtype != e.type_of(x).dtype:  # type: ignore[union-attr]  # SciPy's expit widens float16
-        s = e.op("cast", s, dtype=e.type_of(x).dtype)  # type: ignore[union-attr]
-    return e.op("multiply", x, s)  # type: ignore[no-any-return]
-
-
-def _hard_sigmoid(m: Match) -> int:
-    (x,) = m.root_ins
-    e = m.e
-    c = lambda v: _scalar(m, v, x)  # noqa: E731
-    line = e.op("add", e.op("multiply", x, c(m.root_attrs["alpha"])), c(m.root_attrs["beta"]))
-    return e.op("clip", line, c(0.0), c(1.0))  # type: ignore[no-any-return]
-
-
-def _hard_swish(m: Match) -> int:
-    (x,) = m.root_ins
-    e = m.e
-    c = lambda v: _scalar(m, v, x)  # noqa: E731
-    relu6 = e.op("clip", e.op("add", x, c(3.0)), c(0.0), c(6.0))
-    return e.op("multiply", e.op("multiply", relu6, x), c(1 / 6))  # type: ignore[no-any-return]
-
-
-def _layer_norm(m: Match) -> int | None:
-    x, *rest = m.root_ins
-    e = m.e
-    t = e.type_of(x)
-    if not isinstance(t, TensorType) or t.rank is None:
-        return None
-    axis = m.root_attrs["axis"] % t.rank
-    axes = tuple(range(axis, t.rank))
-    xw = e.op("cast", x, dtype="float32") if t.dtype == np.float16 else x  # the kernel's float32 for float16
-    mean = e.op("mean", xw, axis=axes, keepdims=True)
-    d = e.op("subtract", xw, mean)
-    var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
-    y = e.op("divide", d, e.op("sqrt", e.op("add", var, _scalar(m, m.root_attrs["epsilon"], var))))
-    if xw != x:
-        y = e.op("cast", y, dtype=t.dtype)
-    if rest:
-        y = e.op("multiply", y, rest[0])
-    if len(rest) > 1:
-        y = e.op("add", y, rest[1])
-    return y  # type: ignore[no-any-return]
-
-
 LOWER.add(
-    Rule("lower.fma", P("fma"), _fma, exact=_EXACT + " (fma is two roundings, as unfused)"),
-    Rule("lower.silu", P("silu"), _silu, exact="x * sigmoid(x): the same function, the backend's rounding"),
-    Rule("lower.hard_sigmoid", P("hard_sigmoid"), _hard_sigmoid,
+    Rule("lower.fma", P("fma"), _decomposed("fma"), exact=_EXACT + " (fma is two roundings, as unfused)"),
+    Rule("lower.silu", P("silu"), _decomposed("silu"),
+         exact="x * sigmoid(x): the same function, the backend's rounding"),
+    Rule("lower.hard_sigmoid", P("hard_sigmoid"), _decomposed("hard_sigmoid"),
          exact="clip(alpha * x + beta, 0, 1), ONNX's HardSigmoid formula: the kernel's arithmetic"),
-    Rule("lower.hard_swish", P("hard_swish"), _hard_swish,
+    Rule("lower.hard_swish", P("hard_swish"), _decomposed("hard_swish"),
          exact="clip(x + 3, 0, 6) * x * (1/6): the kernel's arithmetic in its order"),
-    Rule("lower.layer_norm", P("layer_norm"), _layer_norm,
+    Rule("lower.layer_norm", P("layer_norm"), _decomposed("layer_norm"),
          exact="ONNX's LayerNormalization body (mean, centred square mean, divide by sqrt(var + eps)): the same "
                "function; the kernel multiplies by 1 / sqrt(...) and sums rows by BLAS (rounding may differ)"),
-    Rule("lower.gelu", P("gelu"), _gelu,
+    Rule("lower.gelu", P("gelu"), _decomposed("gelu"),
          exact="the textbook formula (ONNX's Gelu decomposition): the same function, not the same rounding as the "
                "gelu kernel (see its doc)"),
-    Rule("lower.matmul_t", P("matmul_t"), _matmul_t, exact=_EXACT),
-    Rule("lower.fused_elementwise", P("fused_elementwise"), _fused, exact=_EXACT),
-    Rule("lower.sgd_momentum_update", P("sgd_momentum_update"), _momentum, exact=_EXACT),
-    Rule("lower.adagrad_update", P("adagrad_update"), _adagrad, exact=_EXACT),
-    Rule("lower.adam_update", P("adam_update"), _adam, exact=_EXACT),
-    Rule("lower.adam_update_t", P("adam_update_t"), _adam_t, exact=_EXACT),
+    Rule("lower.matmul_t", P("matmul_t"), _decomposed("matmul_t"), exact=_EXACT),
+    Rule("lower.fused_elementwise", P("fused_elementwise"), _decomposed("fused_elementwise"), exact=_EXACT),
+    Rule("lower.sgd_momentum_update", P("sgd_momentum_update"), _decomposed("sgd_momentum_update"), exact=_EXACT),
+    Rule("lower.adagrad_update", P("adagrad_update"), _decomposed("adagrad_update"), exact=_EXACT),
+    Rule("lower.adam_update", P("adam_update"), _decomposed("adam_update"), exact=_EXACT),
+    Rule("lower.adam_update_t", P("adam_update_t"), _decomposed("adam_update_t"), exact=_EXACT),
     Rule("lower.einsum_ttgt", P("einsum"), _einsum,
          exact="the same products; the sums run in the matmul's order instead of einsum's (rounding may differ)"),
     Rule("lower.tensordot_ttgt", P("tensordot"), _tensordot,

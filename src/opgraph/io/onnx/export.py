@@ -1,9 +1,13 @@
 """opgraph Graph -> ONNX model (see :func:`to_onnx`).
 
 Each opgraph op becomes one or a few ONNX nodes of the default domain
-(opset 18); constants become initializers. Graphs with update edges (state)
-and op kinds ONNX cannot express (complex numbers, fused kernels, most of
-linalg) are refused with an error naming the op.
+(opset 18): its export rule (:data:`RULES`), or else its decomposition into
+more basic ops (:func:`export_op`), which is how the optimiser's fused ops
+(``matmul_t``, ``fused_elementwise``, the optimiser updates, ``gelu``) are
+written; constants become initializers. Op kinds ONNX cannot express
+(complex numbers, most of linalg) are refused with an error naming the op and
+saying why, and so are graphs with update edges (state), unless their new
+values are asked for as extra outputs (``updates="outputs"``).
 
     >>> import numpy as np, onnx, opgraph
     >>> from opgraph.io.onnx import to_onnx
@@ -20,14 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST
+from opgraph.core.registry import CONST, resolve
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
 
@@ -665,14 +669,103 @@ def _operands(ex: Exporter, kind: str, ins: Names, it: Types, ot: Types) -> tupl
     return names, types
 
 
-def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.ModelProto:
+class _NoTranslation(Exception):
+    """An op kind (maybe one a decomposition uses) that has neither an export rule nor a decomposition."""
+
+
+def export_op(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrMap, out_types: Types) -> Names:
+    """ONNX nodes for one opgraph op on tensors ``ins``; the names of its outputs.
+
+    An op with an export rule (:data:`RULES`: a direct translation) gets it; any other op is written as its
+    decomposition into more basic ops (:func:`opgraph.ops.fused.decomposition`, the parts lowering gives a backend
+    without the op: a fused op's), each exported the same way. An op with neither is refused, saying why.
+
+    >>> import opgraph
+    >>> from opgraph.core.types import TensorType
+    >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+    >>> t = TensorType("float32", (2, 2))
+    >>> export_op(ex, "matmul_t", ["a", "b"], [t, t], {"transpose_a": False, "transpose_b": True}, [t])
+    ['_matmul2']
+    >>> [n.op_type for n in ex.nodes]
+    ['Transpose', 'MatMul']
+    """
+    rule = RULES.get(kind)
+    if rule is not None:
+        ex.current_kind = kind
+        names, types = _operands(ex, kind, ins, in_types, out_types)
+        return rule(ex, names, attrs, types, out_types)
+    return _decomposed(ex, kind, ins, in_types, attrs)
+
+
+def _decomposed(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrMap) -> Names:
+    """ONNX nodes for op ``kind`` written as its decomposition (an export rule may defer to it for some dtypes)."""
+    from opgraph.ops.fused import decomposition  # ops sit below io: the op's parts live with the op
+
+    fn = decomposition(kind)
+    if fn is None:
+        raise _NoTranslation(f"ONNX has no operator for {kind} and opgraph knows no decomposition of it into ops "
+                             "that have one")
+    emit = _Emit(ex, dict(zip(ins, in_types, strict=True)))
+    try:
+        res = fn(emit, ins, attrs)
+    except _NoTranslation as exc:
+        raise _NoTranslation(f"it is written as its decomposition, which uses an op that has none: {exc}") from None
+    if res is None:
+        raise _NoTranslation(f"its decomposition does not apply to operands {', '.join(map(repr, in_types))}")
+    return list(res) if isinstance(res, tuple) else [res]
+
+
+class _Emit:
+    """The emitter a decomposition writes with (:class:`opgraph.ops.fused.Emit`): values are ONNX tensor names,
+    each op is typed by the registry and exported by :func:`export_op`."""
+
+    def __init__(self, ex: Exporter, types: dict[str, TensorType]) -> None:
+        self.ex = ex
+        self.types = types
+
+    def type_of(self, v: str) -> TensorType:
+        return self.types[v]
+
+    def constant(self, value: Any, dtype: Any = None) -> str:
+        arr = np.array(value, dtype=dtype)
+        name = self.ex.const(arr)
+        self.types[name] = TensorType.of(arr)
+        return name
+
+    def op(self, kind: str, *ins: str, **attrs: Any) -> Any:
+        in_types = [self.types[v] for v in ins]
+        r = resolve(kind, in_types, attrs)
+        if not all(isinstance(t, TensorType) for t in r.out_types):
+            raise _NoTranslation(f"{r.opdef.name} gives values that are not tensors")
+        out_types = cast("list[TensorType]", list(r.out_types))
+        outs = export_op(self.ex, r.opdef.name, list(ins), in_types, dict(r.attrs), out_types)
+        self.types.update(zip(outs, out_types, strict=True))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates: str = "refuse") -> onnx.ModelProto:
     """Write ``graph`` as an ONNX model (see the module doc).
 
     Inputs and outputs keep their names (unnamed ones become ``input_<id>`` /
     ``output_<i>``); shapes with unknown dimensions are written as symbolic.
+    ONNX models have no state: a graph with update edges is refused, unless
+    ``updates="outputs"``, which writes each update's new value as one more
+    output, named after the input it updates (``w.next`` for input ``w``),
+    after the graph's outputs: one call of the model is one step, and the
+    caller feeds those values back.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> w = b.input(("float32", (2,)), name="w")
+    >>> b.update(b.multiply(w, 0.5), w)
+    >>> [o.name for o in to_onnx(b.freeze(), updates="outputs").graph.output]
+    ['w.next']
     """
-    if len(graph.updates):
-        raise OnnxExportError("the graph has update edges (state); ONNX models have none")
+    if updates not in ("refuse", "outputs"):
+        raise ValueError(f"updates must be 'refuse' or 'outputs', got {updates!r}")
+    if len(graph.updates) and updates == "refuse":
+        raise OnnxExportError("the graph has update edges (state); ONNX models have none (updates='outputs' writes "
+                              "each new state value as an extra output instead)")
     ex = Exporter(graph)
     names: dict[int, str] = {}
     used: set[str] = set()
@@ -703,15 +796,13 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.
         if graph.op_kind[op] == CONST.id:
             names[outs[0]] = ex.const(graph.constant_of(op))
             continue
-        rule = RULES.get(kind)
-        if rule is None:
-            raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation")
         ins = graph.op_inputs(op).tolist()
-        ex.current_kind = kind
         out_types = [graph.type_of(v) for v in outs]
-        in_names, in_types = _operands(ex, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins], out_types)
         try:
-            produced = rule(ex, in_names, graph.attrs_of(op), in_types, out_types)
+            produced = export_op(ex, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
+                                 graph.attrs_of(op), out_types)
+        except _NoTranslation as exc:
+            raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
         except OnnxExportError as exc:
             raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
         for v, n in zip(outs, produced, strict=True):
@@ -721,6 +812,10 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET) -> onnx.
         n = unique(graph.name_of(v) or f"output_{i}")
         ex.node("Identity", [names[v]], outputs=[n])
         outputs.append(value_info(v, n))
+    for src, dst in graph.updates.tolist():  # updates == "outputs": each next state value, after the outputs
+        n = unique(f"{names[dst]}.next")
+        ex.node("Identity", [names[src]], outputs=[n])
+        outputs.append(value_info(src, n))
     g = helper.make_graph(ex.nodes, name, inputs, outputs, initializer=ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="opgraph")
     model.ir_version = min(model.ir_version, 10)
@@ -762,11 +857,15 @@ def _silu(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Nam
 
 @exports("hard_sigmoid")
 def _hard_sigmoid(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if it[0].dtype == np.float64:  # the node's alpha and beta are float32 attributes: float64 keeps its constants
+        return _decomposed(ex, "hard_sigmoid", ins, it, attrs)
     return [ex.one("HardSigmoid", ins[0], alpha=float(attrs["alpha"]), beta=float(attrs["beta"]))]
 
 
 @exports("hard_swish")
 def _hard_swish(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if it[0].dtype == np.float64:  # ONNX Runtime's HardSwish multiplies by 1/6 in float32 (measured: 5e-9 off)
+        return _decomposed(ex, "hard_swish", ins, it, attrs)
     return [ex.one("HardSwish", ins[0])]
 
 
