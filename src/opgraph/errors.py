@@ -89,3 +89,39 @@ class MemoryLimitError(ExecutionError, MemoryError):
         super().__init__(message)
         self.planned = planned
         self.limit = limit
+
+
+OPTIONAL_PACKAGES: dict[str, str] = {
+    # import name -> the extra of pyproject.toml that installs it (tests/test_cli_usability.py checks them)
+    "networkx": "interop", "dask": "interop", "distributed": "interop", "pytensor": "interop", "onnx": "interop",
+    "onnxruntime": "onnxruntime", "jax": "jax", "torch": "torch", "scipy": "scipy", "graphviz": "viz",
+    "numba": "fast", "sklearn": "demo",
+}
+"""The optional packages opgraph uses and the extra (``pip install 'opgraph[EXTRA]'``) that brings each one."""
+
+
+class MissingDependencyError(GraphError, ImportError):
+    """A feature needs an optional package that is not installed; the message says what to install.
+
+    Also an ``ImportError`` (``name`` is the missing package), so code catching that keeps working.
+
+    >>> str(MissingDependencyError("networkx", "the graphml format")).split(":")[0]
+    'the graphml format needs the optional package networkx'
+    """
+
+    def __init__(self, package: str, feature: str) -> None:
+        import os
+        import sys
+
+        extra = OPTIONAL_PACKAGES.get(package)
+        how = f"pip install 'opgraph[{extra}]'" if extra else f"pip install {package}"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if extra and os.path.exists(os.path.join(root, "pyproject.toml")):  # running from a source checkout
+            pip = os.path.join(sys.prefix, "bin", "pip")
+            rel = os.path.relpath(pip, root)
+            pip = rel if not rel.startswith("..") else pip
+            how += f" (in this checkout: {pip} install -e '.[{extra}]')"
+        super().__init__(f"{feature} needs the optional package {package}: {how}", name=package)
+        self.package = package
+        self.feature = feature
+        self.extra = extra

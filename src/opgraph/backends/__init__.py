@@ -13,7 +13,7 @@ optional engines.
     >>> backends.get("tensorflow")
     Traceback (most recent call last):
     ...
-    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, auto
+    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, auto ...
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, unsupported_ops
+from opgraph.errors import MissingDependencyError
 
 _MODULES = {
     "numpy": "opgraph.backends.numpy",
@@ -32,8 +33,16 @@ _MODULES = {
 _PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime"}
 _LOADED: dict[str, Backend] = {}
 
-__all__ = ["Backend", "BackendError", "Executable", "OpInfo", "available", "get", "names", "register",
-           "unsupported_ops"]
+__all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", "OpInfo", "available", "get",
+           "names", "register", "unsupported_ops"]
+
+
+class BackendNotInstalledError(BackendError, MissingDependencyError):
+    """A known backend whose engine is not installed: the message says which extra installs it.
+
+    >>> issubclass(BackendNotInstalledError, ImportError)
+    True
+    """
 
 
 def names() -> tuple[str, ...]:
@@ -64,10 +73,11 @@ def get(name: str) -> Backend:
     if found is not None:
         return found
     if name not in _MODULES:
-        raise BackendError(f"unknown backend {name!r}; known: {', '.join(_MODULES)}, auto")
+        raise BackendError(f"unknown backend {name!r}; known: {', '.join(_MODULES)}, auto "
+                           f"(installed here: {', '.join(available())}, auto)")
     pkg = _PACKAGES.get(name, "")
-    if pkg and importlib.util.find_spec(pkg) is None:
-        raise BackendError(f"backend {name!r} needs {pkg}, which is not installed: pip install \"opgraph[{name}]\"")
+    if pkg and not _installed(pkg):
+        raise BackendNotInstalledError(pkg, f"backend {name!r}")
     module = importlib.import_module(_MODULES[name])
     _LOADED[name] = module.BACKEND
     return module.BACKEND
@@ -82,6 +92,13 @@ def available() -> tuple[str, ...]:
     out = []
     for n in _MODULES:
         pkg = _PACKAGES.get(n, "")
-        if n in _LOADED or not pkg or importlib.util.find_spec(pkg) is not None:
+        if n in _LOADED or not pkg or _installed(pkg):
             out.append(n)
     return tuple(out)
+
+
+def _installed(pkg: str) -> bool:
+    try:
+        return importlib.util.find_spec(pkg) is not None
+    except (ImportError, ValueError):  # sys.modules[pkg] is None (blocked), or a broken parent package
+        return False

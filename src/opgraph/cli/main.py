@@ -11,7 +11,10 @@ A file's format is chosen by its extension (:mod:`opgraph.io.formats`):
 ``.json`` is the JSON form, no extension or ``.cg`` a .cg file set,
 ``.onnx``, ``.graphml``, ... An error prints one line
 ``opgraph: error: ...`` on stderr and exits with 2 (bad usage) or 1 (any
-other failure); ``--debug`` adds the traceback.
+other failure); ``--debug`` adds the traceback. A missing optional package
+is named with the extra that installs it. Slow steps show transient rich
+progress bars on a terminal's stderr (:class:`ProgressBars`, fed by
+:mod:`opgraph.core.progress`); ``--progress`` forces them, ``--quiet`` hides them.
 
     >>> main(["--version"])
     opgraph 0.1.0
@@ -30,18 +33,16 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import numpy as np
-
-T = TypeVar("T")
 
 PROG = "opgraph"
 _MAX_ROWS = 100
 """``info`` lists at most this many inputs, outputs and updates."""
-SPINNER_DELAY = 1.0
-"""Seconds a load or save runs before a (transient) progress spinner appears."""
+PROGRESS_DELAY = 1.0
+"""Seconds a command runs before its (transient) progress bars appear on a terminal."""
 
 
 class UsageError(Exception):
@@ -71,51 +72,94 @@ def _err(message: str) -> None:
     print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def progress(description: str, *, delay: float = SPINNER_DELAY, force: bool = False) -> Iterator[None]:
-    """Show a transient spinner on stderr if the block is still running after ``delay`` seconds.
+class ProgressBars:
+    """A progress sink (:mod:`opgraph.core.progress`) drawing rich bars on stderr, transient.
 
-    Only on an interactive stderr (or with ``force``) and only when rich is
-    installed; the work itself runs in the calling thread, so errors and
-    Ctrl-C behave as without the spinner.
+    Tasks are collected from the start, but the bars appear only when some task is still running ``delay``
+    seconds after the first one began (so quick commands print nothing); the work runs in the calling thread,
+    so errors and Ctrl-C behave as without bars. ``force_terminal`` draws them on a stderr that is not a
+    terminal (``--progress``).
 
-    >>> with progress("loading x.json"):
-    ...     pass
+    >>> from opgraph.core import progress
+    >>> bars = ProgressBars(delay=60.0)
+    >>> with progress.installed(bars), progress.task("optimize: cse", total=10) as t:
+    ...     t.advance(10)
+    >>> bars.close()
     """
-    if not (force or _isatty(sys.stderr)):
-        yield
-        return
-    lock = threading.Lock()
-    state: dict[str, Any] = {"done": False, "bar": None}
 
-    def start() -> None:
-        with lock:
-            if state["done"]:
-                return
-            try:
-                from rich.console import Console
-                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    def __init__(self, delay: float = PROGRESS_DELAY, force_terminal: bool = False) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-                bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
-                               TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-                bar.add_task(description, total=None)
-                bar.start()
-                state["bar"] = bar
-            except Exception:  # no rich, or no usable terminal: no spinner
-                state["bar"] = None
+        console = Console(stderr=True, force_terminal=True if force_terminal else None)
+        self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=console, transient=True,
+                              redirect_stdout=False, redirect_stderr=False)  # results stay on stdout
+        self.delay = delay
+        self._lock = threading.Lock()
+        self._open = 0
+        self._shown = False
+        self._timer: threading.Timer | None = None
 
-    timer = threading.Timer(delay, start)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        with lock:
-            state["done"] = True
-            if state["bar"] is not None:
+    def start(self, name: str, total: float | None) -> Any:
+        """A task begins: add its bar (shown once the delay has passed)."""
+        with self._lock:
+            handle = self._bars.add_task(name, total=total)
+            self._open += 1
+            if not self._shown and self._timer is None:
+                if self.delay <= 0:
+                    self._show_locked()
+                else:
+                    self._timer = threading.Timer(self.delay, self._show)
+                    self._timer.daemon = True
+                    self._timer.start()
+            return handle
+
+    def advance(self, handle: Any, amount: float) -> None:
+        """Move a bar."""
+        self._bars.advance(handle, amount)
+
+    def finish(self, handle: Any) -> None:
+        """A task ended: remove its bar."""
+        with self._lock:
+            self._open -= 1
+            with contextlib.suppress(KeyError):
+                self._bars.remove_task(handle)
+
+    def _show(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._open and not self._shown:
+                self._show_locked()
+
+    def _show_locked(self) -> None:
+        with contextlib.suppress(Exception):  # no usable terminal: no bars
+            self._bars.start()
+            self._shown = True
+
+    def close(self) -> None:
+        """Stop drawing (the transient bars are erased)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._shown:
                 with contextlib.suppress(Exception):
-                    state["bar"].stop()
+                    self._bars.stop()
+                self._shown = False
+
+
+def _progress_sink(args: argparse.Namespace) -> ProgressBars | None:
+    """The bars a command shows: none with --quiet; forced with --progress; else only on a terminal's stderr."""
+    if getattr(args, "quiet", False):
+        return None
+    forced = getattr(args, "progress", False)
+    if not (forced or _isatty(sys.stderr)):
+        return None
+    try:
+        return ProgressBars(delay=0.0 if forced else PROGRESS_DELAY, force_terminal=forced)
+    except Exception:  # rich missing or unusable: run without bars
+        return None
 
 
 def _isatty(stream: Any) -> bool:
@@ -125,16 +169,11 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
-def _timed(description: str, fn: Callable[[], T]) -> T:
-    with progress(description):
-        return fn()
-
-
 def _load(path: str, fmt: str | None = None, allow_pickle: bool = False, **options: Any) -> Any:
     from opgraph.io.formats import PickleRefusedError, load
 
     try:
-        return _timed(f"loading {path}", lambda: load(path, format=fmt, allow_pickle=allow_pickle, **options))
+        return load(path, format=fmt, allow_pickle=allow_pickle, **options)
     except PickleRefusedError as exc:
         # The library's message names allow_pickle=True; on the command line the switch is --allow-pickle.
         raise PickleRefusedError(exc.path, exc.format, "use 'opgraph convert --allow-pickle'") from None
@@ -144,7 +183,7 @@ def _save(graph: Any, path: str, fmt: str, inline_limit: int | None) -> None:
     from opgraph.io.formats import save
 
     options: dict[str, Any] = {} if inline_limit is None else {"inline_limit": inline_limit}
-    _timed(f"saving {path}", lambda: save(graph, path, format=fmt, **options))
+    save(graph, path, format=fmt, **options)
 
 
 def _human_bytes(n: int) -> str:
@@ -176,7 +215,9 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=120)
-    table = Table(title=title, title_justify="left")
+    # The title (often naming a path) on its own line, never wrapped: a path broken mid-word cannot be copied.
+    console.print(Text(title), soft_wrap=True)
+    table = Table()
     for i, col in enumerate(columns):
         table.add_column(col, justify="right" if i and all(isinstance(r[i], int) for r in rows) else "left",
                          overflow="fold")
@@ -316,18 +357,40 @@ def _cmd_formats(args: argparse.Namespace) -> int:
     """``opgraph formats`` (and ``opgraph convert --list``): the table of formats."""
     from opgraph.io.formats import formats
 
-    rows = [(f.name, " ".join(f.suffixes), "--allow-pickle" if f.pickle else ("yes" if f.loadable else "no"),
-             f.round_trip, f.description) for f in formats()]
+    rows, hints = [], {}
+    for f in formats():
+        missing = f.missing()
+        here = "yes" if not missing else "no: needs " + ", ".join(missing)
+        load = "no (drawing)" if not f.loadable else (here if missing else "--allow-pickle" if f.pickle else "yes")
+        rows.append((f.name, " ".join(f.suffixes), load, here, f.round_trip, f.description))
+        for m in missing:
+            hints[m] = _install_hint(m)
     _table("formats (chosen by the longest matching suffix; no extension: cg)",
-           ("format", "suffixes", "load", "round trip", "description"), rows)
+           ("format", "suffixes", "load here", "save here", "round trip", "description"), rows)
+    for m, hint in hints.items():
+        print(f"to use the formats that need {m}: {hint}")
     return 0
+
+
+def _install_hint(missing: str) -> str:
+    """How to install a missing package (or Graphviz's ``dot`` program).
+
+    >>> _install_hint("networkx").startswith("pip install 'opgraph[interop]'")
+    True
+    """
+    if missing == "dot":
+        from opgraph.viz import INSTALL_HINT
+
+        return INSTALL_HINT
+    from opgraph.errors import MissingDependencyError
+
+    return str(MissingDependencyError(missing, "")).partition(": ")[2]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
     from opgraph.core.feeds import input_id, value_id
     from opgraph.io._atomic import atomic_files
-    from opgraph.io.formats import check_regular_file
 
     settings = []
     for item in args.set or []:
@@ -339,13 +402,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     feeds: dict[int, np.ndarray] = {}
     for name, path in settings:
         v = input_id(g, name, verb="set")  # an unknown name lists the inputs and close names
-        check_regular_file(path, "a .npy file")
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.ndarray):
-            with contextlib.suppress(Exception):
-                data.close()
-            raise ValueError(f"{path}: expected a .npy file holding one array")
-        feeds[v] = data
+        feeds[v] = _load_npy(path, name)
     if args.get:
         targets = [value_id(g, name) for name in args.get]
     else:
@@ -371,6 +428,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_npy(path: str, name: str) -> np.ndarray:
+    """The array of a ``--set NAME=PATH`` file; every error names the file and the input."""
+    from opgraph.io.formats import check_regular_file
+
+    check_regular_file(path, "a .npy file")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except OSError:
+        raise
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):  # NumPy's words for an object array
+            raise ValueError(f"--set {name}={path}: the file holds an array of Python objects (dtype object); "
+                             "opgraph refuses those because loading them needs pickle, which can run arbitrary "
+                             "code: save a numeric array instead") from None
+        raise ValueError(f"--set {name}={path}: not a readable .npy file: {exc}") from None
+    if not isinstance(data, np.ndarray):
+        with contextlib.suppress(Exception):
+            data.close()
+        raise ValueError(f"--set {name}={path}: expected a .npy file holding one array, got a .npz archive")
+    return data
+
+
 def _cmd_dump(args: argparse.Namespace) -> int:
     """``opgraph dump FILE [--limit N]``."""
     g = _load(args.file)
@@ -392,9 +471,15 @@ def build_parser() -> argparse.ArgumentParser:
                                             "'opgraph formats' lists the others).")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument("--progress", action="store_true",
+                        help="draw progress bars on stderr even when it is not a terminal (and at once)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the traceback of an error")
+    common.add_argument("--progress", action="store_true", default=argparse.SUPPRESS,
+                        help="draw progress bars on stderr even when it is not a terminal (and at once)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("info", parents=[common], help="op counts, inputs and outputs, memory estimate")
@@ -436,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--get", action="append", metavar="NAME",
                    help="value to compute (repeatable; default: the graph's outputs)")
     p.add_argument("-o", "--outdir", metavar="OUTDIR", help="save each result as OUTDIR/NAME.npy instead of printing")
-    p.add_argument("--backend", default="numpy", help="backend to run on (default: numpy)")
+    p.add_argument("--backend", default="numpy",
+                   help="backend to run on: numpy (default), jax, torch, onnxruntime or auto (the fastest installed)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("dump", parents=[common], help="print the graph as text")
@@ -456,12 +542,12 @@ Helpers for them (``load_graph``, ``save_graph``, ``print_table``) are the ones 
 
 
 def load_graph(path: str) -> Any:
-    """Load a graph file for a subcommand (with a progress spinner on slow loads)."""
+    """Load a graph file for a subcommand (the loader reports its progress)."""
     return _load(path)
 
 
 def save_graph(graph: Any, path: str, fmt: str | None = None) -> None:
-    """Save a graph for a subcommand in the format of ``path``'s extension (or ``fmt``), with the spinner."""
+    """Save a graph for a subcommand in the format of ``path``'s extension (or ``fmt``)."""
     from opgraph.io.formats import format_for_path
 
     _save(graph, path, format_for_path(path, fmt).name, None)
@@ -486,6 +572,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         _err(f"choose a command (see '{PROG} --help')")
         return 2
+    from opgraph.core import progress
+
+    sink = _progress_sink(args)
+    previous = progress.install(sink) if sink is not None else None
     try:
         return int(args.func(args))
     except UsageError as exc:
@@ -504,11 +594,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         _err(_describe(exc, args.debug))
         return 1
+    finally:
+        if sink is not None:
+            sink.close()
+            progress.install(previous)
 
 
 def _describe(exc: BaseException, debug: bool) -> str:
     from opgraph.errors import GraphError
+    from opgraph.io.formats import missing_dependency
 
+    if isinstance(exc, ImportError):  # an optional package missing: say which extra installs it
+        exc = missing_dependency(exc, "this command") or exc
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, KeyError) and exc.args:

@@ -48,7 +48,10 @@ type       data
            (exact: floats as IEEE bits, tuples as arrays), the arrays
            ``op_attr``, ``op_version``, ``value_type`` (``{"fill": v}`` or
            ``{"dtype", "offset", "count"}``), inputs that have no set
-           gateway, and names/descriptions that are explicitly empty.
+           gateway, names/descriptions that are explicitly empty, and
+           ``op_names`` (id -> name of each user op kind used, ids 40000
+           and up: loading names an unregistered one, and refuses a
+           different op registered under that id).
 =========  ==============================================================
 
 TensCalc's ``10002`` (``double_sparse_tensor``) is not supported: loading a
@@ -129,10 +132,11 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
+from opgraph.core import progress
 from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import CODE_DTYPES, DTYPE_CODES
 from opgraph.core.graph import Graph, Symbols
-from opgraph.core.registry import CONST, Attrs, OpDef, all_ops, get_op
+from opgraph.core.registry import CONST, USER_IDS, Attrs, OpDef, all_ops, get_op, unknown_op_message
 from opgraph.core.types import TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, GraphError, OpTypeError, VerifyError
 from opgraph.io._atomic import atomic_files
@@ -811,9 +815,11 @@ def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | Non
     view = _file_view(graph)  # a TensCalc file read with copies into scalars: its own records again
     contents = _Writer(view if view is not None else graph).contents(index_bits)
     base = _base_path(path)
-    with atomic_files([base + s for s in SUFFIXES]) as files:
+    with atomic_files([base + s for s in SUFFIXES]) as files, \
+            progress.task(f"saving {base}.cg (files)", total=len(SUFFIXES)) as tick:
         for f, chunks in zip(files, contents, strict=True):
             _write_file(f, chunks)
+            tick.advance(1)
 
 
 def _write_file(f: BinaryIO, chunks: Iterable[Any]) -> None:
@@ -1465,6 +1471,10 @@ class _Writer:
             "unset_inputs": unset,
             "empty_symbols": empty,
         }
+        # user kinds are stored by id; their names let a process that has not registered them say which op it lacks
+        user = {str(k): get_op(k).name for k in np.unique(g.op_kind).tolist() if k >= USER_IDS}
+        if user:
+            header["op_names"] = user
         text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
         pad = -(8 + len(text)) % 8
         return [struct.pack("<q", len(text)) + text + b"\0" * pad, *blobs]
@@ -1491,7 +1501,8 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     base = _base_path(path)
     where = _Where()
     try:
-        return _Reader(base, mmap, where).read()
+        with progress.task(f"loading {base}.cg"):
+            return _Reader(base, mmap, where).read()
     except FormatError:
         raise
     except (OSError, MemoryError):
@@ -1795,13 +1806,22 @@ class _Reader:
         # Function types and constant references.
         kinds = np.unique(self.kind)
         opdefs: dict[int, OpDef] = {}
+        saved = header.get("op_names") if header is not None else None
+        saved = saved if isinstance(saved, dict) else {}
         for k in kinds.tolist():
             try:
                 opdefs[k] = get_op(k) if k < 2**31 else None  # type: ignore[assignment]
             except KeyError:
                 opdefs[k] = None  # type: ignore[assignment]
+            name = saved.get(str(k))
+            name = name if isinstance(name, str) else None
             if opdefs[k] is None:
-                self._cg_fail(int(np.flatnonzero(self.kind == k)[0]), f"unknown function type {k}")
+                self._cg_fail(int(np.flatnonzero(self.kind == k)[0]),
+                              unknown_op_message(k, saved_name=name and name[:200], called="function type"))
+            if name is not None and opdefs[k].name != name:
+                self._cg_fail(int(np.flatnonzero(self.kind == k)[0]),
+                              f"function type {k} was op {name!r} when saved; this process registers "
+                              f"{opdefs[k].name!r} under that id")
         self.kind = self.kind.astype(np.int32, copy=False)
         if len(self.const_ops):
             bad = (self.const_ref < 0) | (self.const_ref >= nconst)

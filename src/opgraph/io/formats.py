@@ -59,20 +59,23 @@ types (so the file loads back with the same input types).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import math
 import os
 import pickle
 import re
+import shutil
 import stat
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opgraph.core import progress
 from opgraph.core.graph import Graph
-from opgraph.errors import FormatError, GraphError
+from opgraph.errors import OPTIONAL_PACKAGES, FormatError, GraphError, MissingDependencyError
 
 Saver = Callable[..., None]
 Loader = Callable[..., Graph]
@@ -112,11 +115,62 @@ class Format:
     pickle: bool = False
     round_trip: str = "exact"
     """How ``load(save(g))`` compares with ``g``: shown by ``opgraph convert --list``."""
+    requires: tuple[str, ...] = ()
+    """Optional Python packages both directions need (see :data:`opgraph.errors.OPTIONAL_PACKAGES`)."""
+    binaries: tuple[str, ...] = ()
+    """Programs saving needs on PATH (Graphviz's ``dot`` for rendered drawings)."""
 
     @property
     def loadable(self) -> bool:
         """True when files of this format can be read back."""
         return self.load is not None
+
+    def missing(self) -> list[str]:
+        """The required packages (then ``binaries``) not installed here; empty when the format works here.
+
+        >>> get_format("json").missing()
+        []
+        """
+        out = [pkg for pkg in self.requires if not has_package(pkg)]
+        return out + [b for b in self.binaries if shutil.which(b) is None]
+
+    def check_available(self, action: str = "saving") -> None:
+        """Raise :class:`~opgraph.errors.MissingDependencyError` (with what to install) if a package is missing.
+
+        >>> get_format("cg").check_available()
+        """
+        for pkg in self.requires:
+            if not has_package(pkg):
+                raise MissingDependencyError(pkg, f"{action} {self.name} files")
+
+
+def has_package(name: str) -> bool:
+    """True when the Python package ``name`` can be imported here (found without importing it).
+
+    >>> has_package("numpy"), has_package("no_such_package_xyz")
+    (True, False)
+    """
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or sys.modules[name] set to None
+        return False
+
+
+def missing_dependency(exc: ImportError, feature: str) -> MissingDependencyError | None:
+    """``exc`` as a :class:`~opgraph.errors.MissingDependencyError` when it is an optional package missing.
+
+    >>> str(missing_dependency(ModuleNotFoundError("x", name="networkx.readwrite"), "loading g.graphml"))[:60]
+    'loading g.graphml needs the optional package networkx: pip i'
+    """
+    if isinstance(exc, MissingDependencyError):
+        return exc
+    cause: BaseException | None = exc
+    while cause is not None:  # a library's own ImportError may wrap the ModuleNotFoundError ("from exc")
+        root = (getattr(cause, "name", None) or "").partition(".")[0]
+        if isinstance(cause, ModuleNotFoundError) and root in OPTIONAL_PACKAGES:
+            return MissingDependencyError(root, feature)
+        cause = cause.__cause__
+    return None
 
 
 _REGISTRY: dict[str, Format] = {}
@@ -205,7 +259,12 @@ def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = Non
     True
     """
     fmt = format_for_path(path, format)
-    fmt.save(graph, path, **options)
+    fmt.check_available("saving")
+    try:
+        with progress.task(f"saving {os.fspath(path)} ({fmt.name})"):
+            fmt.save(graph, path, **options)
+    except ImportError as exc:
+        raise (missing_dependency(exc, f"saving {fmt.name} files") or exc) from None
     return fmt
 
 
@@ -258,6 +317,9 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
     opgraph.errors.FormatError: /dev/null is a character device, not a graph file (no extension means a .cg file ...
     """
     path = os.fspath(path)
+    if (format is None and os.path.isdir(path) and match_suffix(path) is None
+            and not os.path.exists(path.rstrip("/\\") + ".cg")):  # `opgraph info out`: say what is in out/
+        raise FormatError(_directory_message(path))
     chosen = format_for_path(path, format)  # an unknown extension is its own error, listing the suffixes
     if format is None and not os.path.splitext(os.path.basename(path))[1]:
         cg = path + ".cg"
@@ -282,6 +344,31 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
         check_regular_file(path, f"a {chosen.name} file")
     except FormatError as exc:
         raise FormatError(f"{exc} ({_readable_suffixes()})") from None
+
+
+def _directory_message(path: str) -> str:
+    """What to say about a directory given as a graph file: the graph files in it, if any.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "g.json"), "w").close()
+    >>> _directory_message(d).endswith("g.json")
+    True
+    """
+    found: list[str] = []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        names = []
+    sets = (".cgc", ".cgio", ".cgs")  # a .cg set is listed once, by its .cg file
+    for name in names:
+        fmt = match_suffix(name)
+        if fmt is not None and fmt.loadable and not name.lower().endswith(sets):
+            found.append(os.path.join(path, name))
+    if found:
+        more = f" and {len(found) - 20} more" if len(found) > 20 else ""
+        return f"{path} is a directory, not a graph file; graph files in it: {', '.join(found[:20])}{more}"
+    return f"{path} is a directory, not a graph file, and holds none ({_readable_suffixes()})"
 
 
 def _readable_suffixes() -> str:
@@ -312,8 +399,13 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
                                "read them back")
     if fmt.pickle and not allow_pickle:  # refuse before the file is even opened
         raise PickleRefusedError(os.fspath(path), fmt.name)
+    fmt.check_available("loading")
     check_graph_path(path, format)
-    return fmt.load(path, **options)
+    try:
+        with progress.task(f"loading {os.fspath(path)} ({fmt.name})"):
+            return fmt.load(path, **options)
+    except ImportError as exc:
+        raise (missing_dependency(exc, f"loading {fmt.name} files") or exc) from None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -403,12 +495,29 @@ def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
         load_external_data_for_model(model, os.path.dirname(os.path.abspath(os.fspath(path))))
     except Exception as exc:
         raise _bad_file(path, f"cannot read the model's external data: {_first_line(exc)}") from exc
+    _check_input_shapes(path, model, options.get("input_shapes"))
     try:
         return from_onnx(model, **options)
     except GraphError as exc:
         raise _bad_file(path, _first_line(exc)) from exc
     except Exception as exc:  # from_onnx turns its failures into OnnxImportError; this is a last resort
         raise _bad_file(path, f"cannot import: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _check_input_shapes(path: str | os.PathLike[str], model: Any, shapes: Mapping[str, Any] | None) -> None:
+    """Refuse a given input shape whose rank differs from the model's declared one (before importing: else the
+    first node that notices names its own axis, far from the cause)."""
+    for vi in model.graph.input:
+        if vi.name not in (shapes or {}) or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tt.shape.dim]
+        given = tuple(shapes[vi.name])  # type: ignore[index]
+        if len(given) != len(dims):
+            raise _bad_file(path, f"input {vi.name} has rank {len(dims)} in the graph (dims {', '.join(dims) or '()'})"
+                                  f" and the given shape {given} has rank {len(given)}; give {len(dims)} sizes")
 
 
 # ----------------------------------------------------------------------------- GraphML
@@ -1032,21 +1141,22 @@ def _load_pytensor(path: str | os.PathLike[str]) -> Graph:
 def _register_builtin() -> None:
     register(Format("cg", (".cg", ".cgc", ".cgio", ".cgs"), "TensCalc .cg file set (4 files)", _save_cg, _load_cg))
     register(Format("json", (".json",), "the JSON form (opgraph.io.jsonfmt)", _save_json, _load_json))
-    register(Format("onnx", (".onnx",), "ONNX model; no update edges", _save_onnx, _load_onnx, round_trip="numeric"))
+    register(Format("onnx", (".onnx",), "ONNX model; no update edges", _save_onnx, _load_onnx, round_trip="numeric",
+                    requires=("onnx",)))
     register(Format("graphml", (".graphml",), "networkx bipartite form (opgraph.io.nx)", _save_graphml,
-                    _load_graphml))
+                    _load_graphml, requires=("networkx",)))
     register(Format("dot", (".dot", ".gv"), "drawing: DOT text (opgraph.viz)", _drawing_saver("dot"),
                     round_trip="save only"))
     for fmt in ("svg", "png", "pdf"):
         register(Format(fmt, (f".{fmt}",), "drawing rendered by Graphviz's dot", _drawing_saver(fmt),
-                        round_trip="save only"))
+                        round_trip="save only", binaries=("dot",)))
     for name, suffix, to_name, from_name in _dag_formats():
         register(Format(name, (suffix,), f"{to_name}'s DagForm; no update edges",
                         _dag_saver(name, to_name), _dag_loader(name, from_name), pickle=True))
     register(Format("dask", (".dask.pkl",), "to_dask's Dask graph; no update edges", _save_dask, _load_dask,
-                    pickle=True))
+                    pickle=True, requires=("dask",)))
     register(Format("pytensor", (".pytensor.pkl",), "to_pytensor's FunctionGraph; no update edges", _save_pytensor,
-                    _load_pytensor, pickle=True, round_trip="exact (live ops)"))
+                    _load_pytensor, pickle=True, round_trip="exact (live ops)", requires=("pytensor",)))
 
 
 _register_builtin()
@@ -1055,6 +1165,6 @@ _register_builtin()
 __all__ = [
     "DEFAULT_FORMAT", "Format", "NotLoadableError", "PickleRefusedError", "UnknownFormatError",
     "UnsupportedGraphError", "check_graph_path", "check_regular_file", "format_for_path", "formats",
-    "from_graphml_graph", "get_format", "known_suffixes", "load", "match_suffix", "register", "save",
-    "to_graphml_graph",
+    "from_graphml_graph", "get_format", "has_package", "known_suffixes", "load", "match_suffix",
+    "missing_dependency", "register", "save", "to_graphml_graph",
 ]

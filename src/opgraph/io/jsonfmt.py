@@ -120,11 +120,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from opgraph.core import progress
 from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import as_dtype
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, Symbols
-from opgraph.core.registry import CONST, OpDef, get_op
+from opgraph.core.registry import CONST, OpDef, get_op, unknown_op_message
 from opgraph.core.types import VOID, TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, VerifyError
 from opgraph.io._atomic import atomic_files
@@ -1051,6 +1052,7 @@ class _Text:
         self._pending = b""  # bytes of a character cut by the window
         self._byte = 0  # bytes decoded so far (after a BOM)
         self._failed: str | None = None
+        self.tick: Any = progress.NO_TASK  # the load's progress task, reported once per window
         if isinstance(source, str):
             self.buf = source[1:] if source.startswith("\ufeff") else source
             self.eof = True
@@ -1079,6 +1081,7 @@ class _Text:
         except UnicodeDecodeError as exc:
             raise _NotUtf8(self._byte + exc.start) from None
         self._byte += cut
+        self.tick.advance(cut)
         self._pending = raw[cut:]
         if final:
             self.eof = True
@@ -1481,7 +1484,7 @@ class _Doc:
                 try:
                     opdef = self.opdefs[kind_name] = get_op(kind_name)
                 except KeyError:
-                    raise _Bad(f"{path}.op", f"unknown op kind {kind_name!r}") from None
+                    raise _Bad(f"{path}.op", unknown_op_message(kind_name)) from None
             kind = opdef.id
             if "id" in op:
                 rank = _R_ID
@@ -1947,7 +1950,8 @@ def loads_json(text: str | bytes, *, source: str = "<string>", verify: bool = Tr
 def _load(source_data: str | bytes | BinaryIO, source: str, verify: bool) -> Graph:
     doc = _Doc()
     text = _Text(source_data, _SCANNER)
-    with paused_gc():
+    with paused_gc(), progress.task(f"loading {source}: parsing JSON (bytes)",
+                                    total=progress.byte_size(source_data)) as text.tick:
         try:
             try:
                 _stream_document(text, doc)
@@ -1965,7 +1969,8 @@ def _load(source_data: str | bytes | BinaryIO, source: str, verify: bool) -> Gra
         except ValueError as exc:  # e.g. an integer with too many digits
             raise FormatError(f"{source}: malformed JSON: {exc}") from None
         try:
-            return doc.graph(source, verify)
+            with progress.task(f"loading {source}: building the graph"):
+                return doc.graph(source, verify)
         except _Bad as exc:
             raise FormatError(f"{source}: {_where(exc.path)}: {exc.message}") from None
 
@@ -2002,7 +2007,7 @@ def load_json(path: str | os.PathLike[str], *, verify: bool = True) -> Graph:
     >>> load_json(p)
     Traceback (most recent call last):
     ...
-    opgraph.errors.FormatError: .../bad.json: ops[0].op: unknown op kind 'frobnicate'
+    opgraph.errors.FormatError: .../bad.json: ops[0].op: unknown op kind 'frobnicate': it is not a built-in op; ...
     """
     with open(path, "rb") as f:
         return _load(f, os.fspath(path), verify)

@@ -32,6 +32,7 @@ import networkx as nx
 
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
+from opgraph.core.registry import get_op, unknown_op_message
 from opgraph.core.types import as_type
 from opgraph.errors import GraphError
 
@@ -228,6 +229,11 @@ def _build(G: nx.DiGraph, events: list[tuple[str, Any]], where: Callable[[Any], 
                     raise GraphError(f"a const op has no inputs, this one has {len(ins)}")
                 res: Any = b.constant(attrs["value"])
             else:
+                if isinstance(kind, str):
+                    try:
+                        get_op(kind)
+                    except KeyError:
+                        raise GraphError(unknown_op_message(kind)) from None
                 res = b.op(kind, *[env[v] for v in ins], **attrs)
             outs = res if isinstance(res, tuple) else (res,)
             out_nodes = _ordered(G, node, False)

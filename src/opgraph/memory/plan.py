@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core import progress
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
@@ -903,9 +904,16 @@ def _plan_memory(graph: Graph, targets: Iterable[int] | None, schedule: str | np
     if isinstance(schedule, str):
         names = {"dfs": ["dfs"], "greedy": ["greedy"], "best": ["dfs", "greedy"]}[schedule]
         candidates = []
-        dfs = dfs_schedule(graph, targets)
+        with progress.task("plan: dfs schedule", total=graph.num_ops) as tick:
+            dfs = dfs_schedule(graph, targets)
+            tick.advance(graph.num_ops)
         for name in names:
-            sched = dfs if name == "dfs" else greedy_schedule(graph, targets, base=dfs)
+            if name == "dfs":
+                sched = dfs
+            else:
+                with progress.task(f"plan: {name} schedule", total=graph.num_ops) as tick:
+                    sched = greedy_schedule(graph, targets, base=dfs)
+                    tick.advance(graph.num_ops)
             if any(np.array_equal(sched, c[1]) for c in candidates):
                 continue
             candidates.append((name, sched))
@@ -913,7 +921,9 @@ def _plan_memory(graph: Graph, targets: Iterable[int] | None, schedule: str | np
         candidates = [("given", np.asarray(schedule, dtype=np.int32))]
     best: MemoryPlan | None = None
     for name, sched in candidates:
-        p = _plan_on(graph, sched, name, targets, aliases)
+        with progress.task(f"plan: memory on the {name} schedule", total=len(sched)) as tick:
+            p = _plan_on(graph, sched, name, targets, aliases)
+            tick.advance(len(sched))
         if best is None or (p.total_bytes, p.owl.total) < (best.total_bytes, best.owl.total):
             best = p
     assert best is not None

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core import progress
 from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
@@ -80,7 +81,9 @@ class Pipeline:
             changed = False
             for name, fn in self.passes:
                 t0 = time.perf_counter()
-                r = fn(g)
+                with progress.task(f"optimize: {name} (round {it + 1})", total=g.num_ops) as tick:
+                    r = fn(g)
+                    tick.advance(g.num_ops)
                 rep.seconds[name] = rep.seconds.get(name, 0.0) + time.perf_counter() - t0
                 if r.changed:
                     changed = True

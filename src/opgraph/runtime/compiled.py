@@ -47,7 +47,8 @@ import numpy as np
 from opgraph import backends
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, region_graph
 from opgraph.backends.numpy import CompiledGraph, EvalContext, aligned_empty
-from opgraph.core.feeds import coerce_feed, input_id, value_id
+from opgraph.core import progress
+from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds, target_ids, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 from opgraph.core.types import TensorType
@@ -154,7 +155,9 @@ class _Variant:
     def __init__(self, program: Program, graph: Graph) -> None:
         be = program.backend
         self.source = graph
-        lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
+        with progress.task(f"compile: lower for {be.name}", total=graph.num_ops) as tick:
+            lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
+            tick.advance(graph.num_ops)
         self.lowered = g = lowered.graph
         self.lowered_counts = lowered.counts
         self.input_pos = {v: i for i, v in enumerate(g.inputs.tolist())}
@@ -186,9 +189,11 @@ class _Variant:
         # results that no region computes: constants (inputs come with the feeds)
         self.constants = {int(v): g.constant_of(int(g.value_producer[v])) for v in g.outputs.tolist()
                           if g.value_producer[v] >= 0 and g.op_kind[g.value_producer[v]] == CONST.id}
-        for r in self.regions:
-            if r.static:
-                self._executable(program, r, None)
+        with progress.task(f"compile: {len(self.regions)} region(s) on {be.name}", total=len(self.regions)) as tick:
+            for r in self.regions:
+                if r.static:
+                    self._executable(program, r, None)
+                tick.advance(1)
 
     def _executable(self, program: Program, r: Region, shapes: tuple[Any, ...] | None) -> Executable:
         exe = r.executables.get(shapes)  # type: ignore[arg-type]
@@ -251,21 +256,26 @@ class Program:
     # ---------------------------------------------------------------- running
     def __call__(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
                  **named: Any) -> list[np.ndarray]:
-        """Run on ``feeds``; ``targets`` (ids, names or Values) default to the graph's outputs."""
+        """Run on ``feeds``; ``targets`` (ids, names or Values) default to the graph's outputs.
+
+        Feeds are keyed as in :meth:`Graph.run <opgraph.core.graph.Graph.run>` (dict keys: ids, names, ``"%x"``,
+        Values; keywords: input names; ``targets`` is this call's parameter), by
+        :func:`~opgraph.core.feeds.resolve_feeds`.
+        """
+        ids = resolve_feeds(self.graph, feeds, named)
         with self._lock:
-            return self._run({**(feeds or {}), **named}, targets)
+            return self._run(ids, targets)
 
     run = __call__
 
-    def _run(self, feeds: Mapping[Any, Any], targets: Sequence[Any] | None) -> list[np.ndarray]:
+    def _run(self, feeds: Mapping[int, Any], targets: Sequence[Any] | None) -> list[np.ndarray]:
         g = self.graph
-        tg = tuple(self.outputs) if targets is None else tuple(value_id(g, t) for t in targets)
+        tg = tuple(self.outputs) if targets is None else tuple(target_ids(g, targets))
         var = self.variant(tg)
         lg = var.lowered
         env: dict[int, tuple[str, Any]] = {}
         linputs = lg.inputs.tolist()
-        for k, data in feeds.items():
-            v = input_id(g, k)
+        for v, data in feeds.items():  # keys are input ids (resolve_feeds)
             env[linputs[self._input_pos[v]]] = ("numpy", coerce_feed(g, v, data))
         for pos, st in self._state.items():
             env.setdefault(linputs[pos], st)
@@ -504,7 +514,10 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
         return auto  # type: ignore[return-value]
     if backend == "numpy" and not options and device in (None, "cpu"):
         backends.get("numpy")
-        return CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+        with progress.task("compile: numpy (schedule, memory plan, program)", total=graph.num_ops) as tick:
+            compiled = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+            tick.advance(graph.num_ops)
+        return compiled
     return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, **options)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core import hooks
+from opgraph.core import hooks, progress
 from opgraph.core.feeds import coerce_feed, input_id, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
@@ -78,7 +78,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
     in_ptr, in_ids, out_ptr, out_ids = (graph.in_ptr.tolist(), graph.in_ids.tolist(),
                                         graph.out_ptr.tolist(), graph.out_ids.tolist())
     kinds, versions, attr_ids = graph.op_kind.tolist(), graph.op_version.tolist(), graph.op_attr.tolist()
-    for op in order.tolist():
+    for op in progress.iterate(order.tolist(), f"run: {len(order)} ops on numpy"):
         outs = out_ids[out_ptr[op]:out_ptr[op + 1]]
         kind = kinds[op]
         if kind == CONST.id:
@@ -101,6 +101,10 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
             result = fn(*args, **attrs)
         except GraphError:
             raise
+        except ImportError as exc:  # a kernel needing an optional package (SciPy): name the extra installing it
+            from opgraph.io.formats import missing_dependency
+
+            raise (missing_dependency(exc, f"op {op} ({graph.kind_of(op)})") or exc) from exc
         except Exception as exc:
             raise ExecutionError(f"op {op} ({graph.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
         if len(outs) == 1:
