@@ -285,7 +285,7 @@ def test_add_parser_on_own_parser() -> None:
 
 def test_draw_without_the_graphviz_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "graphviz", None)
-    with pytest.raises(ImportError, match="pip install graphviz"):
+    with pytest.raises(ImportError, match=r"needs the optional package graphviz: pip install 'opgraph\[viz\]'"):
         draw(mlp())
 
 

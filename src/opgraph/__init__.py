@@ -54,6 +54,7 @@ from opgraph.errors import (
     FormatError,
     GraphError,
     MemoryLimitError,
+    MissingDependencyError,
     OpBuildError,
     OpTypeError,
     UnknownKeyError,
@@ -83,9 +84,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
-    "MemoryLimitError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols", "TensorType", "UnknownKeyError",
-    "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function", "get_op", "grad", "hessian",
-    "jacobian", "load", "optimize", "register_op", "save", "trace", "value_and_grad", "vjp",
+    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols",
+    "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function",
+    "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "trace", "value_and_grad",
+    "vjp",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.

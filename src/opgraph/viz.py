@@ -51,6 +51,7 @@ from opgraph._atomic import atomic_files
 from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
+from opgraph.errors import MissingDependencyError
 
 if TYPE_CHECKING:
     import graphviz
@@ -381,8 +382,8 @@ def draw(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "
     try:
         import graphviz
     except ImportError:
-        raise ImportError("opgraph.viz.draw needs the graphviz Python package: pip install graphviz "
-                          "(opgraph.viz.to_dot gives the DOT text without it)") from None
+        raise MissingDependencyError("graphviz", "opgraph.viz.draw (opgraph.viz.to_dot gives the DOT text "
+                                     "without it)") from None
     body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir)
     return graphviz.Digraph(name="opgraph", body=[f"\t{line}\n" for line in body])
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from opgraph.core.registry import Attr, OpDef, attr_dtype, attr_float, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
+from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
@@ -36,7 +37,7 @@ def _scipy_ufunc(name: str) -> Callable[[], np.ufunc]:
         try:
             import scipy.special
         except ImportError as exc:  # pragma: no cover - scipy is installed by every make target
-            raise ImportError(f"the {name} op needs SciPy: pip install 'opgraph[scipy]'") from exc
+            raise MissingDependencyError("scipy", f"the {name} op") from exc
         return getattr(scipy.special, name)
 
     return load
