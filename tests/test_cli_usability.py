@@ -91,7 +91,8 @@ def test_missing_package_is_a_library_error_with_the_extra(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     msg = proc.stdout.strip()
     assert msg.startswith("saving graphml files needs the optional package networkx: pip install 'opgraph[interop]'")
-    assert "install -e '.[interop]'" in msg  # this is a source checkout
+    # a source checkout, and the command runs outside its root: the install line has absolute paths
+    assert f"install -e '{Path(opgraph.__file__).parents[2]}[interop]'" in msg
     assert not (tmp_path / "g.graphml").exists()
 
 
@@ -134,7 +135,7 @@ def test_backend_not_installed_and_kernel_needing_scipy() -> None:
     assert proc.returncode == 0, proc.stderr
     jax, erf = proc.stdout.splitlines()
     assert jax.startswith("backend 'jax' needs the optional package jax: pip install 'opgraph[jax]'")
-    assert erf.startswith("op 0 (erf) needs the optional package scipy: pip install 'opgraph[scipy]'")
+    assert erf.startswith("the erf op needs the optional package scipy: pip install 'opgraph[scipy]'")
 
 
 # ----------------------------------------------------------------------------- backends
@@ -312,3 +313,43 @@ def test_command_line_progress_bars(tmp_path: Path) -> None:
         proc = subprocess.run([*cmd, *quiet, "plan", "g.json"], capture_output=True, text=True, cwd=tmp_path,
                               env=env, timeout=300)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_convert_a_training_step_to_onnx_with_its_updates_as_outputs(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path, level: int) -> None:
+    """``convert g.cg g.onnx`` of a training step names ``--onnx-updates outputs``, which writes each new state
+    value as an output ``<input>.next``; ONNX Runtime's step equals opgraph's, with the optimiser's fused ops
+    (level 2: matmul_t, and sgd_momentum_update where it pays) written as their decompositions."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from opgraph.core.registry import get_op
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import demo
+
+    g = demo.build_step(64).graph  # the step examples/demo.py saves as out/mlp_step.cg
+    if level:
+        g = opgraph.optimize(g, level=level, cost=None)
+        kinds = {g.kind_of(op) for op in range(g.num_ops)}
+        assert "matmul_t" in kinds and all(get_op(k).decompose for k in kinds & {"matmul_t", "sgd_momentum_update"})
+    src, dst = tmp_path / "step.cg", tmp_path / "step.onnx"
+    opgraph.io.save(g, src)
+    code, _, err = run(capsys, "convert", src, dst)
+    assert code == 1 and "--onnx-updates outputs" in one_error_line(err) and not dst.exists()
+    assert run(capsys, "convert", src, tmp_path / "step.json", "--onnx-updates", "outputs")[0] == 2  # ONNX only
+    code, out, err = run(capsys, "convert", src, dst, "--onnx-updates", "outputs")
+    assert code == 0 and "(onnx:" in out, err
+    model = onnx.load(dst)
+    onnx.checker.check_model(model, full_check=True)
+    state = [g.name_of(v) for v in g.updates[:, 1].tolist()]
+    assert [o.name for o in model.graph.output] == [g.name_of(v) or "output_0" for v in g.outputs.tolist()] + [
+        f"{n}.next" for n in state]
+    rng = np.random.default_rng(7)
+    feeds = {g.name_of(v): rng.standard_normal(g.type_of(v).shape) for v in g.inputs.tolist()}
+    session = ort.InferenceSession(dst.read_bytes(), providers=["CPUExecutionProvider"])
+    got = session.run(None, feeds)
+    want = g.run(feeds, [*g.outputs.tolist(), *g.updates[:, 0].tolist()])  # the outputs, then each new state
+    assert len(got) == len(want) == len(g.outputs) + len(state) > 1
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-10, atol=1e-12)

@@ -35,7 +35,8 @@ by default the code of the promoted input dtype (bool 1, int8 2, int16 3, int32 
 int64 5, uint8 6, uint16 7, uint32 8, uint64 9, float16 10, float32 11, float64 12,
 complex64 13, complex128 14); `cast` uses 16 * source code + target code.
 
-Flags: **E** elementwise, **C** commutative, **I** may overwrite the inputs listed.
+Flags: **E** elementwise, **C** commutative, **I** may overwrite the inputs listed, **D** decomposes into basic
+ops (its `decompose`: lowering gives a backend without the op these parts, and ONNX export writes them).
 
 """
 
@@ -50,6 +51,8 @@ def render() -> str:
         flags = " ".join(f for f, on in (("E", d.elementwise), ("C", d.commutative)) if on)
         if d.inplace:
             flags += f" I{list(d.inplace)}"
+        if d.decompose is not None:
+            flags += " D"
         doc = d.doc.replace("|", "\\|").replace("\n", " ")
         rows.append(f"| {d.id} | `{d.name}` | {d.family} | {arity} | {attrs} | {flags.strip()} | {doc} |")
     return HEADER + "\n".join(rows) + "\n"

@@ -117,10 +117,13 @@ class MissingDependencyError(GraphError, ImportError):
         how = f"pip install 'opgraph[{extra}]'" if extra else f"pip install {package}"
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if extra and os.path.exists(os.path.join(root, "pyproject.toml")):  # running from a source checkout
+            # the command as typed in the checkout's root; elsewhere with absolute paths, so it works from anywhere
             pip = os.path.join(sys.prefix, "bin", "pip")
-            rel = os.path.relpath(pip, root)
-            pip = rel if not rel.startswith("..") else pip
-            how += f" (in this checkout: {pip} install -e '.[{extra}]')"
+            if os.path.abspath(os.getcwd()) == root:
+                rel = os.path.relpath(pip, root)
+                how += f" (in this checkout: {rel if not rel.startswith('..') else pip} install -e '.[{extra}]')"
+            else:
+                how += f" (in this checkout: {pip} install -e '{root}[{extra}]')"
         super().__init__(f"{feature} needs the optional package {package}: {how}", name=package)
         self.package = package
         self.feature = feature

@@ -38,7 +38,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +51,25 @@ Attrs = tuple[tuple[str, Any], ...]
 
 InferFn = Callable[[tuple[ValueType, ...], dict[str, Any]], Sequence[ValueType]]
 VersionFn = Callable[[tuple[ValueType, ...], dict[str, Any]], int]
+
+
+class Emit(Protocol):
+    """What an op's ``decompose`` writes with: an emitter whose values are whatever its user's are (value ids
+    in ``opgraph.passes``' lowering, ONNX tensor names in the exporter, a builder's values in tests)."""
+
+    def op(self, kind: str, *ins: Any, **attrs: Any) -> Any:
+        """Append op ``kind`` on ``ins``; its output (or a tuple of outputs)."""
+
+    def constant(self, value: Any, dtype: Any = None) -> Any:
+        """A constant holding ``value`` (cast to ``dtype`` if given)."""
+
+    def type_of(self, v: Any) -> ValueType:
+        """The type of value ``v``."""
+
+
+DecomposeFn = Callable[[Emit, Sequence[Any], Mapping[str, Any]], Any]
+"""``fn(e, ins, attrs)``: emit an op's parts on ``e`` from its inputs and attributes; return its output (a
+tuple for several), or None where this case has none (the op is then kept, or refused)."""
 
 _REQUIRED = object()
 
@@ -238,6 +257,14 @@ class OpDef:
     * flags: ``elementwise``, ``commutative``, ``inplace`` (the input
       positions whose buffer an output may overwrite).
     * ``grad``: the reverse-mode rule, filled by the autodiff layer's families.
+    * ``decompose``: the op written with more basic ops (a :data:`DecomposeFn`
+      ``fn(e, ins, attrs)`` emitting on an :class:`Emit`), or None. Lowering
+      (``opgraph.passes.lower``) rewrites the op with it for a backend that
+      lacks the op, and the ONNX exporter writes an op without an ONNX
+      operator through it; it computes what the op's kernel computes.
+
+    >>> get_op("fma").decompose is not None, get_op("add").decompose is None
+    (True, True)
     """
 
     name: str
@@ -254,6 +281,7 @@ class OpDef:
     grad: Callable[..., Any] | None = None
     family: str = "user"
     doc: str = ""
+    decompose: DecomposeFn | None = None
 
     def kernel_for(self, backend: str, version: int) -> Callable[..., Any]:
         """The kernel for a backend and version (a versioned kernel wins).

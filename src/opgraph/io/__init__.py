@@ -49,7 +49,8 @@ def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = Non
 
     Also available as ``opgraph.save`` (``opgraph.save(g, "model.cg")``).
     ``options`` go to the format's writer (``inline_limit`` for JSON,
-    ``index_bits`` for .cg, ``feeds`` for Dask, ``plan``/``max_ops``/``rankdir``
+    ``index_bits`` for .cg, ``feeds`` for Dask, ``updates="outputs"`` for ONNX
+    (a training step's new state as extra outputs), ``plan``/``max_ops``/``rankdir``
     for drawings). A format that cannot hold the graph raises
     :class:`~opgraph.io.formats.UnsupportedGraphError` and writes nothing.
 

@@ -472,10 +472,10 @@ def _load_json(path: str | os.PathLike[str], **options: Any) -> Graph:
 
 
 # ----------------------------------------------------------------------------- ONNX
-def _save_onnx(graph: Graph, path: str | os.PathLike[str]) -> None:
+def _save_onnx(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
     from opgraph.io.onnx import to_onnx
 
-    model = _convert("onnx", path, lambda: to_onnx(graph))
+    model = _convert("onnx", path, lambda: to_onnx(graph, **options))
     _write_bytes(path, model.SerializeToString())
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_dtype, attr_float, register_op
+from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
@@ -743,11 +743,33 @@ def _attr_approximate(v: Any) -> str:
     return v
 
 
+def _const_like(e: Emit, x: float, like: Any) -> Any:
+    """The scalar ``x`` in the dtype of value ``like`` (a decomposition's constant)."""
+    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
+
+
+def _gelu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    dt = tensor(e.type_of(x)).dtype
+
+    def c(v: float) -> Any:
+        return _const_like(e, v, x)
+
+    if attrs["approximate"] == "tanh":
+        inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
+        t = e.op("tanh", e.op("multiply", c(float(np.sqrt(2 / np.pi))), inner))
+    else:
+        t = e.op("erf", e.op("multiply", x, c(float(1 / np.sqrt(2)))))
+    if tensor(e.type_of(t)).dtype != dt:  # SciPy's erf widens float16
+        t = e.op("cast", t, dtype=dt)
+    return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))
+
+
 gelu.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
 register_op(OpDef(
     name="gelu", id=44, arity=1, infer=_gelu_infer,
     attrs={"approximate": Attr(_attr_approximate, "none", doc="'none' (x * Phi(x), through erf) or 'tanh'")},
-    kernels={"numpy": gelu}, elementwise=True, inplace=(0,), family=FAMILY, grad=_gelu_grad,
+    kernels={"numpy": gelu}, elementwise=True, inplace=(0,), family=FAMILY, grad=_gelu_grad, decompose=_gelu_parts,
     doc="gelu(x, approximate): x * Phi(x), or torch's tanh approximation; float32 by a NumPy kernel (at most "
         "5 ulp for x >= -1, absolute error 1e-7 * |x| below, as the erf formula), float64 by SciPy's ndtr",
 ))
@@ -899,11 +921,20 @@ def _specializer(kernel: Callable[..., Any], block: Callable[[dict[str, Any], bo
     return specialize
 
 
+def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    s = e.op("sigmoid", x)
+    dt = tensor(e.type_of(x)).dtype
+    if tensor(e.type_of(s)).dtype != dt:  # SciPy's expit widens float16
+        s = e.op("cast", s, dtype=dt)
+    return e.op("multiply", x, s)
+
+
 silu.specialize = _specializer(  # type: ignore[attr-defined]
     silu, lambda attrs, compiled: _silu_direct if compiled else _silu_block, blocked=True, scratch=2)
 register_op(OpDef(
     name="silu", id=45, arity=1, infer=_float_infer("silu"), kernels={"numpy": silu}, elementwise=True,
-    inplace=(0,), family=FAMILY, grad=_silu_grad,
+    inplace=(0,), family=FAMILY, grad=_silu_grad, decompose=_silu_parts,
     doc="silu(x): x * sigmoid(x) (swish); float32 by a NumPy kernel, sigmoid and product per cache-sized block "
         "(at most 5 ulp for x >= -87, measured), float64 exactly as x * sigmoid(x)",
 ))
@@ -1006,6 +1037,18 @@ def _hard_swish_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, An
     return [_m(b, g, d)]
 
 
+def _hard_sigmoid_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    line = e.op("add", e.op("multiply", x, _const_like(e, attrs["alpha"], x)), _const_like(e, attrs["beta"], x))
+    return e.op("clip", line, _const_like(e, 0.0, x), _const_like(e, 1.0, x))
+
+
+def _hard_swish_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    (x,) = ins
+    relu6 = e.op("clip", e.op("add", x, _const_like(e, 3.0, x)), _const_like(e, 0.0, x), _const_like(e, 6.0, x))
+    return e.op("multiply", e.op("multiply", relu6, x), _const_like(e, 1 / 6, x))
+
+
 hard_swish.specialize = _specializer(  # type: ignore[attr-defined]
     hard_swish, lambda attrs, compiled: _hard_block(1 / 6, 0.5, True, compiled), blocked=False, scratch=1)
 hard_sigmoid.specialize = _specializer(  # type: ignore[attr-defined]
@@ -1015,12 +1058,13 @@ register_op(OpDef(
     name="hard_sigmoid", id=46, arity=1, infer=_float_infer("hard_sigmoid"),
     attrs={"alpha": Attr(attr_float, 0.2, doc="slope"), "beta": Attr(attr_float, 0.5, doc="offset")},
     kernels={"numpy": hard_sigmoid}, elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_sigmoid_grad,
+    decompose=_hard_sigmoid_parts,
     doc="hard_sigmoid(x, alpha=0.2, beta=0.5): max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid); float32 by "
         "a blocked NumPy kernel",
 ))
 register_op(OpDef(
     name="hard_swish", id=47, arity=1, infer=_float_infer("hard_swish"), kernels={"numpy": hard_swish},
-    elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_swish_grad,
+    elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_swish_grad, decompose=_hard_swish_parts,
     doc="hard_swish(x): x * max(0, min(1, x / 6 + 1/2)) (ONNX HardSwish, torch's hardswish); float32 by a "
         "blocked NumPy kernel (one compiled loop with numba)",
 ))

@@ -57,6 +57,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from opgraph.core.registry import (
     Attr,
+    Emit,
     OpDef,
     attr_bool,
     attr_float,
@@ -2115,12 +2117,33 @@ def _layer_norm_specialize(in_types: Any, out_types: Any, attrs: Any) -> None:
     _prepare_compiled_loops(in_types, out_types, attrs)
 
 
+def _layer_norm_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    x, *rest = ins
+    t = e.type_of(x)
+    if not isinstance(t, TensorType) or t.rank is None:
+        return None
+    axes = tuple(range(attrs["axis"] % t.rank, t.rank))
+    xw = e.op("cast", x, dtype="float32") if t.dtype == np.float16 else x  # the kernel's float32 for float16
+    mean = e.op("mean", xw, axis=axes, keepdims=True)
+    d = e.op("subtract", xw, mean)
+    var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
+    eps = e.constant(np.asarray(attrs["epsilon"], dtype=tensor(e.type_of(var)).dtype))
+    y = e.op("divide", d, e.op("sqrt", e.op("add", var, eps)))
+    if xw is not x:
+        y = e.op("cast", y, dtype=t.dtype)
+    if rest:
+        y = e.op("multiply", y, rest[0])
+    if len(rest) > 1:
+        y = e.op("add", y, rest[1])
+    return y
+
+
 layer_norm.specialize = _layer_norm_specialize  # type: ignore[attr-defined]
 register_op(OpDef(
     name="layer_norm", id=815, arity=None, min_inputs=1, infer=_layer_norm_infer,
     attrs={"axis": Attr(attr_int, -1, doc="the first normalised axis: axes axis .. last are normalised"),
            "epsilon": Attr(attr_float, 1e-5, doc="added to the variance")},
-    kernels={"numpy": layer_norm}, inplace=(0,), family=FAMILY, grad=_layer_norm_grad,
+    kernels={"numpy": layer_norm}, inplace=(0,), family=FAMILY, grad=_layer_norm_grad, decompose=_layer_norm_parts,
     doc="layer_norm(x, [scale, [bias]], axis=-1, epsilon=1e-5): ONNX LayerNormalization (mean and variance over "
         "axes axis .. last, (x - mean) / sqrt(var + epsilon) * scale + bias); float only, scale and bias in x's "
         "dtype broadcasting to x; one compiled loop per row with numba, else NumPy passes (row sums by BLAS)",

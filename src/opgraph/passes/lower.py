@@ -10,8 +10,8 @@ each rule exact: it computes the same values with more basic ops.
   program's ops; the optimiser updates (``sgd_momentum_update``,
   ``adagrad_update``, ``adam_update``, ``adam_update_t``) -> their textbook
   elementwise forms. These rules write each op as its decomposition
-  (:func:`opgraph.ops.fused.decomposition`), which lives with the op, so the
-  ONNX exporter writes an op without an ONNX translation the same way;
+  (its ``OpDef.decompose``, registered with the op in its family module), so
+  the ONNX exporter writes an op without an ONNX translation the same way;
 * contractions into transpose + reshape + matmul (TTGT): two-operand
   ``einsum`` and ``tensordot``; ``outer`` -> reshape + multiply; ``vecdot``
   -> ``conj`` + ``multiply`` + ``sum``;
@@ -53,11 +53,9 @@ _EXACT = "exact: the same arithmetic in the same order, written with more basic 
 
 
 def _decomposed(kind: str) -> Callable[[Match], Any]:
-    """The replacement that writes op ``kind`` as its decomposition (``opgraph.ops.fused.decomposition``)."""
+    """The replacement that writes op ``kind`` as its decomposition (``get_op(kind).decompose``)."""
     def replace(m: Match) -> Any:
-        from opgraph.ops.fused import decomposition  # the family's module, imported when a rule first fires
-
-        fn = decomposition(kind)
+        fn = get_op(kind).decompose  # looked up when the rule fires: the family loads on first use
         return None if fn is None else fn(m.e, m.root_ins, m.root_attrs)
     replace.__name__ = f"decompose_{kind}"
     return replace

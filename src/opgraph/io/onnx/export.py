@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST, resolve
+from opgraph.core.registry import CONST, get_op, resolve
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
 
@@ -677,8 +677,8 @@ def export_op(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrM
     """ONNX nodes for one opgraph op on tensors ``ins``; the names of its outputs.
 
     An op with an export rule (:data:`RULES`: a direct translation) gets it; any other op is written as its
-    decomposition into more basic ops (:func:`opgraph.ops.fused.decomposition`, the parts lowering gives a backend
-    without the op: a fused op's), each exported the same way. An op with neither is refused, saying why.
+    decomposition into more basic ops (its ``OpDef.decompose``, the parts lowering gives a backend without the
+    op: a fused op's), each exported the same way. An op with neither is refused, saying why.
 
     >>> import opgraph
     >>> from opgraph.core.types import TensorType
@@ -699,9 +699,7 @@ def export_op(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrM
 
 def _decomposed(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrMap) -> Names:
     """ONNX nodes for op ``kind`` written as its decomposition (an export rule may defer to it for some dtypes)."""
-    from opgraph.ops.fused import decomposition  # ops sit below io: the op's parts live with the op
-
-    fn = decomposition(kind)
+    fn = get_op(kind).decompose  # the op's parts live with the op, in its family module
     if fn is None:
         raise _NoTranslation(f"ONNX has no operator for {kind} and opgraph knows no decomposition of it into ops "
                              "that have one")
@@ -716,7 +714,7 @@ def _decomposed(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: Att
 
 
 class _Emit:
-    """The emitter a decomposition writes with (:class:`opgraph.ops.fused.Emit`): values are ONNX tensor names,
+    """The emitter a decomposition writes with (:class:`opgraph.core.registry.Emit`): values are ONNX tensor names,
     each op is typed by the registry and exported by :func:`export_op`."""
 
     def __init__(self, ex: Exporter, types: dict[str, TensorType]) -> None:
@@ -765,7 +763,8 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
         raise ValueError(f"updates must be 'refuse' or 'outputs', got {updates!r}")
     if len(graph.updates) and updates == "refuse":
         raise OnnxExportError("the graph has update edges (state); ONNX models have none (updates='outputs' writes "
-                              "each new state value as an extra output instead)")
+                              "each new state value as an extra output instead: 'opgraph convert --onnx-updates "
+                              "outputs' on the command line)")
     ex = Exporter(graph)
     names: dict[int, str] = {}
     used: set[str] = set()
