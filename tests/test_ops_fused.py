@@ -144,3 +144,99 @@ def test_adam_update_t(rng: np.random.Generator, square_first: bool) -> None:
     with pytest.raises(OpBuildError):
         out_type("adam_update_t", *(TensorType("float32", (4,)),) * 5, TensorType("float32", ()), lr=lr, b1=b1,
                  c1=0.1, b2=b2, c2=0.001, eps=eps)
+
+
+# ---------------------------------------------------------------- update kernels: both paths, results in operands
+def _refs(kind: str, xs: list[np.ndarray], sq: bool = False) -> tuple[np.ndarray, ...]:
+    """The unfused NumPy expressions (same operations, same order) the update kernels replace."""
+    f = xs[0].dtype.type
+    if kind == "sgd_momentum_update":
+        p, v, g = xs
+        v2 = np.multiply(0.9, v) + g
+        return p - np.multiply(0.05, v2), v2
+    if kind == "adagrad_update":
+        p, a, g = xs
+        a2 = a + g * g
+        return p - (f(0.05) * g) / (np.sqrt(a2) + f(1e-7)), a2
+    p, m, v, g = xs[:4]
+    bc1, bc2 = f(0.271), f(0.003)
+    m2 = f(0.9) * m + f(0.1) * g
+    v2 = f(0.999) * v + ((g * g) * f(0.001) if sq else (f(0.001) * g) * g)
+    return p - (f(0.01) * (m2 / bc1)) / (np.sqrt(v2 / bc2) + f(1e-8)), m2, v2
+
+
+_KW = {"sgd_momentum_update": {"lr": 0.05, "mu": 0.9}, "adagrad_update": {"lr": 0.05, "eps": 1e-7},
+       "adam_update_t": {"lr": 0.01, "b1": 0.9, "c1": 0.1, "b2": 0.999, "c2": 0.001, "eps": 1e-8}}
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("kind", list(_KW))
+@pytest.mark.parametrize("n", [7, 3 * (1 << 14) + 5])  # one block; several blocks and a partial one
+def test_update_kernels_alias_and_paths(monkeypatch: pytest.MonkeyPatch, compiled: bool, dtype: str, kind: str,
+                                        n: int) -> None:
+    """Every result in every operand's memory (and fresh), compiled loop and NumPy path: bit-identical to the
+    unfused expressions; a result partly overlapping an operand is computed aside."""
+    from opgraph.core import _accel
+
+    monkeypatch.setattr(_accel, "enabled", compiled)
+    rng = np.random.default_rng(n)
+    base = [(rng.random(n) + 0.5).astype(dtype) for _ in range(4 if kind.startswith("adam") else 3)]
+    extra = [np.asarray(0.271, dtype), np.asarray(0.003, dtype)] if kind.startswith("adam") else []
+    kw = dict(_KW[kind], square_first=True) if kind.startswith("adam") else _KW[kind]
+    want = _refs(kind, base, sq=True)
+    kernel = get_op(kind).kernel_for("numpy", 0)
+    n_out = len(want)
+    for k in range(len(base) + 1):      # output 0 in operand k's memory (k == len: fresh)
+        for j in range(len(base) + 1):  # output 1 in operand j's memory
+            if k == j < len(base):
+                continue
+            xs = [b.copy() for b in base]
+            outs = [xs[k] if k < len(xs) else np.empty(n, dtype), xs[j] if j < len(xs) else np.empty(n, dtype)]
+            outs += [np.empty(n, dtype) for _ in range(n_out - 2)]
+            got = kernel(*xs, *extra, out=tuple(outs), **kw)
+            for w, o, r in zip(want, outs, got, strict=True):
+                assert r is o
+                np.testing.assert_array_equal(o, w)
+    # results overlapping an operand shifted by one element, and a non-contiguous result
+    buf = np.concatenate([base[-1], base[-1][:1]])
+    xs = [*[b.copy() for b in base[:-1]], buf[:-1]]
+    outs = [buf[1:], *[np.empty(n, dtype) for _ in range(n_out - 1)]]
+    kernel(*xs, *extra, out=tuple(outs), **kw)
+    for w, o in zip(want, outs, strict=True):
+        np.testing.assert_array_equal(o, w)
+    wide = np.empty(2 * n, dtype)
+    outs = [wide[::2], *[np.empty(n, dtype) for _ in range(n_out - 1)]]
+    kernel(*[b.copy() for b in base], *extra, out=tuple(outs), **kw)
+    np.testing.assert_array_equal(wide[::2], want[0])
+
+
+@pytest.mark.parametrize("opt", ["Momentum", "Adagrad", "Adam"])
+def test_fused_training_step_in_place_matches_unfused(monkeypatch: pytest.MonkeyPatch, opt: str) -> None:
+    """The compiled NumPy engine gives the fused updates the gradient's buffer (inplace); the results equal the
+    unfused step's exactly, step after step."""
+    import opgraph
+    import opgraph.ops.fused as fused
+    import opgraph.optim as optim
+    from opgraph.memory.plan import plan_memory
+    from opgraph.passes import optimize
+
+    monkeypatch.setattr(fused, "UPDATE_MIN", {k: (0, 0) for k in fused.UPDATE_MIN})  # fused with or without numba
+
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (16, 96)), name="x")
+    w = b.input(("float64", (96, 64)), name="w")
+    loss = b.sum(b.square(b.matmul(x, w)))
+    step = optim.training_step(b, loss, [w], getattr(optim, opt)(lr=0.01))
+    g = step.graph
+    o = optimize(g, level=2)
+    fused_ops = [op for op in range(o.num_ops) if o.kind_of(op).endswith("_update") or o.kind_of(op).endswith("_t")]
+    assert fused_ops
+    plan = plan_memory(o)
+    assert plan.stats()["inplace"] >= 1 and plan.total_bytes <= plan_memory(g).total_bytes
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((16, 96)) * 0.1, "w": rng.standard_normal((96, 64)), **step.state}
+    fa, fb = opgraph.compile(g), opgraph.compile(o)
+    for _ in range(3):
+        np.testing.assert_array_equal(fb(dict(feeds))[0], fa(dict(feeds))[0])
+        feeds = {"x": feeds["x"]}

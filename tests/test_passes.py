@@ -193,6 +193,16 @@ def _random(rng: np.random.Generator, t: Any) -> np.ndarray:
     return rng.standard_normal(t.shape).astype(t.dtype)
 
 
+@pytest.fixture
+def updates_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Update rules fire at every size, numba or not: these tests check the patterns, not the NumPy engine's
+    cost gate (opgraph.ops.fused.UPDATE_MIN; test_update_fusion_only_where_it_pays checks that)."""
+    import opgraph.ops.fused as fused
+
+    monkeypatch.setattr(fused, "UPDATE_MIN", {k: (0, 0) for k in fused.UPDATE_MIN})
+
+
+@pytest.mark.usefixtures("updates_any_size")
 @pytest.mark.parametrize("rule,fn", UPDATE_CASES)
 def test_update_fusion_before_expected(rule: str, fn: Any) -> None:
     g = _build(lambda b: fn(b, False))
@@ -458,6 +468,7 @@ def test_fuse_elementwise_chain() -> None:
     assert optimize(g2, level=3) == g2
 
 
+@pytest.mark.usefixtures("updates_any_size")
 @pytest.mark.parametrize("square_first", [False, True])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_adam_variants(dynamic: bool, square_first: bool) -> None:
@@ -496,6 +507,7 @@ def test_adam_variants(dynamic: bool, square_first: bool) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.usefixtures("updates_any_size")
 @pytest.mark.parametrize("opt,rule", [("SGD", "matmul_transpose_a"), ("Momentum", "sgd_momentum"),
                                       ("Adagrad", "adagrad"), ("Adam", "adam_t_sq")])
 def test_training_steps_from_opgraph_optim(opt: str, rule: str) -> None:
@@ -532,3 +544,24 @@ def test_cli_optimize_through_main(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
     assert cli_main.main(["optimize", str(src), "-o", str(tmp_path / "o.json"), "--fast-math", "--report"]) == 0
     assert "negative_negative" in capsys.readouterr().out
     assert cli_main.main(["optimize", str(tmp_path / "missing.json")]) == 1
+
+
+@pytest.mark.parametrize("numba_on", [True, False])
+def test_update_fusion_only_where_it_pays(monkeypatch: pytest.MonkeyPatch, numba_on: bool) -> None:
+    """With numba an update is fused at any size; without it only from UPDATE_MIN's second size on (the NumPy
+    path makes more calls than the unfused ops, so it pays only where its blocks save memory traffic)."""
+    from opgraph.core import _accel
+    from opgraph.ops.fused import UPDATE_MIN
+
+    if numba_on:
+        pytest.importorskip("numba")  # the optional ``fast`` extra
+    monkeypatch.setattr(_accel, "enabled", numba_on)
+    for n, fuses in ((8, numba_on), (UPDATE_MIN["adagrad_update"][1], True)):
+        def build(b: opgraph.GraphBuilder, n: int = n) -> None:
+            p, acc, g = (b.input(("float64", (n,)), name=k) for k in ("p", "acc", "g"))
+            acc2 = b.add(acc, b.multiply(g, g))
+            b.update(b.subtract(p, b.divide(b.multiply(0.5, g), b.add(b.sqrt(acc2), 1e-6))), p)
+            b.update(acc2, acc)
+
+        rep = optimize(_build(build), report="data")
+        assert ("adagrad" in rep.counts) == fuses, (n, rep.counts)

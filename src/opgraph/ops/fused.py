@@ -18,17 +18,87 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from math import prod
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_any, attr_bool, attr_float, register_op
+from opgraph.core.registry import Attr, Emit, OpDef, attr_any, attr_bool, attr_float, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, ufunc_dtypes
 from opgraph.ops.contraction import matmul_shape
 
 FAMILY = "fused"
+
+
+# ---------------------------------------------------------------- decompositions
+# Each op's parts in more basic ops, registered with the op below (OpDef.decompose): lowering
+# (opgraph.passes.lower) rewrites an op a backend lacks with them, and the ONNX exporter writes an op without an
+# ONNX operator through them.
+def _const_like(e: Emit, x: float, like: Any) -> Any:
+    """The scalar ``x`` in the dtype of value ``like``."""
+    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
+
+
+def _fma_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    a, b, c = ins
+    return e.op("add", e.op("multiply", a, b), c)
+
+
+def _matmul_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    a, b = ins
+
+    def swap(v: Any) -> Any:
+        rank = len(tensor(e.type_of(v)).shape)  # type: ignore[arg-type]
+        return e.op("permute_dims", v, axes=(*range(rank - 2), rank - 1, rank - 2))
+
+    return e.op("matmul", swap(a) if attrs["transpose_a"] else a, swap(b) if attrs["transpose_b"] else b)
+
+
+def _fused_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    vals: list[Any] = []
+    for kind, *refs in attrs["program"]:
+        vals.append(e.op(kind, *[ins[-r - 1] if r < 0 else vals[r] for r in refs]))
+    return vals[-1]
+
+
+def _momentum_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, v, g = ins
+    v2 = e.op("add", e.op("multiply", _const_like(e, attrs["mu"], p), v), g)
+    p2 = e.op("subtract", p, e.op("multiply", _const_like(e, attrs["lr"], p), v2))
+    return p2, v2
+
+
+def _adagrad_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, acc, g = ins
+    acc2 = e.op("add", acc, e.op("multiply", g, g))
+    den = e.op("add", e.op("sqrt", acc2), _const_like(e, attrs["eps"], p))
+    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", _const_like(e, attrs["lr"], p), g), den))
+    return p2, acc2
+
+
+def _adam_parts(e: Emit, p: Any, m: Any, v: Any, g: Any, bc1: Any, bc2: Any, attrs: Mapping[str, Any]) -> Any:
+    def sc(name: str) -> Any:
+        return _const_like(e, attrs[name], p)
+
+    m2 = e.op("add", e.op("multiply", sc("b1"), m), e.op("multiply", sc("c1"), g))
+    if attrs["square_first"]:
+        sq = e.op("multiply", e.op("multiply", g, g), sc("c2"))
+    else:
+        sq = e.op("multiply", e.op("multiply", sc("c2"), g), g)
+    v2 = e.op("add", e.op("multiply", sc("b2"), v), sq)
+    den = e.op("add", e.op("sqrt", e.op("divide", v2, bc2)), sc("eps"))
+    step = e.op("divide", e.op("multiply", sc("lr"), e.op("divide", m2, bc1)), den)
+    return e.op("subtract", p, step), m2, v2
+
+
+def _adam_update_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    p, m, v, g = ins
+    return _adam_parts(e, p, m, v, g, _const_like(e, attrs["bc1"], p), _const_like(e, attrs["bc2"], p), attrs)
+
+
+def _adam_update_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+    return _adam_parts(e, *ins, attrs)
 
 
 # ---------------------------------------------------------------- fma 1000
@@ -62,6 +132,7 @@ def _fma_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray | N
 register_op(OpDef(
     name="fma", id=1000, arity=3, infer=_fma_infer, kernels={"numpy": _fma_kernel},
     elementwise=True, inplace=(0, 1, 2), family=FAMILY,
+    decompose=_fma_parts,
     doc="fma(a, b, c) = a * b + c with broadcasting, the product written into the result's buffer (two "
         "roundings, as unfused)",
 ))
@@ -129,12 +200,13 @@ register_op(OpDef(
     attrs={"transpose_a": Attr(attr_bool, False, "use a with its last two axes swapped"),
            "transpose_b": Attr(attr_bool, False, "use b with its last two axes swapped")},
     family=FAMILY,
+    decompose=_matmul_t_parts,
     doc="matmul_t(a, b, transpose_a, transpose_b): matmul of a and b, each optionally with its last two axes "
         "swapped (a transpose absorbed into the product; BLAS reads the transposed operand in place)",
 ))
 
 
-# ---------------------------------------------------------------- optimiser updates 1010-1012
+# ---------------------------------------------------------------- optimiser updates 1010-1013
 def _same_float_types(in_types: tuple[ValueType, ...], n_out: int) -> tuple[TensorType, ...]:
     ts = [tensor(t) for t in in_types]
     first = ts[0]
@@ -146,94 +218,341 @@ def _same_float_types(in_types: tuple[ValueType, ...], n_out: int) -> tuple[Tens
     return (first,) * n_out
 
 
-def _scalar(x: float, dtype: np.dtype) -> np.ndarray:
-    return np.asarray(x, dtype=dtype)
+# Each update is one pass over its arrays, allocating nothing per call. With numba (the ``fast`` extra): one
+# compiled loop that reads every operand's element i before it writes element i of a result, so a result may
+# take over any operand's memory (the planner's in-place choice), with the same operations in the same order as
+# the unfused ops (no fastmath: bit-identical). Without it: NumPy's kernels block by block, the intermediates in
+# cache-sized per-thread scratch, each result written by its last step. Either way results that overlap an
+# operand other than as its very same elements are computed aside and copied.
+UPDATE_BLOCK = 1 << 14
+"""Elements of one block of the NumPy path (128 KiB of float64 per array: a block's operands, scratch and
+results stay in L2)."""
+
+
+def update_numba_usable() -> bool:
+    """True when the update kernels run compiled: numba is installed and ``opgraph.core._accel`` is enabled.
+
+    Finding numba does not import it (the first update kernel call does, once: about 0.3 s, plus compiling or
+    loading the cached loops). The optimiser fuses smaller updates when this holds (see
+    :func:`update_fusion_pays`).
+
+    >>> isinstance(update_numba_usable(), bool)
+    True
+    """
+    global _nb_usable, _ACCEL
+    from opgraph.core import _accel
+
+    _ACCEL = _accel  # read on every kernel call (tests switch it off)
+    if not _accel.enabled:
+        return False
+    if _nb_usable is None:
+        import importlib.util
+
+        _nb_usable = importlib.util.find_spec("numba") is not None
+    return _nb_usable and _nb_upd is not False
+
+
+UPDATE_MIN = {"sgd_momentum_update": (0, 1 << 16), "adagrad_update": (0, 1 << 16),
+              "adam_update": (0, 1 << 16), "adam_update_t": (0, 1 << 16)}
+"""Per update kind, the parameter size (elements) from which the fused kernel is no slower than the unfused ops on
+the NumPy engine: (with numba, without). The compiled loop is one call (about 0.7 us on small arrays, against
+0.3-0.4 us per unfused NumPy call: 4 for momentum, 7 for Adagrad, 14 for Adam), and one pass over memory. The
+NumPy path makes the unfused ops' calls plus its own (2-2.7x their time on arrays of 10-8192 elements) and gains
+only where its cache-sized blocks save memory traffic."""
+
+
+def update_fusion_pays(kind: str, size: int | None) -> bool:
+    """True when fusing an update of ``kind`` on a parameter of ``size`` elements does not make the NumPy engine
+    slower (:data:`UPDATE_MIN`, with or without numba: :func:`update_numba_usable`).
+
+    >>> update_fusion_pays("adam_update", 1 << 24)
+    True
+    """
+    with_nb, without = UPDATE_MIN[kind]
+    return size is not None and size >= (with_nb if update_numba_usable() else without)
+
+
+_nb_usable: bool | None = None
+_ACCEL: Any = None  # opgraph.core._accel, bound by update_numba_usable (which runs before _ACCEL is read)
+_nb_upd: Any = None  # None: not loaded yet; False: numba missing or unusable; else {name: compiled loop}
+_CONSTS: dict[Any, np.ndarray] = {}
+
+
+def _consts(dt: np.dtype, *vals: float) -> np.ndarray:
+    """The scalars ``vals`` in dtype ``dt``, as one array (cached: the same attributes on every call)."""
+    key = (dt.char, vals)
+    a = _CONSTS.get(key)
+    if a is None:
+        if len(_CONSTS) > 4096:
+            _CONSTS.clear()
+        a = _CONSTS[key] = np.array(vals, dtype=dt)
+    return a
+
+
+def _nb_clash(o: Any, x: Any, same_ok: bool) -> bool:  # pragma: no cover - compiled by numba
+    """True when contiguous ``o`` and ``x`` share memory (other than as the very same elements, if ``same_ok``)."""
+    a, b = o.ctypes.data, x.ctypes.data
+    n, m = o.size * o.itemsize, x.size * x.itemsize
+    if n == 0 or m == 0 or a >= b + m or b >= a + n:
+        return False
+    return not (same_ok and a == b and n == m)
+
+
+def _nb_momentum(p: Any, v: Any, g: Any, o0: Any, o1: Any, lr: float, mu: float) -> bool:  # pragma: no cover
+    P, V, G, O0, O1 = p.ravel(), v.ravel(), g.ravel(), o0.ravel(), o1.ravel()
+    if O0.ctypes.data != o0.ctypes.data or O1.ctypes.data != o1.ctypes.data or _nb_clash(O0, O1, False):
+        return False
+    for x in (P, V, G):
+        if _nb_clash(O0, x, True) or _nb_clash(O1, x, True):
+            return False
+    k = np.empty(2, P.dtype)  # the scalars in the arrays' dtype, as NumPy computes with them
+    k[0], k[1] = lr, mu
+    lr, mu = k[0], k[1]
+    for i in range(P.size):
+        v2 = mu * V[i] + G[i]
+        p2 = P[i] - lr * v2
+        O1[i] = v2
+        O0[i] = p2
+    return True
+
+
+def _nb_adagrad(p: Any, a: Any, g: Any, o0: Any, o1: Any, lr: float, eps: float) -> bool:  # pragma: no cover
+    P, A, G, O0, O1 = p.ravel(), a.ravel(), g.ravel(), o0.ravel(), o1.ravel()
+    if O0.ctypes.data != o0.ctypes.data or O1.ctypes.data != o1.ctypes.data or _nb_clash(O0, O1, False):
+        return False
+    for x in (P, A, G):
+        if _nb_clash(O0, x, True) or _nb_clash(O1, x, True):
+            return False
+    k = np.empty(2, P.dtype)
+    k[0], k[1] = lr, eps
+    lr, eps = k[0], k[1]
+    for i in range(P.size):
+        gi = G[i]
+        a2 = A[i] + gi * gi
+        p2 = P[i] - (lr * gi) / (np.sqrt(a2) + eps)
+        O1[i] = a2
+        O0[i] = p2
+    return True
+
+
+def _nb_adam(p: Any, m: Any, v: Any, g: Any, o0: Any, o1: Any, o2: Any, k: Any, bc1: Any, bc2: Any,
+             square_first: bool) -> bool:  # pragma: no cover - compiled by numba
+    P, M, V, G = p.ravel(), m.ravel(), v.ravel(), g.ravel()
+    O0, O1, O2 = o0.ravel(), o1.ravel(), o2.ravel()
+    if O0.ctypes.data != o0.ctypes.data or O1.ctypes.data != o1.ctypes.data or O2.ctypes.data != o2.ctypes.data:
+        return False  # a result that is not contiguous (ravel copied it): the NumPy path
+    if _nb_clash(O0, O1, False) or _nb_clash(O0, O2, False) or _nb_clash(O1, O2, False):
+        return False
+    for x in (P, M, V, G):
+        if _nb_clash(O0, x, True) or _nb_clash(O1, x, True) or _nb_clash(O2, x, True):
+            return False
+    lr, b1, c1, b2, c2, eps = k[0], k[1], k[2], k[3], k[4], k[5]
+    d1, d2 = bc1[0], bc2[0]
+    for i in range(P.size):
+        gi = G[i]
+        m2 = b1 * M[i] + c1 * gi
+        sq = (gi * gi) * c2 if square_first else (c2 * gi) * gi
+        v2 = b2 * V[i] + sq
+        p2 = P[i] - (lr * (m2 / d1)) / (np.sqrt(v2 / d2) + eps)
+        O1[i] = m2
+        O2[i] = v2
+        O0[i] = p2
+    return True
+
+
+def _nb_updates() -> Any:
+    """The compiled update loops (numba imported on first use), or False without numba."""
+    global _nb_upd, _nb_clash
+    if _nb_upd is None:
+        _nb_upd = False
+        try:
+            import numba
+        except Exception:  # missing, or broken against this NumPy: the NumPy path is always there
+            return False
+        if numba.config.DISABLE_JIT:
+            return False
+        # cache=True: numba keeps the machine code on disk, so later processes load it instead of compiling
+        jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+        _nb_clash = jit(_nb_clash)
+        _nb_upd = {"momentum": jit(_nb_momentum), "adagrad": jit(_nb_adagrad), "adam": jit(_nb_adam)}
+    return _nb_upd
+
+
+def _compiled(p: np.ndarray, outs: tuple[np.ndarray, ...]) -> Any:
+    """The compiled loops when they apply to parameter ``p`` (the loops check the results), else None."""
+    nb = _nb_upd
+    if nb is None:
+        if not update_numba_usable():
+            return None
+        nb = _nb_updates()
+    if not nb or not _ACCEL.enabled or p.ndim == 0 or p.dtype.char not in "fd":
+        return None
+    return nb
+
+
+def _fresh(p: np.ndarray, out: Any, n: int) -> tuple[np.ndarray, ...]:
+    return tuple(np.empty(p.shape, p.dtype) for _ in range(n)) if out is None else tuple(out)
+
+
+_upd_local = threading.local()
+
+
+def _update_scratch(p: np.ndarray, shape: tuple[int, ...], k: int) -> list[np.ndarray]:
+    """``k`` scratch arrays of ``shape`` in ``p``'s dtype, kept per thread (an update kernel calls nothing that
+    could use them meanwhile): at most :data:`UPDATE_BLOCK` elements each."""
+    cache = _upd_local.__dict__
+    key = (p.dtype.char, shape, k)
+    bufs = cache.get(key)
+    if bufs is None:
+        if len(cache) > 64:
+            cache.clear()
+        bufs = cache[key] = [np.empty(shape, p.dtype) for _ in range(k)]
+    return bufs  # type: ignore[no-any-return]
+
+
+def _update_blocks(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...], k: int) -> list[Any] | None:
+    """The (operand blocks, result blocks, scratch blocks) the NumPy path runs on, or None when the results must
+    be computed aside.
+
+    Each block's operands are read into scratch and the results written last (p' by its one step, the others
+    copied from scratch), so a result may be any operand's memory. One block (the arrays whole): any overlap
+    is safe (NumPy's ufuncs handle an output overlapping their inputs). Several blocks: a result overlapping an
+    operand other than as its very same elements would overwrite elements of a later block first (None).
+    """
+    p = ins[0]
+    size = p.size
+    if size <= UPDATE_BLOCK:
+        return [(ins, outs, _update_scratch(p, p.shape, k))]
+    for o in outs:
+        if _overlap(o, ins) == 2:
+            return None
+    if not all(x.flags.c_contiguous for x in (*ins, *outs)):  # strided: whole, with whole-size scratch
+        return [(ins, outs, [np.empty(p.shape, p.dtype) for _ in range(k)])]
+    flat_in = [x.reshape(-1) for x in ins]
+    flat_out = [o.reshape(-1) for o in outs]
+    bufs = _update_scratch(p, (UPDATE_BLOCK,), k)
+    blocks = []
+    for j in range(0, size, UPDATE_BLOCK):
+        e = min(j + UPDATE_BLOCK, size)
+        blocks.append(([x[j:e] for x in flat_in], [o[j:e] for o in flat_out],
+                       bufs if e - j == UPDATE_BLOCK else [t[:e - j] for t in bufs]))
+    return blocks
+
+
+def _copy_into(outs: tuple[np.ndarray, ...], res: tuple[np.ndarray, ...]) -> Any:
+    for o, r in zip(outs, res, strict=True):
+        np.copyto(o, r)
+    return outs
 
 
 def _momentum_kernel(p: np.ndarray, v: np.ndarray, g: np.ndarray, out: Any = None, *,
                      lr: float, mu: float) -> tuple[np.ndarray, np.ndarray]:
-    o0, o1 = (None, None) if out is None else out
-    # Each product goes straight into its output's buffer, unless that buffer is an operand still to be
-    # read (the planner may give the outputs the memory of p, v or g). lr and mu are Python floats: NumPy
-    # (>= 2) computes with them in the arrays' dtype, as with a scalar of that dtype, without making one.
-    if o1 is not None and not np.may_share_memory(o1, g):
-        v2 = np.add(np.multiply(mu, v, o1), g, o1)
-    else:
-        v2 = np.add(np.multiply(mu, v), g, out=o1)
-    if o0 is not None and not np.may_share_memory(o0, p):
-        p2 = np.subtract(p, np.multiply(lr, v2, o0), o0)
-    else:
-        p2 = np.subtract(p, np.multiply(lr, v2), out=o0)
-    return p2, v2
+    o0, o1 = outs = _fresh(p, out, 2)
+    nb = _compiled(p, outs)
+    if nb is not None and nb["momentum"](p, v, g, o0, o1, lr, mu):
+        return o0, o1
+    blocks = _update_blocks((p, v, g), outs, 2)
+    if blocks is None:
+        return _copy_into(outs, _momentum_kernel(p, v, g, lr=lr, mu=mu))  # type: ignore[no-any-return]
+    for (P, V, G), (O0, O1), (S, T) in blocks:
+        np.multiply(mu, V, S)
+        np.add(S, G, S)
+        np.multiply(lr, S, T)
+        np.subtract(P, T, O0)
+        np.copyto(O1, S)
+    return o0, o1
 
 
 register_op(OpDef(
     name="sgd_momentum_update", id=1010, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "mu": Attr(attr_float, doc="momentum")},
     kernels={"numpy": _momentum_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    decompose=_momentum_parts,
     doc="sgd_momentum_update(p, v, g; lr, mu) -> (p - lr * v', v') with v' = mu * v + g",
 ))
 
 
 def _adagrad_kernel(p: np.ndarray, acc: np.ndarray, g: np.ndarray, out: Any = None, *,
                     lr: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    dt = p.dtype
-    # g is read in full before an output is written: the planner may give either output g's buffer.
-    step = np.multiply(_scalar(lr, dt), g, out=np.empty(g.shape, dt))  # an array even when 0-d (written below)
-    acc2 = np.add(acc, np.multiply(g, g), out=None if out is None else out[1])
-    den = np.sqrt(acc2, out=np.empty(g.shape, dt))
-    np.add(den, _scalar(eps, dt), out=den)
-    np.divide(step, den, out=step)
-    p2 = np.subtract(p, step, out=None if out is None else out[0])
-    return p2, acc2
+    o0, o1 = outs = _fresh(p, out, 2)
+    nb = _compiled(p, outs)
+    if nb is not None and nb["adagrad"](p, acc, g, o0, o1, lr, eps):
+        return o0, o1
+    blocks = _update_blocks((p, acc, g), outs, 3)
+    if blocks is None:
+        return _copy_into(outs, _adagrad_kernel(p, acc, g, lr=lr, eps=eps))  # type: ignore[no-any-return]
+    k = _consts(p.dtype, lr, eps)
+    klr, keps = k[0], k[1]
+    for (P, A, G), (O0, O1), (S, T, U) in blocks:
+        np.multiply(klr, G, T)
+        np.multiply(G, G, S)
+        np.add(A, S, S)
+        np.sqrt(S, U)
+        np.add(U, keps, U)
+        np.divide(T, U, T)
+        np.subtract(P, T, O0)
+        np.copyto(O1, S)
+    return o0, o1
 
 
 register_op(OpDef(
     name="adagrad_update", id=1011, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "eps": Attr(attr_float, doc="added to the root")},
     kernels={"numpy": _adagrad_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    decompose=_adagrad_parts,
     doc="adagrad_update(p, acc, g; lr, eps) -> (p - lr * g / (sqrt(acc') + eps), acc') with acc' = acc + g * g",
 ))
 
 
-def _adam_core(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, bc1: Any, bc2: Any, out: Any,
-               lr: float, b1: float, c1: float, b2: float, c2: float, eps: float,
+def _adam_core(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, bc1: np.ndarray, bc2: np.ndarray,
+               out: Any, lr: float, b1: float, c1: float, b2: float, c2: float, eps: float,
                square_first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    dt = p.dtype
-    # every buffer written below is an array, also for 0-d parameters (NumPy returns scalars for those)
-    o = (None, np.empty(p.shape, dt), np.empty(p.shape, dt)) if out is None else out
-    m2 = np.multiply(_scalar(b1, dt), m, out=o[1])
-    tmp = np.multiply(_scalar(c1, dt), g, out=np.empty(p.shape, dt))
-    np.add(m2, tmp, out=m2)
-    v2 = np.multiply(_scalar(b2, dt), v, out=o[2])
-    if square_first:  # v' = b2 * v + (g * g) * c2
-        np.multiply(g, g, out=tmp)
-        np.multiply(tmp, _scalar(c2, dt), out=tmp)
-    else:             # v' = b2 * v + (c2 * g) * g
-        np.multiply(_scalar(c2, dt), g, out=tmp)
-        np.multiply(tmp, g, out=tmp)
-    np.add(v2, tmp, out=v2)
-    den = np.divide(v2, bc2, out=np.empty(p.shape, dt))
-    np.sqrt(den, out=den)
-    np.add(den, _scalar(eps, dt), out=den)
-    np.divide(m2, bc1, out=tmp)
-    np.multiply(_scalar(lr, dt), tmp, out=tmp)
-    np.divide(tmp, den, out=tmp)
-    p2 = np.subtract(p, tmp, out=o[0])
-    return p2, m2, v2
+    o0, o1, o2 = outs = _fresh(p, out, 3)
+    k = _consts(p.dtype, lr, b1, c1, b2, c2, eps)
+    nb = _compiled(p, outs)
+    if nb is not None and nb["adam"](p, m, v, g, o0, o1, o2, k, bc1.reshape(1), bc2.reshape(1), square_first):
+        return o0, o1, o2
+    bc1, bc2 = bc1.reshape(()), bc2.reshape(())
+    blocks = _update_blocks((p, m, v, g), outs, 4)
+    if blocks is None:
+        return _copy_into(outs, _adam_core(p, m, v, g, bc1, bc2, None, lr, b1, c1, b2, c2, eps,  # type: ignore
+                                           square_first))
+    klr, kb1, kc1, kb2, kc2, keps = k
+    for (P, M, V, G), (O0, O1, O2), (s, T, u, W) in blocks:
+        np.multiply(kb1, M, s)
+        np.multiply(kc1, G, T)
+        np.add(s, T, s)                  # m' = b1 * m + c1 * g
+        if square_first:
+            np.multiply(G, G, T)
+            np.multiply(T, kc2, T)
+        else:
+            np.multiply(kc2, G, T)
+            np.multiply(T, G, T)
+        np.multiply(kb2, V, u)
+        np.add(u, T, u)                  # v' = b2 * v + sq
+        np.divide(u, bc2, T)
+        np.sqrt(T, T)
+        np.add(T, keps, T)               # sqrt(v' / bc2) + eps
+        np.divide(s, bc1, W)
+        np.multiply(klr, W, W)
+        np.divide(W, T, W)
+        np.subtract(P, W, O0)
+        np.copyto(O1, s)
+        np.copyto(O2, u)
+    return o0, o1, o2
 
 
 def _adam_kernel(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, out: Any = None, *,
                  lr: float, b1: float, c1: float, b2: float, c2: float, bc1: float, bc2: float,
                  eps: float, square_first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    dt = p.dtype
-    return _adam_core(p, m, v, g, _scalar(bc1, dt), _scalar(bc2, dt), out, lr, b1, c1, b2, c2, eps, square_first)
+    bc = _consts(p.dtype, bc1, bc2)  # 1-element arrays: the compiled loop reads them as such
+    return _adam_core(p, m, v, g, bc[0:1], bc[1:2], out, lr, b1, c1, b2, c2, eps, square_first)
 
 
 def _adam_t_kernel(p: np.ndarray, m: np.ndarray, v: np.ndarray, g: np.ndarray, bc1: np.ndarray, bc2: np.ndarray,
                    out: Any = None, *, lr: float, b1: float, c1: float, b2: float, c2: float,
                    eps: float, square_first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return _adam_core(p, m, v, g, bc1, bc2, out, lr, b1, c1, b2, c2, eps, square_first)
+    return _adam_core(p, m, v, g, np.asarray(bc1), np.asarray(bc2), out, lr, b1, c1, b2, c2, eps, square_first)
 
 
 _F = attr_float
@@ -242,11 +561,14 @@ _ADAM_ATTRS = {
     "b2": Attr(_F, doc="beta2"), "c2": Attr(_F, doc="the constant 1 - beta2"), "eps": Attr(_F, doc="added to the root"),
     "square_first": Attr(attr_bool, False, "v' adds (g * g) * c2 rather than (c2 * g) * g"),
 }
+# inplace=(3,): a result may take over the gradient's buffer (the kernels read every operand's element or block
+# before writing the results'), so the fused step plans no more memory than the unfused ops
 register_op(OpDef(
     name="adam_update", id=1012, arity=4, infer=lambda ts, a: _same_float_types(ts, 3),
     attrs={**_ADAM_ATTRS, "bc1": Attr(_F, doc="bias correction 1 - beta1^t"),
            "bc2": Attr(_F, doc="bias correction 1 - beta2^t")},
-    kernels={"numpy": _adam_kernel}, family=FAMILY,
+    kernels={"numpy": _adam_kernel}, inplace=(3,), family=FAMILY,
+    decompose=_adam_update_parts,
     doc="adam_update(p, m, v, g; lr, b1, c1, b2, c2, bc1, bc2, eps, square_first) -> (p', m', v') with "
         "m' = b1 * m + c1 * g, v' = b2 * v + c2 * g * g, p' = p - lr * (m' / bc1) / (sqrt(v' / bc2) + eps)",
 ))
@@ -263,7 +585,8 @@ def _adam_t_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 register_op(OpDef(
     name="adam_update_t", id=1013, arity=6, infer=_adam_t_infer, attrs=dict(_ADAM_ATTRS),
-    kernels={"numpy": _adam_t_kernel}, family=FAMILY,
+    kernels={"numpy": _adam_t_kernel}, inplace=(3,), family=FAMILY,
+    decompose=_adam_update_t_parts,
     doc="adam_update_t(p, m, v, g, bc1, bc2; lr, b1, c1, b2, c2, eps, square_first): adam_update with the bias "
         "corrections 1 - beta^t as scalar inputs (a step count t that lives in the graph)",
 ))
@@ -862,6 +1185,7 @@ register_op(OpDef(
            "approx": Attr(attr_bool, False, "results may differ from the unfused ops' by a few ulp (set by "
                                             "optimize(..., fast_math=True)): float32 programs then run compiled")},
     kernels={"numpy": _fused_kernel}, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
+    decompose=_fused_parts,
     doc="fused_elementwise(*xs, program, approx): a chain of elementwise ops run as one kernel; each step calls the "
         "same NumPy kernel as the unfused op (bit-identical results); large results are computed block by block in "
         "cache-sized scratch buffers, small ones whole, each step writing into the buffer of an intermediate it "
@@ -869,202 +1193,3 @@ register_op(OpDef(
         "opgraph.ops.fused._NB_EXPR runs as one compiled loop instead: exp, log, sin, cos, tanh by polynomial "
         "approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded exactly as NumPy",
 ))
-
-
-# ---------------------------------------------------------------- decompositions
-# An op's decomposition writes it with more basic ops: lowering (opgraph.passes.lower) rewrites an op a backend
-# lacks with it, and the ONNX exporter (opgraph.io.onnx.export) writes an op without an ONNX translation through
-# it. Both reach it here, on the OpDef, so each op's parts are written once (ops sit below passes and io).
-class Emit(Protocol):
-    """What a decomposition writes with: an emitter whose values are whatever its user's are (value ids in
-    ``opgraph.passes``, ONNX tensor names in the exporter)."""
-
-    def op(self, kind: str, *ins: Any, **attrs: Any) -> Any:
-        """Append op ``kind`` on ``ins``; its output (or a tuple of outputs)."""
-
-    def constant(self, value: Any, dtype: Any = None) -> Any:
-        """A constant holding ``value`` (cast to ``dtype`` if given)."""
-
-    def type_of(self, v: Any) -> ValueType:
-        """The type of value ``v``."""
-
-
-Decomposition = Callable[[Emit, Sequence[Any], Mapping[str, Any]], Any]
-"""``fn(e, ins, attrs)``: emit an op's parts on ``e`` from its inputs and attributes; return its output (a
-tuple for several), or None where this case has none (the op is then kept, or refused)."""
-
-
-def decomposition(kind: str | int | OpDef) -> Decomposition | None:
-    """The decomposition of op ``kind`` into more basic ops (its OpDef's ``decompose``), or None.
-
-    The result computes the same values with the same operations in the same order where the op's kernel
-    allows (see each op's lowering rule in :mod:`opgraph.passes.lower` for its exactness).
-
-    >>> import opgraph
-    >>> b = opgraph.GraphBuilder()
-    >>> a, c = b.input(("float64", (2, 3)), name="a"), b.input(("float64", (2, 4)), name="c")
-    >>> class ToBuilder:  # any emitter will do; this one writes into a GraphBuilder
-    ...     op, type_of = staticmethod(b.op), staticmethod(lambda v: v.type)
-    ...     constant = staticmethod(lambda value, dtype=None: b.constant(np.asarray(value, dtype)))
-    >>> y = decomposition("matmul_t")(ToBuilder, [a, c], {"transpose_a": True, "transpose_b": False})
-    >>> b.output(y); print(b.freeze())
-    graph(%a: f64[2,3], %c: f64[2,4]) {
-      %2: f64[3,2] = permute_dims(%a) {axes=(1, 0)}
-      %3: f64[3,4] = matmul(%2, %c)
-      return %3
-    }
-    """
-    from opgraph.core.registry import get_op
-
-    d = kind if isinstance(kind, OpDef) else get_op(kind)
-    return getattr(d, "decompose", None) or _ELSEWHERE.get(d.name)
-
-
-def _decomposes(name: str) -> Callable[[Decomposition], Decomposition]:
-    """Record ``fn`` as the decomposition of fused op ``name`` (an attribute of its OpDef)."""
-    def record(fn: Decomposition) -> Decomposition:
-        from opgraph.core.registry import get_op
-
-        get_op(name).decompose = fn  # type: ignore[attr-defined]
-        return fn
-    return record
-
-
-def _const_like(e: Emit, x: float, like: Any) -> Any:
-    """The scalar ``x`` in the dtype of value ``like``."""
-    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
-
-
-@_decomposes("fma")
-def _fma_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    a, b, c = ins
-    return e.op("add", e.op("multiply", a, b), c)
-
-
-@_decomposes("matmul_t")
-def _matmul_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    a, b = ins
-
-    def swap(v: Any) -> Any:
-        rank = len(tensor(e.type_of(v)).shape)  # type: ignore[arg-type]
-        return e.op("permute_dims", v, axes=(*range(rank - 2), rank - 1, rank - 2))
-
-    return e.op("matmul", swap(a) if attrs["transpose_a"] else a, swap(b) if attrs["transpose_b"] else b)
-
-
-@_decomposes("fused_elementwise")
-def _fused_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    vals: list[Any] = []
-    for kind, *refs in attrs["program"]:
-        vals.append(e.op(kind, *[ins[-r - 1] if r < 0 else vals[r] for r in refs]))
-    return vals[-1]
-
-
-@_decomposes("sgd_momentum_update")
-def _momentum_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    p, v, g = ins
-    v2 = e.op("add", e.op("multiply", _const_like(e, attrs["mu"], p), v), g)
-    p2 = e.op("subtract", p, e.op("multiply", _const_like(e, attrs["lr"], p), v2))
-    return p2, v2
-
-
-@_decomposes("adagrad_update")
-def _adagrad_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    p, acc, g = ins
-    acc2 = e.op("add", acc, e.op("multiply", g, g))
-    den = e.op("add", e.op("sqrt", acc2), _const_like(e, attrs["eps"], p))
-    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", _const_like(e, attrs["lr"], p), g), den))
-    return p2, acc2
-
-
-def _adam_parts(e: Emit, p: Any, m: Any, v: Any, g: Any, bc1: Any, bc2: Any, attrs: Mapping[str, Any]) -> Any:
-    def sc(name: str) -> Any:
-        return _const_like(e, attrs[name], p)
-
-    m2 = e.op("add", e.op("multiply", sc("b1"), m), e.op("multiply", sc("c1"), g))
-    if attrs["square_first"]:
-        sq = e.op("multiply", e.op("multiply", g, g), sc("c2"))
-    else:
-        sq = e.op("multiply", e.op("multiply", sc("c2"), g), g)
-    v2 = e.op("add", e.op("multiply", sc("b2"), v), sq)
-    den = e.op("add", e.op("sqrt", e.op("divide", v2, bc2)), sc("eps"))
-    step = e.op("divide", e.op("multiply", sc("lr"), e.op("divide", m2, bc1)), den)
-    return e.op("subtract", p, step), m2, v2
-
-
-@_decomposes("adam_update")
-def _adam_update_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    p, m, v, g = ins
-    return _adam_parts(e, p, m, v, g, _const_like(e, attrs["bc1"], p), _const_like(e, attrs["bc2"], p), attrs)
-
-
-@_decomposes("adam_update_t")
-def _adam_update_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    return _adam_parts(e, *ins, attrs)
-
-
-# The other kinds the optimiser's fusion rules make (opgraph.passes.rules) belong to other families
-# (elementwise: gelu, silu, hard_sigmoid, hard_swish; nn: layer_norm); their decompositions are kept here, by
-# name, until those modules carry them on their OpDefs as the fused family does above.
-def _gelu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    (x,) = ins
-    dt = tensor(e.type_of(x)).dtype
-
-    def c(v: float) -> Any:
-        return _const_like(e, v, x)
-
-    if attrs["approximate"] == "tanh":
-        inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
-        t = e.op("tanh", e.op("multiply", c(float(np.sqrt(2 / np.pi))), inner))
-    else:
-        t = e.op("erf", e.op("multiply", x, c(float(1 / np.sqrt(2)))))
-    if tensor(e.type_of(t)).dtype != dt:  # SciPy's erf widens float16
-        t = e.op("cast", t, dtype=dt)
-    return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))
-
-
-def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    (x,) = ins
-    s = e.op("sigmoid", x)
-    dt = tensor(e.type_of(x)).dtype
-    if tensor(e.type_of(s)).dtype != dt:  # SciPy's expit widens float16
-        s = e.op("cast", s, dtype=dt)
-    return e.op("multiply", x, s)
-
-
-def _hard_sigmoid_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    (x,) = ins
-    line = e.op("add", e.op("multiply", x, _const_like(e, attrs["alpha"], x)), _const_like(e, attrs["beta"], x))
-    return e.op("clip", line, _const_like(e, 0.0, x), _const_like(e, 1.0, x))
-
-
-def _hard_swish_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    (x,) = ins
-    relu6 = e.op("clip", e.op("add", x, _const_like(e, 3.0, x)), _const_like(e, 0.0, x), _const_like(e, 6.0, x))
-    return e.op("multiply", e.op("multiply", relu6, x), _const_like(e, 1 / 6, x))
-
-
-def _layer_norm_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    x, *rest = ins
-    t = e.type_of(x)
-    if not isinstance(t, TensorType) or t.rank is None:
-        return None
-    axes = tuple(range(attrs["axis"] % t.rank, t.rank))
-    xw = e.op("cast", x, dtype="float32") if t.dtype == np.float16 else x  # the kernel's float32 for float16
-    mean = e.op("mean", xw, axis=axes, keepdims=True)
-    d = e.op("subtract", xw, mean)
-    var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
-    y = e.op("divide", d, e.op("sqrt", e.op("add", var, _const_like(e, attrs["epsilon"], var))))
-    if xw is not x:
-        y = e.op("cast", y, dtype=t.dtype)
-    if rest:
-        y = e.op("multiply", y, rest[0])
-    if len(rest) > 1:
-        y = e.op("add", y, rest[1])
-    return y
-
-
-_ELSEWHERE: dict[str, Decomposition] = {
-    "gelu": _gelu_parts, "silu": _silu_parts, "hard_sigmoid": _hard_sigmoid_parts, "hard_swish": _hard_swish_parts,
-    "layer_norm": _layer_norm_parts,
-}

@@ -261,6 +261,18 @@ def _f(m: Match, name: str) -> float:
     return float(m.const(name).reshape(()))
 
 
+def _pays(kind: str) -> Any:
+    """The ``where`` of an update rule: fuse only where the fused kernel is no slower on the NumPy engine (the
+    engine ``optimize`` targets; see ``opgraph.ops.fused.update_fusion_pays``: without numba, updates of small
+    parameters stay unfused)."""
+    def where(m: Match) -> bool:
+        from opgraph.ops.fused import update_fusion_pays
+
+        t = m.type("p")
+        return isinstance(t, TensorType) and update_fusion_pays(kind, t.size if t.is_static else None)
+    return where
+
+
 def _momentum(m: Match) -> int:
     p2, v2 = m.op("sgd_momentum_update", "p", "v", "g", lr=_f(m, "lr"), mu=_f(m, "mu"))
     m.alias("v2", v2)
@@ -271,9 +283,9 @@ FUSE_UPDATES.add(Rule(
     "sgd_momentum",
     P("subtract", P.var("p"), P("multiply", _c("lr", _scalar),
                                 P("add", P("multiply", _c("mu", _scalar), P.var("v")), P.var("g"), name="v2"))),
-    _momentum,
+    _momentum, where=_pays("sgd_momentum_update"),
     exact="always: the fused kernel does the same operations in the same order (v' = mu * v + g; "
-          "p' = p - lr * v')"))
+          "p' = p - lr * v'); NumPy engine: any size with numba, parameters of 65536+ elements without"))
 
 
 def _adagrad(m: Match) -> int:
@@ -288,8 +300,9 @@ FUSE_UPDATES.add(Rule(
     P("subtract", P.var("p"), P("divide", P("multiply", _c("lr", _scalar), _G),
                                 P("add", P("sqrt", P("add", P.var("acc"), P("multiply", _G, _G), name="acc2")),
                                   _c("eps", _scalar)))),
-    _adagrad,
-    exact="always: same operations, same order (acc' = acc + g * g; p' = p - (lr * g) / (sqrt(acc') + eps))"))
+    _adagrad, where=_pays("adagrad_update"),
+    exact="always: same operations, same order (acc' = acc + g * g; p' = p - (lr * g) / (sqrt(acc') + eps)); "
+          "NumPy engine: any size with numba, parameters of 65536+ elements without"))
 
 
 def _adam(m: Match, dynamic: bool, square_first: bool) -> int:
@@ -321,13 +334,13 @@ for _dyn in (False, True):
             P("subtract", P.var("p"),
               P("divide", P("multiply", _c("lr", _scalar), P("divide", _M2, _bc1)),
                 P("add", P("sqrt", P("divide", _V2, _bc2)), _c("eps", _scalar)))),
-            lambda m, _d=_dyn, _s=_sq: _adam(m, _d, _s),
+            lambda m, _d=_dyn, _s=_sq: _adam(m, _d, _s), where=_pays("adam_update_t" if _dyn else "adam_update"),
             exact="always: same operations, same order (m' = b1 * m + c1 * g; v' = b2 * v + "
                   + ("(g * g) * c2" if _sq else "(c2 * g) * g")
                   + "; p' = p - (lr * (m' / bc1)) / (sqrt(v' / bc2) + eps)); "
                   + ("bc1, bc2 are scalar values of the graph (a step count t in the graph)" if _dyn else
                      "c1, c2, bc1, bc2 are the constants 1 - b1, 1 - b2, 1 - b1^t, 1 - b2^t as the graph computed "
-                     "them")))
+                     "them") + "; NumPy engine: any size with numba, parameters of 65536+ elements without"))
 
 
 # ---------------------------------------------------------------- layout
