@@ -113,7 +113,9 @@ _FMA_PROGRAM = (("multiply", -1, -2), ("add", 0, -3))
 
 
 def _fma_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    a, b, c = (x if isinstance(x, np.ndarray) else np.asarray(x) for x in (a, b, c))
+    # Kept short: on small arrays this function's own overhead is what fma costs over multiply + add.
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or type(c) is not np.ndarray:
+        a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
     if out is None:
         prod = np.multiply(a, b)
         if isinstance(prod, np.ndarray) and prod.shape == np.broadcast_shapes(prod.shape, c.shape) \
@@ -122,11 +124,21 @@ def _fma_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray | N
         return np.add(prod, c)
     # The product goes straight into ``out`` when it has the product's dtype (so it rounds exactly as
     # a * b does) and ``out`` is not c's memory (the planner may give fma c's buffer, position 2).
-    if np.promote_types(a.dtype, b.dtype) == out.dtype and (c.ndim == 0 or not np.may_share_memory(out, c)):
+    dt = out.dtype
+    if (a.dtype == dt and b.dtype == dt or np.promote_types(a.dtype, b.dtype) == dt) \
+            and (c.ndim == 0 or not np.may_share_memory(out, c)):
         np.multiply(a, b, out=out)
         return np.add(out, c, out=out)
-    # Otherwise as a two-step fused program: block by block, so the product needs no full-size temporary.
+    # Otherwise the product cannot go into ``out`` first. A small one is a temporary as cheap as the unfused
+    # multiply's (the fused program's set-up would cost more than the work); a large one goes block by block,
+    # so it needs no full-size temporary.
+    if out.size <= FMA_TEMPORARY_MAX:
+        return np.add(np.multiply(a, b), c, out=out)
     return _fused_kernel(a, b, c, out=out, program=_FMA_PROGRAM)  # type: ignore[no-any-return]
+
+
+FMA_TEMPORARY_MAX = 1 << 16
+"""Largest result (elements) for which fma into c's buffer makes its product a temporary instead of blocking."""
 
 
 register_op(OpDef(
