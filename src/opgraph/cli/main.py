@@ -72,6 +72,23 @@ def _err(message: str) -> None:
     print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
 
 
+def _amount_column() -> Any:
+    """A rich column showing how far a task is: "3/7", a byte count as "34.6/50.6 MB", nothing without a total."""
+    from rich.filesize import decimal
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Amount(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if task.total is None:
+                return Text("")
+            if "(bytes)" in task.description:
+                return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}", style="progress.download")
+            return Text(f"{int(task.completed):,}/{int(task.total):,}", style="progress.download")
+
+    return Amount()
+
+
 class ProgressBars:
     """A progress sink (:mod:`opgraph.core.progress`) drawing rich bars on stderr, transient.
 
@@ -89,10 +106,10 @@ class ProgressBars:
 
     def __init__(self, delay: float = PROGRESS_DELAY, force_terminal: bool = False) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         console = Console(stderr=True, force_terminal=True if force_terminal else None)
-        self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+        self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), _amount_column(),
                               TimeElapsedColumn(), console=console, transient=True,
                               redirect_stdout=False, redirect_stderr=False)  # results stay on stdout
         self.delay = delay

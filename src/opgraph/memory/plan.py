@@ -904,16 +904,14 @@ def _plan_memory(graph: Graph, targets: Iterable[int] | None, schedule: str | np
     if isinstance(schedule, str):
         names = {"dfs": ["dfs"], "greedy": ["greedy"], "best": ["dfs", "greedy"]}[schedule]
         candidates = []
-        with progress.task("plan: dfs schedule", total=graph.num_ops) as tick:
+        with progress.task(f"plan: dfs schedule of {graph.num_ops:,} ops"):
             dfs = dfs_schedule(graph, targets)
-            tick.advance(graph.num_ops)
         for name in names:
             if name == "dfs":
                 sched = dfs
             else:
-                with progress.task(f"plan: {name} schedule", total=graph.num_ops) as tick:
+                with progress.task(f"plan: {name} schedule of {graph.num_ops:,} ops"):
                     sched = greedy_schedule(graph, targets, base=dfs)
-                    tick.advance(graph.num_ops)
             if any(np.array_equal(sched, c[1]) for c in candidates):
                 continue
             candidates.append((name, sched))
@@ -921,9 +919,8 @@ def _plan_memory(graph: Graph, targets: Iterable[int] | None, schedule: str | np
         candidates = [("given", np.asarray(schedule, dtype=np.int32))]
     best: MemoryPlan | None = None
     for name, sched in candidates:
-        with progress.task(f"plan: memory on the {name} schedule", total=len(sched)) as tick:
+        with progress.task(f"plan: memory on the {name} schedule ({len(sched):,} ops)"):
             p = _plan_on(graph, sched, name, targets, aliases)
-            tick.advance(len(sched))
         if best is None or (p.total_bytes, p.owl.total) < (best.total_bytes, best.owl.total):
             best = p
     assert best is not None

@@ -125,7 +125,7 @@ def _fma_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray | N
     # The product goes straight into ``out`` when it has the product's dtype (so it rounds exactly as
     # a * b does) and ``out`` is not c's memory (the planner may give fma c's buffer, position 2).
     dt = out.dtype
-    if (a.dtype == dt and b.dtype == dt or np.promote_types(a.dtype, b.dtype) == dt) \
+    if ((a.dtype == dt and b.dtype == dt) or np.promote_types(a.dtype, b.dtype) == dt) \
             and (c.ndim == 0 or not np.may_share_memory(out, c)):
         np.multiply(a, b, out=out)
         return np.add(out, c, out=out)

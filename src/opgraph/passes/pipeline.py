@@ -81,9 +81,9 @@ class Pipeline:
             changed = False
             for name, fn in self.passes:
                 t0 = time.perf_counter()
-                with progress.task(f"optimize: {name} (round {it + 1})", total=g.num_ops) as tick:
+                # one step that is not divided further: a task without a total (the bar shows it running)
+                with progress.task(f"optimize: {name} (round {it + 1}, {g.num_ops:,} ops)"):
                     r = fn(g)
-                    tick.advance(g.num_ops)
                 rep.seconds[name] = rep.seconds.get(name, 0.0) + time.perf_counter() - t0
                 if r.changed:
                     changed = True

@@ -155,9 +155,8 @@ class _Variant:
     def __init__(self, program: Program, graph: Graph) -> None:
         be = program.backend
         self.source = graph
-        with progress.task(f"compile: lower for {be.name}", total=graph.num_ops) as tick:
+        with progress.task(f"compile: lower {graph.num_ops:,} ops for {be.name}"):
             lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
-            tick.advance(graph.num_ops)
         self.lowered = g = lowered.graph
         self.lowered_counts = lowered.counts
         self.input_pos = {v: i for i, v in enumerate(g.inputs.tolist())}
@@ -514,9 +513,8 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
         return auto  # type: ignore[return-value]
     if backend == "numpy" and not options and device in (None, "cpu"):
         backends.get("numpy")
-        with progress.task("compile: numpy (schedule, memory plan, program)", total=graph.num_ops) as tick:
+        with progress.task(f"compile: {graph.num_ops:,} ops for numpy (schedule, memory plan, program)"):
             compiled = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
-            tick.advance(graph.num_ops)
         return compiled
     return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, **options)
 
