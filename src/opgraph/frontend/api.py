@@ -262,16 +262,21 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> L
 
 
 # ---------------------------------------------------------------- reductions
+def _reduce_in(dtype: Any, kind: str, x: Any, axis: Any, keepdims: bool) -> LazyArray:
+    """Reduction ``kind`` computed in ``dtype`` when given (NumPy's ``dtype=``: the input is cast first)."""
+    x = as_lazy(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    return apply(kind, x, axis=axis, keepdims=keepdims)
+
+
 def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
     """Sum over ``axis`` (all axes by default).
 
     >>> sum(asarray([[1, 2], [3, 4]]), axis=0).eval()
     array([4, 6])
     """
-    x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
-    return apply("sum", x, axis=axis, keepdims=keepdims)
+    return _reduce_in(dtype, "sum", x, axis, keepdims)
 
 
 def prod(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
@@ -280,10 +285,7 @@ def prod(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
     >>> prod(asarray([2, 3])).eval()
     array(6)
     """
-    x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
-    return apply("prod", x, axis=axis, keepdims=keepdims)
+    return _reduce_in(dtype, "prod", x, axis, keepdims)
 
 
 def _reduction(kind: str) -> Any:
@@ -309,10 +311,7 @@ def mean(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = Fal
     >>> mean(asarray([1, 2])).eval()
     array(1.5)
     """
-    x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
-    return apply("mean", x, axis=axis, keepdims=keepdims)
+    return _reduce_in(dtype, "mean", x, axis, keepdims)
 
 
 def var(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> LazyArray:

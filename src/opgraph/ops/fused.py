@@ -310,13 +310,19 @@ def _nb_clash(o: Any, x: Any, same_ok: bool) -> bool:  # pragma: no cover - comp
     return not (same_ok and a == b and n == m)
 
 
-def _nb_momentum(p: Any, v: Any, g: Any, o0: Any, o1: Any, lr: float, mu: float) -> bool:  # pragma: no cover
-    P, V, G, O0, O1 = p.ravel(), v.ravel(), g.ravel(), o0.ravel(), o1.ravel()
+def _nb_apart(o0: Any, o1: Any, O0: Any, O1: Any, x: Any, y: Any, z: Any) -> bool:  # pragma: no cover - numba
+    """True when two-output loops may run: both results contiguous (``ravel`` did not copy them), apart from each
+    other, and each either apart from inputs ``x``, ``y``, ``z`` or exactly one of them (read before written)."""
     if O0.ctypes.data != o0.ctypes.data or O1.ctypes.data != o1.ctypes.data or _nb_clash(O0, O1, False):
         return False
-    for x in (P, V, G):
-        if _nb_clash(O0, x, True) or _nb_clash(O1, x, True):
-            return False
+    return not (_nb_clash(O0, x, True) or _nb_clash(O1, x, True) or _nb_clash(O0, y, True)
+                or _nb_clash(O1, y, True) or _nb_clash(O0, z, True) or _nb_clash(O1, z, True))
+
+
+def _nb_momentum(p: Any, v: Any, g: Any, o0: Any, o1: Any, lr: float, mu: float) -> bool:  # pragma: no cover
+    P, V, G, O0, O1 = p.ravel(), v.ravel(), g.ravel(), o0.ravel(), o1.ravel()
+    if not _nb_apart(o0, o1, O0, O1, P, V, G):
+        return False
     k = np.empty(2, P.dtype)  # the scalars in the arrays' dtype, as NumPy computes with them
     k[0], k[1] = lr, mu
     lr, mu = k[0], k[1]
@@ -330,11 +336,8 @@ def _nb_momentum(p: Any, v: Any, g: Any, o0: Any, o1: Any, lr: float, mu: float)
 
 def _nb_adagrad(p: Any, a: Any, g: Any, o0: Any, o1: Any, lr: float, eps: float) -> bool:  # pragma: no cover
     P, A, G, O0, O1 = p.ravel(), a.ravel(), g.ravel(), o0.ravel(), o1.ravel()
-    if O0.ctypes.data != o0.ctypes.data or O1.ctypes.data != o1.ctypes.data or _nb_clash(O0, O1, False):
+    if not _nb_apart(o0, o1, O0, O1, P, A, G):
         return False
-    for x in (P, A, G):
-        if _nb_clash(O0, x, True) or _nb_clash(O1, x, True):
-            return False
     k = np.empty(2, P.dtype)
     k[0], k[1] = lr, eps
     lr, eps = k[0], k[1]
@@ -374,7 +377,7 @@ def _nb_adam(p: Any, m: Any, v: Any, g: Any, o0: Any, o1: Any, o2: Any, k: Any, 
 
 def _nb_updates() -> Any:
     """The compiled update loops (numba imported on first use), or False without numba."""
-    global _nb_upd, _nb_clash
+    global _nb_upd, _nb_clash, _nb_apart
     if _nb_upd is None:
         _nb_upd = False
         try:
@@ -386,6 +389,7 @@ def _nb_updates() -> Any:
         # cache=True: numba keeps the machine code on disk, so later processes load it instead of compiling
         jit = numba.njit(cache=True, nogil=True, error_model="numpy")
         _nb_clash = jit(_nb_clash)
+        _nb_apart = jit(_nb_apart)
         _nb_upd = {"momentum": jit(_nb_momentum), "adagrad": jit(_nb_adagrad), "adam": jit(_nb_adam)}
     return _nb_upd
 
