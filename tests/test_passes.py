@@ -565,3 +565,24 @@ def test_update_fusion_only_where_it_pays(monkeypatch: pytest.MonkeyPatch, numba
 
         rep = optimize(_build(build), report="data")
         assert ("adagrad" in rep.counts) == fuses, (n, rep.counts)
+
+
+def test_a_long_single_use_chain_optimises_without_deep_recursion() -> None:
+    # Every multiply of a multiply chain is a candidate root of the gelu rule, whose scan reads the expression
+    # below it: it must stop after a formula's size, not walk (recursively) down the whole chain.
+    import sys
+
+    n = 3 * sys.getrecursionlimit()
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (4,)), name="x")
+    v = x
+    for i in range(n):
+        v = b.op("multiply", v, b.constant(np.float64(1.0 + (i % 5) * 1e-4)))
+    b.output(v)
+    g = b.freeze()
+    out = opgraph.optimize(g, level=3)
+    xs = np.array([-1.0, 0.0, 0.5, 2.0])
+    want = xs.copy()
+    for i in range(n):
+        want = want * (1.0 + (i % 5) * 1e-4)
+    np.testing.assert_allclose(out.run({"x": xs})[0], want, rtol=1e-12)

@@ -533,10 +533,15 @@ Poly = dict[tuple[int, int], float]
 
 
 class _GeluScan:
+    # A GELU formula is about a dozen ops; the scan gives up past this many, so on a long single-use chain it
+    # neither recurses deeper than Python allows nor makes the pass quadratic (every multiply is a candidate root).
+    MAX_OPS = 32
+
     def __init__(self, m: Match, x: int | None = None) -> None:
         self.e = m.e
         self.x = x
         self.special: int | None = None  # the erf or tanh value
+        self.budget = self.MAX_OPS
 
     def leaf(self, v: int) -> Poly | None:
         if self.x is None:
@@ -559,6 +564,9 @@ class _GeluScan:
             return {(0, 1): 1.0}
         if kind not in _POLY_KINDS:
             return self.leaf(v)
+        self.budget -= 1
+        if self.budget < 0:
+            return None
         ps = []
         for a in e.inputs_of(op):
             p = self.poly(a)
