@@ -78,7 +78,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
     in_ptr, in_ids, out_ptr, out_ids = (graph.in_ptr.tolist(), graph.in_ids.tolist(),
                                         graph.out_ptr.tolist(), graph.out_ids.tolist())
     kinds, versions, attr_ids = graph.op_kind.tolist(), graph.op_version.tolist(), graph.op_attr.tolist()
-    for op in progress.iterate(order.tolist(), f"run: {len(order)} ops on numpy"):
+    for op in progress.iterate(order.tolist(), f"run: {len(order):,} ops on numpy"):
         outs = out_ids[out_ptr[op]:out_ptr[op + 1]]
         kind = kinds[op]
         if kind == CONST.id:
