@@ -236,6 +236,10 @@ def test_input_shape_of_the_wrong_rank_names_the_input(capsys: pytest.CaptureFix
     assert "the given shape (7,) has rank 1" in line
     with pytest.raises(GraphError, match=r"input x has rank 2"):  # the library says the same
         opgraph.io.load(tmp_path / "m.onnx", input_shapes={"x": (7,)})
+    from opgraph.io.onnx import OnnxImportError, from_onnx
+
+    with pytest.raises(OnnxImportError, match=r"input x has rank 2 in the graph \(dims N, 3\) and the given "):
+        from_onnx(model, input_shapes={"x": (7,)})  # from_onnx applies input_shapes: the check is there
 
 
 def test_an_object_array_among_many_feeds_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

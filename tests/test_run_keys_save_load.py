@@ -96,7 +96,7 @@ def test_cli_set_keys_match_run(graph: opgraph.Graph, tmp_path: Path, capsys: py
 # ------------------------------------------------------------------ errors
 def test_a_keyword_and_a_key_for_one_input_is_an_error(graph: opgraph.Graph) -> None:
     b, _ = _build()
-    for call in (graph.run, b.run, Program(graph, "numpy")):
+    for call in (graph.run, b.run, Program(graph, "numpy"), opgraph.compile(graph), opgraph.compile(graph, "auto")):
         with pytest.raises(FeedError, match=r"input %x is fed twice: by key 'x' and by keyword x="):
             call({"x": XA, "w": WA}, x=XA)
         with pytest.raises(FeedError, match=r"input %x is fed twice: by key 0 and by key '%x'"):
@@ -237,3 +237,15 @@ def test_cg_names_a_different_op_registered_under_the_saved_id(custom_files: Pat
         """, custom_files)
     assert got.returncode == 0, got.stderr
     assert "function type 41616 was op 'softplus' when saved; this process registers 'other_softplus'" in got.stdout
+
+
+def test_the_op_by_op_loop_refuses_an_input_fed_twice_too(graph: opgraph.Graph,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # programs longer than CODEGEN_LIMIT run in a loop instead of generated code: the same rule applies there
+    import opgraph.backends.numpy as numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "CODEGEN_LIMIT", 0)
+    step = opgraph.compile(graph)
+    with pytest.raises(FeedError, match=r"input %x is fed twice: by key 0 and by key '%x'"):
+        step({0: XA, "%x": XA, "w": WA})
+    np.testing.assert_allclose(step({"%x": XA, "w": WA})[0], graph.run({"x": XA, "w": WA})[0], rtol=0)

@@ -271,6 +271,8 @@ class CompiledGraph:
             static = t.shape if t.shape is not None and None not in t.shape else None  # type: ignore[union-attr]
             checks.append((v, pos.get(v, -1), t.dtype, static))  # type: ignore[union-attr]
         fed = {c[0] for c in checks}
+        if len(fed) < len(checks):
+            resolve_feeds(g, dict.fromkeys(keys))  # raises the FeedError naming the input fed twice
         from_state = [(i, v) for i, v in enumerate(self._needed_inputs) if v not in fed]
         head = [(i, v) for i, v in from_state if i < self._n_head]
         return checks, head, from_state, any(v in fed for v in self._carried)
@@ -328,7 +330,9 @@ class CompiledGraph:
         previous call (it must be fed on the first call).
         """
         with self._lock:
-            feeds = resolve_feeds(self.graph, feeds, named)
+            # Keys are resolved once per key tuple (_signature's cache), so the dict form costs no per-call
+            # lookups; keywords go through the shared rule first. Both refuse an input fed twice.
+            feeds = resolve_feeds(self.graph, feeds, named) if named else (feeds or {})
             fn = self._generated(self._parity)
             if fn is None:
                 return self._run(feeds)
@@ -360,6 +364,8 @@ class CompiledGraph:
         fed: set[int] = set()
         for k, data in feeds.items():
             v = input_id(g, k)
+            if v in fed:
+                resolve_feeds(g, feeds)  # raises the FeedError naming the input fed twice
             slots[v] = coerce_feed(g, v, data)
             fed.add(v)
         for v in self._needed_inputs:

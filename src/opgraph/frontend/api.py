@@ -262,12 +262,15 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> L
 
 
 # ---------------------------------------------------------------- reductions
-def _reduce_in(dtype: Any, kind: str, x: Any, axis: Any, keepdims: bool) -> LazyArray:
-    """Reduction ``kind`` computed in ``dtype`` when given (NumPy's ``dtype=``: the input is cast first)."""
+def _in_dtype(x: Any, dtype: Any) -> LazyArray:
+    """``x`` as a lazy array cast to ``dtype`` when one is given (NumPy's ``dtype=``: computed in that type)."""
     x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
-    return apply(kind, x, axis=axis, keepdims=keepdims)
+    return x if dtype is None else x.astype(dtype)
+
+
+def _reduce_in(dtype: Any, kind: str, x: Any, axis: Any, keepdims: bool) -> LazyArray:
+    """Reduction ``kind`` computed in ``dtype`` when given."""
+    return apply(kind, _in_dtype(x, dtype), axis=axis, keepdims=keepdims)
 
 
 def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
@@ -351,9 +354,7 @@ def argmin(x: Any, /, *, axis: int | None = None, keepdims: bool = False) -> Laz
 
 
 def _cumulative(kind: str, x: Any, axis: int | None, dtype: Any, include_initial: bool) -> LazyArray:
-    x = as_lazy(x)
-    if dtype is not None:
-        x = x.astype(dtype)
+    x = _in_dtype(x, dtype)
     if axis is None and x.ndim > 1:
         raise ValueError(f"cumulative_{kind[3:]} needs an axis for arrays of more than one dimension")
     out = apply(kind, x, axis=0 if axis is None else axis)
@@ -391,7 +392,7 @@ def cumsum(x: Any, /, axis: int | None = None, dtype: Any = None) -> LazyArray:
     >>> cumsum(asarray([[1, 2], [3, 4]])).eval()
     array([ 1,  3,  6, 10])
     """
-    return apply("cumsum", as_lazy(x) if dtype is None else as_lazy(x).astype(dtype), axis=axis)
+    return apply("cumsum", _in_dtype(x, dtype), axis=axis)
 
 
 def cumprod(x: Any, /, axis: int | None = None, dtype: Any = None) -> LazyArray:
@@ -400,7 +401,7 @@ def cumprod(x: Any, /, axis: int | None = None, dtype: Any = None) -> LazyArray:
     >>> cumprod(asarray([1, 2, 3])).eval()
     array([1, 2, 6])
     """
-    return apply("cumprod", as_lazy(x) if dtype is None else as_lazy(x).astype(dtype), axis=axis)
+    return apply("cumprod", _in_dtype(x, dtype), axis=axis)
 
 
 # ---------------------------------------------------------------- products
@@ -903,9 +904,7 @@ class _Linalg:
         >>> onp.linalg.trace(onp.asarray([[1, 2], [3, 4]])).eval()
         array(5)
         """
-        x = as_lazy(x)
-        if dtype is not None:
-            x = x.astype(dtype)
+        x = _in_dtype(x, dtype)
         mask = np.eye(x.shape[-2], x.shape[-1], k=offset, dtype=np.bool_)
         return sum(where(mask, x, zeros((), dtype=x.dtype)), axis=(-2, -1))
 
@@ -938,6 +937,11 @@ def _np_name(func: Any) -> str:
 def _unsupported(what: str, instead: str | None = None, why: str = "opgraph has no op for it") -> TypeError:
     alternative = f"use {instead} ({_ONP})" if instead else f"{why}; {_EVAL_FIRST}"
     return TypeError(f"{what} is not supported on opgraph lazy arrays; {alternative}")
+
+
+def _no_out(what: str) -> TypeError:
+    return TypeError(f"{what}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
+                     "use the returned array")
 
 
 def _ufunc_lambda(fn: Any, name: str) -> Any:
@@ -994,8 +998,7 @@ def _check_ufunc_kwargs(what: str, kwargs: dict[str, Any], allowed: tuple[str, .
     kwargs = dict(kwargs)
     out = kwargs.pop("out", None)
     if out is not None and not (isinstance(out, tuple) and _builtins.all(o is None for o in out)):
-        raise TypeError(f"{what}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
-                        f"use the returned array")
+        raise _no_out(what)
     where_ = kwargs.pop("where", True)
     if where_ is not True:
         raise _unsupported(f"{what}(..., where=...)", "onp.where(mask, result, other)")
@@ -1033,18 +1036,12 @@ def _array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: 
             args = [a.astype(dtype) for a in args]
         return target(*args, **kw)
     what = f"{name}.{method}"
-    if method == "reduce" and target is not None and ufunc.__name__ in _UFUNC_REDUCE:
-        kw = _check_ufunc_kwargs(what, kwargs, ("axis", "dtype", "keepdims"))
-        x = as_lazy(inputs[0])
-        if kw.get("dtype") is not None:
-            x = x.astype(kw["dtype"])
-        return apply(_UFUNC_REDUCE[ufunc.__name__], x, axis=kw.get("axis", 0), keepdims=kw.get("keepdims", False))
-    if method == "accumulate" and target is not None and ufunc.__name__ in _UFUNC_ACCUMULATE:
-        kw = _check_ufunc_kwargs(what, kwargs, ("axis", "dtype"))
-        x = as_lazy(inputs[0])
-        if kw.get("dtype") is not None:
-            x = x.astype(kw["dtype"])
-        return apply(_UFUNC_ACCUMULATE[ufunc.__name__], x, axis=kw.get("axis", 0))
+    along = {"reduce": _UFUNC_REDUCE, "accumulate": _UFUNC_ACCUMULATE}.get(method, {}).get(ufunc.__name__)
+    if along is not None and target is not None:
+        keys = ("axis", "dtype", "keepdims") if method == "reduce" else ("axis", "dtype")
+        kw = _check_ufunc_kwargs(what, kwargs, keys)
+        kw.setdefault("axis", 0)  # NumPy's default axis for reduce/accumulate, not None
+        return apply(along, _in_dtype(inputs[0], kw.pop("dtype", None)), **kw)
     if method == "outer" and target is not None and ufunc.nin == 2:
         _check_ufunc_kwargs(what, kwargs, ())
         a, b = (as_lazy(v, inputs) for v in inputs)
@@ -1072,8 +1069,7 @@ def _np_where(condition: Any, x: Any = None, y: Any = None, /) -> Any:
 
 def _np_round(a: Any, decimals: int = 0, out: Any = None) -> LazyArray:
     if out is not None:
-        raise TypeError("np.round(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
-                        "use the returned array")
+        raise _no_out("np.round")
     a = as_lazy(a)
     if decimals == 0 or a.dtype.kind not in "fc":
         return apply("round", a)
@@ -1084,8 +1080,7 @@ def _np_round(a: Any, decimals: int = 0, out: Any = None) -> LazyArray:
 def _np_trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
               out: Any = None) -> LazyArray:
     if out is not None:
-        raise TypeError("np.trace(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
-                        "use the returned array")
+        raise _no_out("np.trace")
     return linalg.trace(moveaxis(a, (axis1, axis2), (-2, -1)), offset=offset, dtype=dtype)
 
 
@@ -1245,8 +1240,7 @@ def _array_function(func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[s
                 if val is not np._NoValue:
                     kw[target_key] = val
             elif key == "out" and val is not None:
-                raise TypeError(f"{name}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
-                                f"use the returned array")
+                raise _no_out(name)
             elif not _is_default(key, val, param.default if param.kind is not param.VAR_KEYWORD else None):
                 raise _unsupported(f"{name}(..., {key}={reprlib.repr(val)})", why=_ONLY_DEFAULT)
     return entry.target(*pos, **kw)

@@ -495,29 +495,12 @@ def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
         load_external_data_for_model(model, os.path.dirname(os.path.abspath(os.fspath(path))))
     except Exception as exc:
         raise _bad_file(path, f"cannot read the model's external data: {_first_line(exc)}") from exc
-    _check_input_shapes(path, model, options.get("input_shapes"))
     try:
         return from_onnx(model, **options)
     except GraphError as exc:
         raise _bad_file(path, _first_line(exc)) from exc
     except Exception as exc:  # from_onnx turns its failures into OnnxImportError; this is a last resort
         raise _bad_file(path, f"cannot import: {type(exc).__name__}: {_first_line(exc)}") from exc
-
-
-def _check_input_shapes(path: str | os.PathLike[str], model: Any, shapes: Mapping[str, Any] | None) -> None:
-    """Refuse a given input shape whose rank differs from the model's declared one (before importing: else the
-    first node that notices names its own axis, far from the cause)."""
-    for vi in model.graph.input:
-        if vi.name not in (shapes or {}) or not vi.type.HasField("tensor_type"):
-            continue
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            continue
-        dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tt.shape.dim]
-        given = tuple(shapes[vi.name])  # type: ignore[index]
-        if len(given) != len(dims):
-            raise _bad_file(path, f"input {vi.name} has rank {len(dims)} in the graph (dims {', '.join(dims) or '()'})"
-                                  f" and the given shape {given} has rank {len(given)}; give {len(dims)} sizes")
 
 
 # ----------------------------------------------------------------------------- GraphML

@@ -129,11 +129,11 @@ class AutoCompiled:
 
     def __call__(self, feeds: Mapping[Any, Any] | None = None, **named: Any) -> list[np.ndarray]:
         """Run; the first call decides the backend (its result comes from the chosen one)."""
-        all_feeds = resolve_feeds(self.graph, feeds, named)
         with self._lock:
             if self.choice is None:
-                self.choice = choose(self.graph, all_feeds, budget=self.budget, device=self.device, **self.options)
-        return self.choice.compiled(all_feeds)  # type: ignore[no-any-return]
+                self.choice = choose(self.graph, resolve_feeds(self.graph, feeds, named), budget=self.budget,
+                                     device=self.device, **self.options)
+        return self.choice.compiled(feeds, **named)  # type: ignore[no-any-return]  # it applies the feeds rule
 
     run = __call__
 

@@ -101,11 +101,25 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _check_rank(vi: Any, given: tuple[Any, ...]) -> None:
+    """Refuse a given input shape whose rank differs from the model's declared one, before importing: else the
+    first node that notices names its own axis, far from the cause."""
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return
+    dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tt.shape.dim]
+    if len(given) != len(dims):
+        raise OnnxImportError(f"input {vi.name} has rank {len(dims)} in the graph (dims {', '.join(dims) or '()'}) "
+                              f"and the given shape {given} has rank {len(given)}; give {len(dims)} sizes")
+
+
 def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
                   input_shapes: Mapping[str, Any] | None, static_inputs: Mapping[str, Any] | None) -> OnnxImport:
     statics = dict(static_inputs or {})
     types = dict(input_types or {})
     for vi in proto.graph.input:  # a shape alone keeps the model's element type
+        if vi.name in (input_shapes or {}):
+            _check_rank(vi, tuple(input_shapes[vi.name]))  # type: ignore[index]
         if vi.name in (input_shapes or {}) and vi.name not in types:
             types[vi.name] = (np_dtype(vi.type.tensor_type.elem_type, f"graph input {vi.name!r}"),
                               tuple(input_shapes[vi.name]))  # type: ignore[index]
