@@ -100,6 +100,29 @@ OPTIONAL_PACKAGES: dict[str, str] = {
 """The optional packages opgraph uses and the extra (``pip install 'opgraph[EXTRA]'``) that brings each one."""
 
 
+def install_hint(package: str) -> str:
+    """How to install optional ``package``: the extra that brings it, and in a source checkout the command there.
+
+    >>> install_hint("networkx").startswith("pip install 'opgraph[interop]'")
+    True
+    """
+    import os
+    import sys
+
+    extra = OPTIONAL_PACKAGES.get(package)
+    how = f"pip install 'opgraph[{extra}]'" if extra else f"pip install {package}"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if extra and os.path.exists(os.path.join(root, "pyproject.toml")):  # running from a source checkout
+        # the command as typed in the checkout's root; elsewhere with absolute paths, so it works from anywhere
+        pip = os.path.join(sys.prefix, "bin", "pip")
+        if os.path.abspath(os.getcwd()) == root:
+            rel = os.path.relpath(pip, root)
+            how += f" (in this checkout: {rel if not rel.startswith('..') else pip} install -e '.[{extra}]')"
+        else:
+            how += f" (in this checkout: {pip} install -e '{root}[{extra}]')"
+    return how
+
+
 class MissingDependencyError(GraphError, ImportError):
     """A feature needs an optional package that is not installed; the message says what to install.
 
@@ -110,21 +133,7 @@ class MissingDependencyError(GraphError, ImportError):
     """
 
     def __init__(self, package: str, feature: str) -> None:
-        import os
-        import sys
-
-        extra = OPTIONAL_PACKAGES.get(package)
-        how = f"pip install 'opgraph[{extra}]'" if extra else f"pip install {package}"
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        if extra and os.path.exists(os.path.join(root, "pyproject.toml")):  # running from a source checkout
-            # the command as typed in the checkout's root; elsewhere with absolute paths, so it works from anywhere
-            pip = os.path.join(sys.prefix, "bin", "pip")
-            if os.path.abspath(os.getcwd()) == root:
-                rel = os.path.relpath(pip, root)
-                how += f" (in this checkout: {rel if not rel.startswith('..') else pip} install -e '.[{extra}]')"
-            else:
-                how += f" (in this checkout: {pip} install -e '{root}[{extra}]')"
-        super().__init__(f"{feature} needs the optional package {package}: {how}", name=package)
+        super().__init__(f"{feature} needs the optional package {package}: {install_hint(package)}", name=package)
         self.package = package
         self.feature = feature
-        self.extra = extra
+        self.extra = OPTIONAL_PACKAGES.get(package)

@@ -36,7 +36,7 @@ loss, ``trainer.params`` are the current parameters.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -370,8 +370,6 @@ def _flatten(tree: Any, root: str, default: str) -> tuple[list[tuple[str, Any]],
     return list(zip(names, leaves, strict=True)), spec
 
 
-def _unflatten(spec: pytree.PyTreeSpec, leaves: Iterator[Any]) -> Any:
-    return pytree.unflatten(spec, list(leaves))
 
 
 def _is_param(x: Any) -> bool:
@@ -627,10 +625,10 @@ class Trainer:
                     subst.append(lazy.placeholder(arr.shape, arr.dtype, name=label))
                 else:
                     subst.append(leaf)
-            lazy_args.append(_unflatten(treedef, iter(subst)))
+            lazy_args.append(pytree.unflatten(treedef, subst))
         lazy._TRACING += 1
         try:
-            loss = self.loss_fn(_unflatten(self._treedef, iter(holders)), *lazy_args)
+            loss = self.loss_fn(pytree.unflatten(self._treedef, holders), *lazy_args)
         finally:
             lazy._TRACING -= 1
         fname = getattr(self.loss_fn, "__name__", "loss_fn")
@@ -664,7 +662,7 @@ class Trainer:
     def params(self) -> Any:
         """The current parameters, as copies, in the structure they were given."""
         run = self._runner
-        return _unflatten(self._treedef, iter(np.array(run.value(n), copy=True) for n in self._names))
+        return pytree.unflatten(self._treedef, [np.array(run.value(n), copy=True) for n in self._names])
 
     @params.setter
     def params(self, new: Any) -> None:

@@ -404,9 +404,9 @@ def _install_hint(missing: str) -> str:
         from opgraph.viz import INSTALL_HINT
 
         return INSTALL_HINT
-    from opgraph.errors import MissingDependencyError
+    from opgraph.errors import install_hint
 
-    return str(MissingDependencyError(missing, "")).partition(": ")[2]
+    return install_hint(missing)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -457,8 +457,6 @@ def _load_npy(path: str, name: str) -> np.ndarray:
     check_regular_file(path, "a .npy file")
     try:
         data = np.load(path, allow_pickle=False)
-    except OSError:
-        raise
     except ValueError as exc:
         if "allow_pickle" in str(exc):  # NumPy's words for an object array
             raise ValueError(f"--set {name}={path}: the file holds an array of Python objects (dtype object); "

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.dtypes import dtype_code
+from opgraph.core.registry import Emit
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 
@@ -154,3 +155,14 @@ def sum_rows(x: np.ndarray, n: int, limit: int, out: np.ndarray | None = None) -
     if out is not None and not (out.flags.c_contiguous and out.size == x.size // n):
         return None
     return np.matmul(x.reshape(-1, n), np.ones(n, x.dtype), out=None if out is None else out.reshape(-1))
+
+
+def const_like(e: Emit, x: float, like: Any) -> Any:
+    """The scalar ``x`` as a constant of a decomposition, in the dtype of value ``like``.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); v = b.input(("float32", (2,)))
+    >>> b.type_of(const_like(b, 0.5, v)).dtype
+    dtype('float32')
+    """
+    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))

@@ -26,7 +26,7 @@ import numpy as np
 from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
-from opgraph.ops._common import tensor, ufunc_dtypes, with_out, write_out
+from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
 FAMILY = "elementwise"
@@ -743,17 +743,12 @@ def _attr_approximate(v: Any) -> str:
     return v
 
 
-def _const_like(e: Emit, x: float, like: Any) -> Any:
-    """The scalar ``x`` in the dtype of value ``like`` (a decomposition's constant)."""
-    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
-
-
 def _gelu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     (x,) = ins
     dt = tensor(e.type_of(x)).dtype
 
     def c(v: float) -> Any:
-        return _const_like(e, v, x)
+        return const_like(e, v, x)
 
     if attrs["approximate"] == "tanh":
         inner = e.op("multiply", x, e.op("add", c(1.0), e.op("multiply", c(0.044715), e.op("multiply", x, x))))
@@ -1039,14 +1034,14 @@ def _hard_swish_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, An
 
 def _hard_sigmoid_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     (x,) = ins
-    line = e.op("add", e.op("multiply", x, _const_like(e, attrs["alpha"], x)), _const_like(e, attrs["beta"], x))
-    return e.op("clip", line, _const_like(e, 0.0, x), _const_like(e, 1.0, x))
+    line = e.op("add", e.op("multiply", x, const_like(e, attrs["alpha"], x)), const_like(e, attrs["beta"], x))
+    return e.op("clip", line, const_like(e, 0.0, x), const_like(e, 1.0, x))
 
 
 def _hard_swish_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     (x,) = ins
-    relu6 = e.op("clip", e.op("add", x, _const_like(e, 3.0, x)), _const_like(e, 0.0, x), _const_like(e, 6.0, x))
-    return e.op("multiply", e.op("multiply", relu6, x), _const_like(e, 1 / 6, x))
+    relu6 = e.op("clip", e.op("add", x, const_like(e, 3.0, x)), const_like(e, 0.0, x), const_like(e, 6.0, x))
+    return e.op("multiply", e.op("multiply", relu6, x), const_like(e, 1 / 6, x))
 
 
 hard_swish.specialize = _specializer(  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ import numpy as np
 from opgraph.core.registry import Attr, Emit, OpDef, attr_any, attr_bool, attr_float, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import tensor, ufunc_dtypes
+from opgraph.ops._common import const_like, tensor, ufunc_dtypes
 from opgraph.ops.contraction import matmul_shape
 
 FAMILY = "fused"
@@ -35,11 +35,6 @@ FAMILY = "fused"
 # Each op's parts in more basic ops, registered with the op below (OpDef.decompose): lowering
 # (opgraph.passes.lower) rewrites an op a backend lacks with them, and the ONNX exporter writes an op without an
 # ONNX operator through them.
-def _const_like(e: Emit, x: float, like: Any) -> Any:
-    """The scalar ``x`` in the dtype of value ``like``."""
-    return e.constant(np.asarray(x, dtype=tensor(e.type_of(like)).dtype))
-
-
 def _fma_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     a, b, c = ins
     return e.op("add", e.op("multiply", a, b), c)
@@ -64,22 +59,22 @@ def _fused_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
 
 def _momentum_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     p, v, g = ins
-    v2 = e.op("add", e.op("multiply", _const_like(e, attrs["mu"], p), v), g)
-    p2 = e.op("subtract", p, e.op("multiply", _const_like(e, attrs["lr"], p), v2))
+    v2 = e.op("add", e.op("multiply", const_like(e, attrs["mu"], p), v), g)
+    p2 = e.op("subtract", p, e.op("multiply", const_like(e, attrs["lr"], p), v2))
     return p2, v2
 
 
 def _adagrad_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     p, acc, g = ins
     acc2 = e.op("add", acc, e.op("multiply", g, g))
-    den = e.op("add", e.op("sqrt", acc2), _const_like(e, attrs["eps"], p))
-    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", _const_like(e, attrs["lr"], p), g), den))
+    den = e.op("add", e.op("sqrt", acc2), const_like(e, attrs["eps"], p))
+    p2 = e.op("subtract", p, e.op("divide", e.op("multiply", const_like(e, attrs["lr"], p), g), den))
     return p2, acc2
 
 
 def _adam_parts(e: Emit, p: Any, m: Any, v: Any, g: Any, bc1: Any, bc2: Any, attrs: Mapping[str, Any]) -> Any:
     def sc(name: str) -> Any:
-        return _const_like(e, attrs[name], p)
+        return const_like(e, attrs[name], p)
 
     m2 = e.op("add", e.op("multiply", sc("b1"), m), e.op("multiply", sc("c1"), g))
     if attrs["square_first"]:
@@ -94,7 +89,7 @@ def _adam_parts(e: Emit, p: Any, m: Any, v: Any, g: Any, bc1: Any, bc2: Any, att
 
 def _adam_update_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     p, m, v, g = ins
-    return _adam_parts(e, p, m, v, g, _const_like(e, attrs["bc1"], p), _const_like(e, attrs["bc2"], p), attrs)
+    return _adam_parts(e, p, m, v, g, const_like(e, attrs["bc1"], p), const_like(e, attrs["bc2"], p), attrs)
 
 
 def _adam_update_t_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:

@@ -77,7 +77,7 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, sum_rows, tensor, version_of_first, write_out
+from opgraph.ops._common import const_like, normalize_axis, sum_rows, tensor, version_of_first, write_out
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 
 FAMILY = "nn"
@@ -2127,7 +2127,7 @@ def _layer_norm_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> 
     mean = e.op("mean", xw, axis=axes, keepdims=True)
     d = e.op("subtract", xw, mean)
     var = e.op("mean", e.op("square", d), axis=axes, keepdims=True)
-    eps = e.constant(np.asarray(attrs["epsilon"], dtype=tensor(e.type_of(var)).dtype))
+    eps = const_like(e, attrs["epsilon"], var)
     y = e.op("divide", d, e.op("sqrt", e.op("add", var, eps)))
     if xw is not x:
         y = e.op("cast", y, dtype=t.dtype)
