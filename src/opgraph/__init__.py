@@ -139,6 +139,7 @@ def _fill_on_first_use(hook: _hooks.Hook[Any], module: str, attr: str) -> None:
 
 _fill_on_first_use(_hooks.RUN, "opgraph.runtime.executor", "execute")
 _fill_on_first_use(_hooks.GRAD, "opgraph.autodiff.reverse", "build_grad_ops")
+_fill_on_first_use(_hooks.BODY, "opgraph.runtime.bodies", "compile_body")
 _fill_on_first_use(_hooks.SVG, "opgraph.viz", "graph_repr_svg")
 
 

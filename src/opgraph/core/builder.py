@@ -98,6 +98,10 @@ def _wait(take: Callable[[], Any]) -> None:
             delay = min(2 * delay or 1e-6, 1e-3)
 
 
+class _ForeignValue(Exception):
+    """An input of an op is a Value of another builder (see ``GraphBuilder.on_foreign_value``)."""
+
+
 def _handle(owner: GraphBuilder, vid: int) -> Value:
     # Value(owner, vid) runs a Python-level __init__ (a fifth of the per-op budget); filling the
     # two slots of a bare instance makes the same object for less.
@@ -345,6 +349,9 @@ class GraphBuilder:
         self._frozen: Graph | None = None
         self._frozen_ops = -1
         self._opdefs: dict[Any, tuple[OpDef, Callable[..., Any] | None]] = {}
+        # Given a Value of another builder passed to this one, returns this builder's Value standing for it:
+        # how the body of a control-flow op captures values of the enclosing graph. None refuses them.
+        self.on_foreign_value: Callable[[Value], Value] | None = None
         # Every change holds the builder's token (see the class doc): a one-element list that a thread
         # pop()s to enter and append()s to leave, both atomic. The pair costs ~15 ns where a
         # threading.Lock's acquire()/release() cost ~65 (acquire parses its arguments) on a ~600 ns op;
@@ -785,7 +792,7 @@ class GraphBuilder:
     def _as_value(self, x: ValueLike, like: Sequence[ValueType]) -> int:
         if isinstance(x, Value):
             if x.owner is not self:
-                raise GraphError(_FOREIGN)
+                return self._foreign(x)
             return x.id
         if isinstance(x, (bool, int, float, complex)):
             # Python scalars are "weak" (NEP 50): they take the dtype of the
@@ -794,6 +801,14 @@ class GraphBuilder:
             dt = np.result_type(*dts, x) if dts else np.result_type(x)
             return self.constant(np.array(x, dtype=as_dtype(dt))).id
         return self.constant(x).id
+
+    def _foreign(self, v: Value) -> int:
+        if self.on_foreign_value is None:
+            raise GraphError(_FOREIGN)
+        mine = self.on_foreign_value(v)
+        if not isinstance(mine, Value) or mine.owner is not self:
+            raise GraphError("on_foreign_value must return a Value of this builder")
+        return mine.id
 
     def op(self, kind: str | int | OpDef, a: Any = _NO, c: Any = _NO, /, *rest: ValueLike,
            name: str | None = None, **attrs: Any) -> Any:
@@ -836,13 +851,10 @@ class GraphBuilder:
         try:
             for v in inputs:
                 if v.owner is not self:  # type: ignore[union-attr]
-                    raise GraphError(_FOREIGN)
+                    raise _ForeignValue
                 ids.append(v.id)  # type: ignore[union-attr]
-        except AttributeError:  # not all Values: numbers and arrays become constants
-            for v in inputs:
-                if isinstance(v, Value) and v.owner is not self:
-                    raise GraphError(_FOREIGN) from None
-            tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value)]
+        except (AttributeError, _ForeignValue):  # numbers and arrays become constants; foreign values captured
+            tensor_types = [self.type_of(v) for v in inputs if isinstance(v, Value) and v.owner is self]
             ids = [self._as_value(v, tensor_types) for v in inputs]
         self._acquire()
         try:

@@ -45,6 +45,7 @@ import numpy as np
 
 from opgraph.core import _accel, hooks
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
+from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import TensorType, ValueType, as_type
 from opgraph.errors import GraphError, OpTypeError, VerifyError
 
@@ -713,9 +714,25 @@ class Graph:
         """
         problems: list[str] = []
         self._verify_collect(problems, check_types=check_types)
+        for body in subgraphs_of(self):
+            try:
+                body.graph.verify(check_types=check_types)
+            except VerifyError as exc:
+                problems.extend(f"in body {body.label}: {p}" for p in exc.problems)
         if problems:
             raise VerifyError(problems)
         return self
+
+    @property
+    def subgraphs(self) -> tuple[Subgraph, ...]:
+        """The bodies (:class:`~opgraph.core.subgraph.Subgraph`) this graph's ops use, first use first.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); b.output(b.exp(b.input(("float64", (2,)))))
+        >>> b.freeze().subgraphs
+        ()
+        """
+        return subgraphs_of(self)
 
     def _verify_collect(self, problems: list[str], *, check_types: bool = True, fill_versions: bool = False,
                         strict_attrs: bool = False, structure_checked: bool = False) -> np.ndarray | None:

@@ -79,6 +79,9 @@ class Hook(Generic[T]):
 RUN: Hook[Callable[..., list[np.ndarray]]] = Hook("Graph.run", "opgraph.runtime")
 """``execute(graph, feeds, targets, *, backend)``: evaluates a graph (set by :mod:`opgraph.runtime.executor`)."""
 
+BODY: Hook[Callable[[Any], Callable[[Any], list[np.ndarray]]]] = Hook("control-flow op kernels", "opgraph.runtime")
+"""``compile_body(subgraph)``: the body as a function of a list of arrays returning a list of fresh arrays,
+compiled once per body (set by :mod:`opgraph.runtime.bodies`; used by the kernels in :mod:`opgraph.ops.control`)."""
 GRAD: Hook[Callable[..., list[Any]]] = Hook("GraphBuilder.build_grad_ops", "opgraph.autodiff")
 """``build_grad_ops(builder, loss, values)``: appends gradient ops (set by :mod:`opgraph.autodiff.reverse`)."""
 

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from opgraph.core.dtypes import DTYPE_CODES, as_dtype
+from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpBuildError, OpTypeError
 
@@ -90,6 +91,8 @@ def exact_key(value: Any) -> Any:
         return (type(value).__name__, repr(value) if isinstance(value, (float, complex, np.generic)) else value)
     if isinstance(value, np.dtype):
         return ("dtype", value.str)
+    if isinstance(value, Subgraph):
+        return ("subgraph", value.key)
     raise TypeError(f"no exact key for {type(value).__name__}")
 
 

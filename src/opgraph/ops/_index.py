@@ -59,6 +59,9 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
     "opgraph.ops.signal": {
         "fft": 1200, "rfft": 1201, "irfft": 1202,
     },
+    "opgraph.ops.control": {
+        "call": 1300, "cond": 1301, "while_loop": 1302, "scan": 1303,
+    },
     "opgraph.ops.tenscalc": {
         "Vzeros": 10001, "Vones": 10002, "Veye": 10003, "Vsubsref": 10004, "Vrepmat": 10005, "Vcat": 10006,
         "Vreshape": 10007, "Vfull": 10008, "Vplus": 10009, "Vtprod": 10010, "Vtprod_matlab": 10011, "Vnorm2": 10012,

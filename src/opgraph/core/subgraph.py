@@ -1,0 +1,254 @@
+"""Subgraphs: graphs used as the bodies of ops (``call``, ``cond``, ``while_loop``, ``scan``).
+
+A body is an ordinary :class:`~opgraph.core.graph.Graph` (its inputs are the
+body's parameters, its outputs its results) wrapped in a :class:`Subgraph`,
+and the wrapper is an attribute value of the ops that use it. Attributes are
+interned, so a body used by ten ops is held once, and every pass that copies
+an op's attributes carries its bodies along without knowing about them.
+``graph.subgraphs`` lists a graph's bodies (first use first); files store
+each once, as a record that ops refer to by index (docs/cg-format.md,
+docs/json-format.md).
+
+Two subgraphs are equal when their graphs are the same structure (a content
+fingerprint, computed once): equal bodies intern to one, and an op with a
+body hash-conses like any other op.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph, subgraphs_of
+    >>> def square_body():
+    ...     b = opgraph.GraphBuilder()
+    ...     x = b.input(("float64", (3,)), name="x")
+    ...     b.output(b.multiply(x, x))
+    ...     return Subgraph(b.freeze(), name="square")
+    >>> body = square_body()
+    >>> body == square_body(), len({body, square_body()})
+    (True, 1)
+    >>> body
+    Subgraph('square': (f64[3]) -> (f64[3]), 1 op)
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (3,)), name="x")
+    >>> b.output(b.op("call", b.op("call", x, body=body), body=body))
+    >>> g = b.freeze()
+    >>> len(g.attrs), [s.name for s in subgraphs_of(g)]
+    (1, ['square'])
+    >>> g.run({"x": np.arange(3.0)})[0]
+    array([ 0.,  1., 16.])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from opgraph.core.graph import Graph
+    from opgraph.core.types import ValueType
+
+
+class Subgraph:
+    """A graph used as an op attribute (a function body); see the module doc.
+
+    ``name`` is for messages and drawings only (the user's function name);
+    it is not part of equality. ``cache(tag, make)`` keeps per-body derived
+    objects (a compiled body per backend, a body's gradient) for as long as
+    the body lives.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); b.output(b.exp(x))
+    >>> s = Subgraph(b.freeze(), name="f")
+    >>> s.in_types, s.out_types, s.num_inputs, s.num_outputs
+    ((f32[2],), (f32[2],), 1, 1)
+    """
+
+    __slots__ = ("__weakref__", "_cache", "_key", "graph", "name")
+
+    def __init__(self, graph: Graph, name: str = "") -> None:
+        from opgraph.core.graph import Graph
+
+        if isinstance(graph, Subgraph):
+            graph = graph.graph
+        if not isinstance(graph, Graph):
+            raise TypeError(f"a subgraph is made from a Graph, not {type(graph).__name__}")
+        self.graph = graph
+        self.name = str(name or "")
+        self._key: bytes | None = None
+        self._cache: dict[Any, Any] = {}
+
+    # ------------------------------------------------------------ signature
+    @property
+    def in_types(self) -> tuple[ValueType, ...]:
+        """The types of the body's parameters (its graph's inputs), in order."""
+        g = self.graph
+        return tuple(g.types[int(g.value_type[v])] for v in g.inputs)
+
+    @property
+    def out_types(self) -> tuple[ValueType, ...]:
+        """The types of the body's results (its graph's outputs), in order."""
+        g = self.graph
+        return tuple(g.types[int(g.value_type[v])] for v in g.outputs)
+
+    @property
+    def num_inputs(self) -> int:
+        """How many parameters the body takes."""
+        return len(self.graph.inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        """How many results the body returns."""
+        return len(self.graph.outputs)
+
+    @property
+    def label(self) -> str:
+        """``'name'`` or ``'<body>'``, for messages."""
+        return repr(self.name) if self.name else "<body>"
+
+    # ------------------------------------------------------------ identity
+    @property
+    def key(self) -> bytes:
+        """A 16-byte fingerprint of the body's structure, types, attributes and constants."""
+        if self._key is None:
+            self._key = _fingerprint(self.graph)
+        return self._key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Subgraph) and (self is other or self.key == other.key)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Subgraph, (self.graph, self.name)
+
+    def cache(self, tag: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` once per ``tag`` for this body (e.g. its compiled form on one backend).
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.exp(x))
+        >>> s = Subgraph(b.freeze())
+        >>> s.cache("n", lambda: [1]) is s.cache("n", lambda: [2])
+        True
+        """
+        try:
+            return self._cache[tag]
+        except KeyError:
+            value = self._cache[tag] = make()
+            return value
+
+    def __repr__(self) -> str:
+        ins = ", ".join(repr(t) for t in self.in_types)
+        outs = ", ".join(repr(t) for t in self.out_types)
+        n = self.graph.num_ops
+        return f"Subgraph({self.label}: ({ins}) -> ({outs}), {n} op{'s' if n != 1 else ''})"
+
+
+def attr_subgraph(v: Any) -> Subgraph:
+    """Normalise a body attribute: a :class:`Subgraph`, or a ``Graph`` to wrap.
+
+    >>> attr_subgraph(3)
+    Traceback (most recent call last):
+    ...
+    TypeError: expected a Graph or Subgraph (a body), got int
+    """
+    from opgraph.core.graph import Graph
+
+    if isinstance(v, Subgraph):
+        return v
+    if isinstance(v, Graph):
+        return Subgraph(v)
+    raise TypeError(f"expected a Graph or Subgraph (a body), got {type(v).__name__}")
+
+
+def attr_subgraphs(v: Any) -> tuple[Subgraph, ...]:
+    """Normalise a tuple of bodies (the branches of a ``cond``).
+
+    >>> attr_subgraphs(())
+    ()
+    """
+    if isinstance(v, (list, tuple)):
+        return tuple(attr_subgraph(x) for x in v)
+    raise TypeError(f"expected a sequence of bodies, got {type(v).__name__}")
+
+
+def bodies_in(value: Any) -> Iterator[Subgraph]:
+    """The subgraphs in one attribute value (a body, or a tuple holding bodies).
+
+    >>> list(bodies_in((1, 2)))
+    []
+    """
+    if isinstance(value, Subgraph):
+        yield value
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from bodies_in(v)
+
+
+def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ...]:
+    """The distinct bodies the ops of ``graph`` use, in order of first use.
+
+    With ``recursive=True`` the bodies of bodies follow, each after the body
+    that uses it (every body once). Only the attribute table is scanned (it
+    holds each distinct attribute set once), so this is cheap on large graphs.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.exp(x))
+    >>> subgraphs_of(b.freeze())
+    ()
+    """
+    tag = ("subgraphs", recursive)
+    cached = graph._cache.get(tag)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    used = np.unique(graph.op_attr) if graph.attrs else np.zeros(0, dtype=np.int64)
+    seen: dict[Subgraph, None] = {}
+    first_use: list[tuple[int, Subgraph]] = []
+    order = {int(a): i for i, a in enumerate(used)}
+    for aid in sorted(order):
+        if not 0 <= aid < len(graph.attrs):
+            continue
+        for _, value in graph.attrs[aid]:
+            for body in bodies_in(value):
+                if body not in seen:
+                    seen[body] = None
+                    first_use.append((aid, body))
+    if first_use:
+        # First use by op order, not by attribute-table order.
+        first_op = {aid: int(np.argmax(graph.op_attr == aid)) for aid, _ in first_use}
+        first_use.sort(key=lambda p: first_op[p[0]])
+    out: list[Subgraph] = [s for _, s in first_use]
+    if recursive:
+        done: dict[Subgraph, None] = {}
+
+        def visit(s: Subgraph) -> None:
+            if s in done:
+                return
+            done[s] = None
+            for inner in subgraphs_of(s.graph):
+                visit(inner)
+
+        for s in out:
+            visit(s)
+        out = list(done)
+    result = tuple(out)
+    graph._cache[tag] = result
+    return result
+
+
+def _fingerprint(g: Graph) -> bytes:
+    import hashlib  # not at import time: it loads OpenSSL (tests/test_import_light.py)
+
+    from opgraph.core.registry import exact_key
+
+    h = hashlib.blake2b(digest_size=16)
+    for name in ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
+                 "inputs", "outputs", "updates"):
+        a = getattr(g, name)
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    h.update(repr(tuple(repr(t) for t in g.types)).encode())
+    h.update(repr(tuple(exact_key(a) for a in g.attrs)).encode())
+    for c in g.constants:
+        h.update(f"{c.dtype.str}{c.shape}".encode())
+        h.update(np.ascontiguousarray(c).tobytes())
+    return h.digest()
