@@ -1178,7 +1178,32 @@ class Graph:
         return None if render is None else render(self)
 
     def dump(self, limit: int | None = 2000) -> str:
-        """A readable listing, one op per line in topological order (``limit`` ops at most)."""
+        """A readable listing, one op per line in topological order (``limit`` ops at most).
+
+        Bodies of control-flow ops are shown as ``@name`` in the op's
+        attributes and listed after the graph, each once.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); b.output(b.exp(x))
+        >>> print(b.freeze().dump())
+        graph(%x: f64[2]) {
+          %1: f64[2] = exp(%x)
+          return %1
+        }
+        """
+        bodies = subgraphs_of(self, recursive=True)
+        labels: dict[Subgraph, str] = {}
+        for i, body in enumerate(bodies):
+            label = f"@{body.name or f'body{i}'}"
+            labels[body] = label if label not in labels.values() else f"{label}#{i}"
+        lines = self._dump_lines(limit, labels)
+        for body in bodies:
+            sub = body.graph._dump_lines(limit, labels)
+            lines.append(f"{labels[body]} = {sub[0]}")
+            lines.extend(sub[1:])
+        return "\n".join(lines)
+
+    def _dump_lines(self, limit: int | None, labels: Mapping[Subgraph, str]) -> list[str]:
         head = ", ".join(f"{self.value_label(int(v))}: {self.type_of(int(v))}" for v in self.inputs)
         lines = [f"graph({head}) {{"]
         try:
@@ -1189,15 +1214,15 @@ class Graph:
             if limit is not None and k >= limit:
                 lines.append(f"  ... {self.num_ops - limit} more ops")
                 break
-            lines.append("  " + self._op_line(int(op)))
+            lines.append("  " + self._op_line(int(op), labels))
         if len(self.outputs):
             lines.append("  return " + ", ".join(self.value_label(int(v)) for v in self.outputs))
         for src, dst in self.updates:
             lines.append(f"  update {self.value_label(int(src))} -> {self.value_label(int(dst))}")
         lines.append("}")
-        return "\n".join(lines)
+        return lines
 
-    def _op_line(self, op: int) -> str:
+    def _op_line(self, op: int, labels: Mapping[Subgraph, str] | None = None) -> str:
         outs = self.op_outputs(op)
         lhs = ", ".join(f"{self.value_label(int(v))}: {self.type_of(int(v))}" for v in outs) or "()"
         kind = self.kind_of(op)
@@ -1214,7 +1239,12 @@ class Graph:
         args = ", ".join(self.value_label(int(v)) for v in self.op_inputs(op))
         attr_s = ""
         if attrs:
-            attr_s = " {" + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) + "}"
+            def show(v: Any) -> str:
+                if isinstance(v, Subgraph):
+                    return labels[v] if labels and v in labels else f"@{v.name or 'body'}"
+                return repr(v)
+
+            attr_s = " {" + ", ".join(f"{k}={show(v)}" for k, v in attrs.items()) + "}"
         name = self.symbols.ops.get(op)
         tail = f"  # {name}" if name else ""
         return f"{lhs} = {kind}({args}){attr_s}{tail}"
