@@ -297,3 +297,29 @@ def test_repr_svg_hook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         assert "<svg" in g._repr_svg_()  # type: ignore[attr-defined]
     monkeypatch.setenv("PATH", str(tmp_path))
     assert g._repr_svg_() is None  # type: ignore[attr-defined]
+
+
+def test_bodies_drawn_once_as_clusters(tmp_path: Path) -> None:
+    from opgraph.core.subgraph import Subgraph
+
+    sb = opgraph.GraphBuilder()
+    c, x = sb.input(("float64", (2,)), name="c"), sb.input(("float64", (2,)), name="x")
+    sb.output(sb.add(sb.multiply(c, 0.5), x))
+    step = Subgraph(sb.freeze(), name="step")
+    b = opgraph.GraphBuilder()
+    init, xs = b.input(("float64", (2,)), name="init"), b.input(("float64", (4, 2)), name="xs")
+    first = b.op("scan", init, xs, body=step, num_carry=1)
+    again = b.op("scan", first, xs, body=step, num_carry=1, reverse=True)
+    b.output(again)
+    dot = to_dot(b.freeze())
+    # The body is drawn once (one cluster) although two scans use it; both scans name it.
+    assert dot.count("subgraph cluster_") == 1 and dot.count("body=@step") == 2
+    assert re.search(r'label="@step: 3 ops', dot)
+    cluster = dot[dot.index("subgraph cluster_b0"):]
+    assert "b0_o1" in cluster and "b0_v0 -> b0_o1" in cluster
+    # Node ids inside the cluster never clash with the outer graph's.
+    outer = dot[:dot.index("subgraph cluster_b0")]
+    assert not re.search(r"\bb0_", outer)
+    if HAVE_DOT:
+        render(b.freeze(), tmp_path / "scan.svg")
+        assert "@step" in (tmp_path / "scan.svg").read_text()

@@ -40,6 +40,7 @@ the outputs leave) readable and the layout time bounded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -51,6 +52,7 @@ from opgraph._atomic import atomic_files
 from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
+from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.errors import MissingDependencyError
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ def _short(v: Any) -> str:
     >>> _short((0, 1)), _short("x" * 40)[-3:]
     ('(0,1)', '...')
     """
+    if isinstance(v, Subgraph):
+        return f"@{v.name or 'body'}"
     if isinstance(v, tuple):
         s = "(" + ",".join(_short(x) for x in v) + ("," if len(v) == 1 else "") + ")"
     elif isinstance(v, float):
@@ -363,8 +367,25 @@ def to_dot(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str =
     >>> print([line for line in dot.splitlines() if " -> " in line])
     ['  v0 -> o0', '  o0 -> v1', '  v0 -> o1 [label="0"]', '  v1 -> o1 [label="1"]', '  o1 -> v2']
     """
-    body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir)
+    body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir) + _body_clusters(graph, max_ops,
+                                                                                              rankdir)
     return "digraph opgraph {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
+
+
+_NODE_ID = re.compile(r"\b([vo]\d+|collapsed)\b")
+
+
+def _body_clusters(graph: Graph, max_ops: int, rankdir: str) -> list[str]:
+    """Each body of a control-flow op drawn once, as a cluster labelled ``@name`` (node ids prefixed ``b<k>_``)."""
+    lines: list[str] = []
+    for k, body in enumerate(subgraphs_of(graph, recursive=True)):
+        inner = _statements(body.graph, None, max_ops, rankdir)[3:-1]  # no graph defaults, no legend
+        lines.append(f"subgraph cluster_b{k} {{")
+        label = f"@{body.name or 'body' + str(k)}: {_title(body.graph)}"
+        lines.append(f"  label={_q(label)}; style=dashed; color=\"#888888\"")
+        lines.extend("  " + _NODE_ID.sub(lambda m, k=k: f"b{k}_{m.group(1)}", line) for line in inner)
+        lines.append("}")
+    return lines
 
 
 def draw(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "TB") -> graphviz.Digraph:
