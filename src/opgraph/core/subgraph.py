@@ -200,22 +200,23 @@ def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ..
     cached = graph._cache.get(tag)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    used = np.unique(graph.op_attr) if graph.attrs else np.zeros(0, dtype=np.int64)
-    seen: dict[Subgraph, None] = {}
+    # The attribute table is small; the op column is read only when some attribute holds a body.
+    with_bodies = [aid for aid, attrs in enumerate(graph.attrs) if any(True for _, v in attrs for _ in bodies_in(v))]
     first_use: list[tuple[int, Subgraph]] = []
-    order = {int(a): i for i, a in enumerate(used)}
-    for aid in sorted(order):
-        if not 0 <= aid < len(graph.attrs):
-            continue
-        for _, value in graph.attrs[aid]:
-            for body in bodies_in(value):
-                if body not in seen:
-                    seen[body] = None
-                    first_use.append((aid, body))
-    if first_use:
-        # First use by op order, not by attribute-table order.
-        first_op = {aid: int(np.argmax(graph.op_attr == aid)) for aid, _ in first_use}
-        first_use.sort(key=lambda p: first_op[p[0]])
+    if with_bodies:
+        op_attr = np.asarray(graph.op_attr)
+        first_op: dict[int, int] = {}
+        for aid in with_bodies:
+            hits = np.flatnonzero(op_attr == aid)
+            if len(hits):
+                first_op[aid] = int(hits[0])
+        seen: dict[Subgraph, None] = {}
+        for aid in sorted(first_op, key=first_op.__getitem__):
+            for _, value in graph.attrs[aid]:
+                for body in bodies_in(value):
+                    if body not in seen:
+                        seen[body] = None
+                        first_use.append((aid, body))
     out: list[Subgraph] = [s for _, s in first_use]
     if recursive:
         done: dict[Subgraph, None] = {}
