@@ -340,6 +340,39 @@ class CompiledGraph:
 
     run = __call__
 
+    def positional(self) -> Callable[[Sequence[Any]], list[np.ndarray]]:
+        """A call taking the graph's inputs as a list, in order, and returning fresh output arrays.
+
+        For callers whose arrays already have the declared types (a control-flow
+        op runs its body once per trip through this): it skips the per-call
+        feed lookup and checks of :meth:`__call__`, which cost more than a
+        small body's kernels. A failing kernel is reported as by ``__call__``.
+        Graphs with update edges keep state, so they go through ``__call__``.
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.op("exp", x))
+        >>> CompiledGraph(b.freeze()).positional()([np.zeros(2)])
+        [array([1., 1.])]
+        """
+        inputs = self.graph.inputs.tolist()
+        fn = None if self.updates else self._generated(0)
+        if fn is None:
+            return lambda args: self(dict(zip(inputs, args, strict=True)))
+        where = {v: i for i, v in enumerate(inputs)}
+        take = [where[v] for v in self._needed_inputs]
+        lock = self._lock
+
+        def call(args: Sequence[Any]) -> list[np.ndarray]:
+            try:
+                with lock:
+                    outs, _sources = fn(*[args[i] for i in take])
+            except Exception:
+                # Run again through the checked path, which names the failing op (or refuses a bad feed).
+                return self(dict(zip(inputs, args, strict=True)))
+            return list(outs)
+
+        return call
+
     @property
     def code(self) -> str:
         """The Python source a call runs (generated on first use; see :class:`_Codegen`).

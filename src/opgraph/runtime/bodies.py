@@ -34,13 +34,7 @@ def compile_body(body: Subgraph) -> Callable[[Sequence[Any]], list[np.ndarray]]:
     def make() -> Callable[[Sequence[Any]], list[np.ndarray]]:
         from opgraph.backends.numpy import CompiledGraph
 
-        compiled = CompiledGraph(body.graph)
-        inputs = body.graph.inputs.tolist()
-
-        def run(args: Sequence[Any]) -> list[np.ndarray]:
-            return compiled(dict(zip(inputs, args, strict=True)))
-
-        return run
+        return CompiledGraph(body.graph).positional()
 
     return body.cache(("numpy-body",), make)  # type: ignore[no-any-return]
 
