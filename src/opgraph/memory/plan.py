@@ -22,6 +22,14 @@ allocates those when it runs (the kernel is called without ``out=``).
 Outputs of view ops are aliases of their input, which then lives as long as
 its views.
 
+A control-flow op (``call``, ``cond``, ``while_loop``, ``scan``) runs its
+bodies on their own plans (each compiled body owns its arena): the op's
+*workspace* is its bodies' peaks (both of a ``while_loop``, the larger
+branch of a ``cond``) plus, for a loop, one carry (the carry a trip reads
+while it makes the next one). It does not depend on the trip count; a
+``scan``'s stacked results and a ``while_loop``'s are outputs like any
+other. ``plan.peak`` is the planned bytes plus the largest workspace.
+
     >>> import opgraph
     >>> from opgraph.memory import plan_memory
     >>> b = opgraph.GraphBuilder()
@@ -225,6 +233,32 @@ class MemoryPlan:
         """Arena plus output and state buffers: all planned bytes."""
         return int(sum(b.size for b in self.bins))
 
+    @property
+    def workspace(self) -> dict[int, int]:
+        """Per control-flow op among the scheduled ops: bytes its bodies need while it runs (module doc)."""
+        return self.extra.get("workspace", {})  # type: ignore[no-any-return]
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The largest :attr:`workspace` of an op (0 without control flow)."""
+        return max(self.workspace.values(), default=0)
+
+    @property
+    def peak(self) -> int:
+        """Planned bytes plus the largest body workspace: the most this plan holds at once.
+
+        >>> import opgraph
+        >>> from opgraph.core.subgraph import Subgraph
+        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (100,)), name="x")
+        >>> sb.output(sb.sin(sb.exp(x)))
+        >>> b = opgraph.GraphBuilder(); y = b.input(("float64", (100,)), name="y")
+        >>> b.output(b.op("call", y, body=Subgraph(sb.freeze())))
+        >>> p = plan_memory(b.freeze())
+        >>> p.total_bytes, p.workspace_bytes, p.peak
+        (832, 832, 1664)
+        """
+        return self.total_bytes + self.workspace_bytes
+
     def stats(self) -> dict[str, Any]:
         """Planner statistics: our plan, Owl's Algorithm 1 on the same schedule, the lower bound.
 
@@ -252,6 +286,8 @@ class MemoryPlan:
             "inplace": len(self.inplace),
             "groups": int(self.extra.get("groups", 0)),
             "bins": len(self.bins),
+            "workspace_bytes": self.workspace_bytes,
+            "peak_bytes": self.peak,
         }
 
 
@@ -984,12 +1020,65 @@ def _plan_on(graph: Graph, schedule: np.ndarray, name: str, targets: list[int], 
         place_bin[planned] = np.asarray(wbin, dtype=np.int64)[grp.of[planned]]
         place_off[planned] = np.asarray(woff, dtype=np.int64)[grp.of[planned]]
     alias_root = dict(zip(lt.alias.tolist(), lt.parent[lt.alias].tolist(), strict=True))
+    workspace = _workspaces(graph, schedule)
     return MemoryPlan(graph=graph, schedule=schedule, schedule_name=name, targets=targets, kind=lt.kind.tolist(),
                       nbytes=value_nbytes(graph), start=ValueMap(lt.start), end=ValueMap(lt.end),
                       inplace=Triples(lt.inplace), bins=bins, placement=PlacementMap(place_bin, place_off),
                       owl=owl, lower_bound=lower, packing=packing,
                       extra={"groups": n_groups, "group_of": ValueMap(grp.of), "alias_root": alias_root,
-                             "candidates": {r[2]: r[0] for r in results}})
+                             "candidates": {r[2]: r[0] for r in results}, "workspace": workspace})
+
+
+# ----------------------------------------------------------------------------- control flow
+def body_peak(body: Any) -> int:
+    """The peak bytes of one run of a body (a :class:`~opgraph.core.subgraph.Subgraph`): its plan's peak.
+
+    Planned once per body (kept on it), nested bodies included.
+
+    >>> import opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (16,)), name="x"); b.output(b.exp(x))
+    >>> body_peak(Subgraph(b.freeze()))
+    64
+    """
+    return body.cache(("plan-peak",), lambda: plan_memory(body.graph).peak)  # type: ignore[no-any-return]
+
+
+def _static_bytes(types: Iterable[Any]) -> int:
+    return sum(t.nbytes for t in types if isinstance(t, TensorType) and t.nbytes is not None)
+
+
+def op_workspace(kind: str, attrs: Mapping[str, Any]) -> int:
+    """Bytes a control-flow op of ``kind`` needs for its bodies while it runs (0 for other ops; module doc).
+
+    >>> op_workspace("add", {})
+    0
+    """
+    if kind == "call":
+        return body_peak(attrs["body"])
+    if kind == "cond":
+        return max(body_peak(attrs["then_body"]), body_peak(attrs["else_body"]))
+    if kind == "while_loop":
+        body = attrs["body"]
+        carry = body.in_types[attrs["num_consts"]:]
+        return body_peak(attrs["cond_body"]) + body_peak(body) + _static_bytes(carry)
+    if kind == "scan":
+        body = attrs["body"]
+        nc = attrs["num_consts"]
+        return body_peak(body) + _static_bytes(body.in_types[nc:nc + attrs["num_carry"]])
+    return 0
+
+
+def _workspaces(graph: Graph, schedule: np.ndarray) -> dict[int, int]:
+    from opgraph.core.subgraph import bodies_in
+
+    if not any(True for a in graph.attrs for _, v in a for _ in bodies_in(v)):
+        return {}
+    with_body = np.flatnonzero([any(True for _, v in a for _ in bodies_in(v)) for a in graph.attrs])
+    ops = np.asarray(schedule, dtype=np.int64)
+    ops = ops[np.isin(graph.op_attr[ops], with_body)]
+    return {int(op): op_workspace(get_op(int(graph.op_kind[op])).name, graph.attrs_of(int(op)))
+            for op in ops.tolist()}
 
 
 def check_plan(plan: MemoryPlan) -> None:

@@ -27,6 +27,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.passes.base import PassResult, merge_counts, use_counts
+from opgraph.passes.control import BodyOptimizer, hoist_invariants
 from opgraph.passes.dce import cse, dce
 from opgraph.passes.rewrite import FOLD_LIMIT, P, Rule, RuleSet, rewrite
 from opgraph.passes.rules import FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
@@ -98,7 +99,8 @@ class Pipeline:
 
 LEVELS = {
     0: "nothing",
-    1: "dce, cse, constant folding, algebraic simplification (exact rules; more with fast_math)",
+    1: "dce, cse, constant folding, algebraic simplification (exact rules; more with fast_math), all of it "
+       "inside control-flow bodies too, and loop-invariant ops hoisted out of scan and while_loop bodies",
     2: "level 1, then optimiser-update fusion, fma, transposes absorbed into matmul, einsum split along its path",
     3: "level 2, then chains of elementwise ops fused into one fused_elementwise kernel",
 }
@@ -274,8 +276,12 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
                  cost: FusionCost | None = NUMPY_COST) -> Pipeline:
     """The pipeline :func:`optimize` runs at ``level`` (``cost``: when to fuse elementwise regions).
 
+    Every level from 1 starts with ``bodies``: the same pipeline run on each control-flow body
+    (:class:`~opgraph.passes.control.BodyOptimizer`, each distinct body once), and ends with
+    ``hoist`` (:func:`~opgraph.passes.control.hoist_invariants`).
+
     >>> [n for n, _ in pipeline_for(2).passes]
-    ['dce', 'cse', 'simplify', 'fuse_updates', 'fuse', 'layout']
+    ['bodies', 'dce', 'cse', 'simplify', 'fuse_updates', 'fuse', 'layout', 'hoist']
     """
     flags = ("fast_math",) if fast_math else ()
     passes: list[tuple[str, PassFn]] = []
@@ -288,7 +294,17 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
                    ("layout", partial(rewrite, rules=LAYOUT, flags=flags))]
     if level >= 3:
         passes += [("fuse_elementwise", partial(fuse_elementwise, cost=cost, flags=flags))]
-    return Pipeline(passes)
+    pipe = Pipeline(passes)
+    if level >= 1:
+        # Bodies first (bottom-up: the run on a body optimises its own bodies first); hoisting last, on
+        # simplified bodies. One BodyOptimizer per pipeline: each distinct body is optimised once.
+        bodies = BodyOptimizer(lambda g: _as_result(pipe.run(g)))
+        pipe.passes = [("bodies", bodies), *passes, ("hoist", hoist_invariants)]
+    return pipe
+
+
+def _as_result(rep: OptimizeReport) -> PassResult:
+    return PassResult(rep.graph, rep.counts)
 
 
 def optimize(graph: Graph, level: int = 2, *, report: bool | str = False, fast_math: bool = False,

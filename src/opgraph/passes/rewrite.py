@@ -247,6 +247,10 @@ FOLD_LIMIT = 1 << 16
 NONDETERMINISTIC: set[str] = set()
 """Op kinds constant folding must not evaluate (random ops, when they exist)."""
 
+FOLD_GUARDS: dict[int, Callable[[dict[str, Any], list[np.ndarray]], bool]] = {}
+"""Per op kind id: whether folding may run the op on these constant arguments (filled by
+:mod:`opgraph.passes.control`: a loop folds only when its work at build time is bounded)."""
+
 
 def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, fold_limit: int = FOLD_LIMIT,
             flags: Iterable[str] = (), strict: bool = False, refine: bool = False) -> PassResult:
@@ -358,10 +362,14 @@ def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limi
     if not outs or not all(isinstance(t, TensorType) and t.is_static and t.size <= limit for t in out_types):
         return False
     opdef = get_op(int(old.op_kind[op]))
+    args = [e.constants[e.vconst[v]] for v in ins]
+    guard = FOLD_GUARDS.get(opdef.id)
+    if guard is not None and not guard(old.attrs_of(op), args):
+        return False
     try:
         fn = opdef.kernel_for("numpy", int(old.op_version[op]))
         with np.errstate(all="ignore"):
-            result = fn(*[e.constants[e.vconst[v]] for v in ins], **old.attrs_of(op))
+            result = fn(*args, **old.attrs_of(op))
     except Exception:  # a kernel that fails on these constants is left to fail at run time
         return False
     results = (result,) if len(outs) == 1 else tuple(result)

@@ -1,0 +1,392 @@
+"""Passes over control flow: optimising bodies, hoisting loop-invariant ops, bounding what folding runs.
+
+* :class:`BodyOptimizer` (the ``bodies`` step of :func:`opgraph.optimize`)
+  runs the same pipeline on every body (:class:`~opgraph.core.subgraph.Subgraph`)
+  of a graph, each distinct body once (memoised by its content key, so a body
+  used by ten ops is optimised once and stays shared), nested bodies first
+  (the pipeline run on a body has its own ``bodies`` step), and rebuilds the
+  attribute table with the new bodies (their names kept). A body's inputs
+  and outputs are its signature: DCE keeps every input (even unused ones),
+  the rules keep every output's type, so the ops using a body stay valid.
+* :func:`hoist_invariants` (the ``hoist`` step) moves the ops of a ``scan``
+  or ``while_loop`` body that depend only on the loop's consts (its first
+  ``num_consts`` parameters) and on constants out of the loop: they run once
+  in the enclosing graph and their results enter the body as new consts.
+  Like XLA's loop-invariant code motion, a hoisted op also runs when the loop
+  makes zero trips.
+* :func:`fold_work` bounds constant folding of control ops: folding runs the
+  op at build time, so a loop folds only when its work (trips times body
+  ops, nested loops multiplied in) is known and at most :data:`FOLD_WORK`;
+  a ``while_loop`` without ``max_trip`` never folds (it may not stop).
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> sb = opgraph.GraphBuilder()
+    >>> w, c, x = (sb.input(("float64", (3,)), name=n) for n in "wcx")
+    >>> sb.output(sb.add(c, sb.multiply(sb.exp(w), x)))      # exp(w) is the same on every trip
+    >>> b = opgraph.GraphBuilder()
+    >>> w, c0, xs = b.input(("float64", (3,)), name="w"), b.input(("float64", (3,)), name="c0"), \\
+    ...     b.input(("float64", (5, 3)), name="xs")
+    >>> b.output(b.op("scan", w, c0, xs, body=Subgraph(sb.freeze(), name="step"), num_consts=1, num_carry=1))
+    >>> g = b.freeze()
+    >>> r = hoist_invariants(g)
+    >>> r.counts
+    {'hoist.scan': 1}
+    >>> print(r.graph)
+    graph(%w: f64[3], %c0: f64[3], %xs: f64[5,3]) {
+      %3: f64[3] = exp(%w)
+      %4: f64[3] = scan(%w, %3, %c0, %xs) {body=@step, num_consts=2, num_carry=1, length=None, reverse=False}
+      return %4
+    }
+    @step = graph(%w: f64[3], %hoisted0: f64[3], %c: f64[3], %x: f64[3]) {
+      %4: f64[3] = multiply(%hoisted0, %x)
+      %5: f64[3] = add(%c, %4)
+      return %5
+    }
+    >>> feeds = {"w": np.ones(3), "c0": np.zeros(3), "xs": np.ones((5, 3))}
+    >>> np.allclose(r.graph.run(feeds)[0], g.run(feeds)[0])
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from opgraph.core.graph import Graph
+from opgraph.core.registry import CONST, Attrs, exact_key, get_op
+from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
+from opgraph.passes.base import PassResult
+from opgraph.passes.rewrite import FOLD_GUARDS, NONDETERMINISTIC, Match, P, Rule, RuleSet, rewrite
+
+FOLD_WORK = 1 << 14
+"""Constant folding runs a control op at build time only if it runs at most this many body ops in all."""
+
+LOOPS = ("scan", "while_loop")
+"""The op kinds whose bodies :func:`hoist_invariants` hoists from (the bodies run once per trip)."""
+
+
+# ---------------------------------------------------------------- bodies
+def has_bodies(graph: Graph) -> bool:
+    """Whether any op of ``graph`` may have a body: a scan of the attribute table only (cheap on large graphs).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(x))
+    >>> has_bodies(b.freeze())
+    False
+    """
+    return any(True for a in graph.attrs for _, v in a for _ in bodies_in(v))
+
+
+def replace_bodies(graph: Graph, new_of: dict[Subgraph, Subgraph]) -> Graph:
+    """``graph`` with each body ``s`` in its attributes replaced by ``new_of[s]`` (same signature).
+
+    Only the attribute table changes (and ``op_attr``, where two attribute sets become equal), so
+    this costs O(number of distinct attribute sets), whatever the graph's size.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(x))
+    >>> replace_bodies(b.freeze(), {}).num_ops
+    1
+    """
+    if not new_of:
+        return graph
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, Subgraph):
+            return new_of.get(value, value)
+        if isinstance(value, tuple) and any(True for _ in bodies_in(value)):
+            return tuple(swap(v) for v in value)
+        return value
+
+    attrs: list[Attrs] = []
+    remap = np.arange(len(graph.attrs), dtype=np.int64)
+    first: dict[Any, int] = {}
+    changed = False
+    for i, a in enumerate(graph.attrs):
+        na = tuple((k, swap(v)) for k, v in a)
+        changed |= any(x is not y for (_, x), (_, y) in zip(a, na, strict=True))
+        key = exact_key(na)
+        j = first.get(key)
+        if j is None:
+            first[key] = j = len(attrs)
+            attrs.append(na)
+        remap[i] = j
+    if not changed:
+        return graph
+    return graph.replace(attrs=attrs, op_attr=remap[graph.op_attr])
+
+
+class BodyOptimizer:
+    """The ``bodies`` pass: run ``run`` (a pipeline, ``Graph -> PassResult``) on every body of a graph.
+
+    Each distinct body is optimised once for the life of this object (memoised by content key,
+    which also marks an optimised body as done), so repeated pipeline rounds and bodies shared by
+    several ops (or by several enclosing bodies) cost one optimisation each. The counts of a body's
+    passes are reported once, prefixed with ``body.``.
+
+    >>> import opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> from opgraph.passes.dce import cse
+    >>> sb = opgraph.GraphBuilder(hash_cons=False); x = sb.input(("f8", (2,)), name="x")
+    >>> sb.output(sb.add(sb.exp(x), sb.exp(x)))
+    >>> body = Subgraph(sb.freeze(), name="f")
+    >>> b = opgraph.GraphBuilder(); y = b.input(("f8", (2,)), name="y")
+    >>> b.output(b.op("call", b.op("call", y, body=body), body=body))
+    >>> r = BodyOptimizer(cse)(b.freeze())
+    >>> r.counts, [s.graph.num_ops for s in r.graph.subgraphs]
+    ({'body.cse.ops': 1, 'bodies': 1}, [2])
+    """
+
+    def __init__(self, run: Callable[[Graph], PassResult]) -> None:
+        self.run = run
+        self.memo: dict[bytes, Subgraph] = {}
+
+    def __call__(self, graph: Graph) -> PassResult:
+        """Optimise the bodies of ``graph`` (not ``graph`` itself)."""
+        if not has_bodies(graph):
+            return PassResult(graph, {})
+        counts: dict[str, int] = {}
+        new_of: dict[Subgraph, Subgraph] = {}
+        for s in subgraphs_of(graph):
+            done = self.memo.get(s.key)
+            if done is None:
+                r = self.run(s.graph)
+                done = Subgraph(r.graph, name=s.name) if r.graph is not s.graph else s
+                self.memo[s.key] = done
+                self.memo.setdefault(done.key, done)
+                for k, n in r.counts.items():
+                    if n:
+                        counts[f"body.{k}"] = counts.get(f"body.{k}", 0) + n
+            if done is not s and done.key != s.key:
+                new_of[s] = done
+        if not new_of:
+            return PassResult(graph, {})
+        counts["bodies"] = len(new_of)
+        return PassResult(replace_bodies(graph, new_of), counts)
+
+
+# ---------------------------------------------------------------- hoisting
+def invariant_ops(body: Graph, num_consts: int) -> np.ndarray:
+    """Per op of ``body``: True when it depends only on the first ``num_consts`` inputs and constants.
+
+    Const ops themselves are not marked (they are free where they are), nor ops of a kind constant
+    folding must not evaluate (``NONDETERMINISTIC``).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> c, x = b.input(("f8", (2,)), name="c"), b.input(("f8", (2,)), name="x")
+    >>> b.output(b.add(b.exp(b.multiply(c, 2.0)), x))
+    >>> invariant_ops(b.freeze(), 1).tolist()
+    [False, True, True, False]
+    """
+    inv = np.zeros(body.num_values, dtype=bool)
+    inv[body.inputs[:num_consts]] = True
+    marked = np.zeros(body.num_ops, dtype=bool)
+    banned = {get_op(k).id for k in NONDETERMINISTIC}
+    in_ptr, in_ids = body.in_ptr, body.in_ids
+    out_ptr, out_ids = body.out_ptr, body.out_ids
+    for op in body.topological_order().tolist():
+        outs = out_ids[out_ptr[op]:out_ptr[op + 1]]
+        kind = int(body.op_kind[op])
+        if kind == CONST.id:
+            inv[outs] = True
+            continue
+        if kind in banned or not len(outs):
+            continue
+        if inv[in_ids[in_ptr[op]:in_ptr[op + 1]]].all():
+            inv[outs] = True
+            marked[op] = True
+    return marked
+
+
+def _bodies_of(kind: str, attrs: dict[str, Any]) -> list[str]:
+    return ["body"] if kind == "scan" else ["cond_body", "body"]
+
+
+def _hoist(m: Match) -> Any:
+    kind = get_op(m.root_kind).name
+    attrs = m.root_attrs
+    nc: int = attrs["num_consts"]
+    roles = _bodies_of(kind, attrs)
+    bodies: list[Subgraph] = [attrs[r] for r in roles]
+    marks = [invariant_ops(s.graph, nc) for s in bodies]
+    if not any(mk.any() for mk in marks):
+        return None
+    e = m.e
+    ins = m.root_ins
+    new_consts: list[int] = []        # enclosing values passed as new consts
+    slot: dict[int, int] = {}         # enclosing value -> its position among new_consts
+    frontiers: list[dict[int, int]] = []   # per body: body value -> enclosing value
+    for s, mk in zip(bodies, marks, strict=True):
+        bg = s.graph
+        env: dict[int, int] = {int(v): ins[i] for i, v in enumerate(bg.inputs[:nc].tolist())}
+        const_of: dict[int, int] = {}
+        hoisted = np.flatnonzero(mk)
+        order = bg.topological_order()
+        pos = np.empty(bg.num_ops, dtype=np.int64)
+        pos[order] = np.arange(bg.num_ops)
+        for op in hoisted[np.argsort(pos[hoisted])].tolist():
+            args = []
+            for v in bg.op_inputs(op).tolist():
+                if v not in env:  # a const op of the body
+                    p = int(bg.value_producer[v])
+                    if p not in const_of:
+                        const_of[p] = e.constant(bg.constant_of(p))
+                    env[v] = const_of[p]
+                args.append(env[v])
+            res = e.op(get_op(int(bg.op_kind[op])).name, *args, **bg.attrs_of(op))
+            outs = bg.op_outputs(op).tolist()
+            for v, nv in zip(outs, res if isinstance(res, tuple) else (res,), strict=True):
+                env[v] = nv
+        # Hoisted values the rest of the body (or its results) still reads become consts.
+        needed: dict[int, int] = {}
+        hoisted_vals = {v for o in hoisted.tolist() for v in bg.op_outputs(o).tolist()}
+        rest = np.flatnonzero(~mk & (bg.op_kind != CONST.id))
+        reads = {v for o in rest.tolist() for v in bg.op_inputs(o).tolist()}
+        for v in [*sorted(reads), *bg.outputs.tolist()]:
+            if v in hoisted_vals and v not in needed:
+                ev = e.find(env[v])
+                needed[v] = ev
+                if ev not in slot:
+                    slot[ev] = len(new_consts)
+                    new_consts.append(ev)
+        frontiers.append(needed)
+    new_bodies = {}
+    for role, s, mk, fr in zip(roles, bodies, marks, frontiers, strict=True):
+        # A new parameter has the body's own type for the value (an enclosing type may be more precise
+        # and would change the body's result types); one only the other body reads, the enclosing type.
+        types = [e.type_of(v) for v in new_consts]
+        for bv, ev in fr.items():
+            types[slot[ev]] = s.graph.type_of(bv)
+        new_bodies[role] = _rebuild(s, mk, nc, types, {bv: slot[ev] for bv, ev in fr.items()})
+    new_attrs = dict(attrs, num_consts=nc + len(new_consts), **new_bodies)
+    return m.e.op(kind, *ins[:nc], *new_consts, *ins[nc:], **new_attrs)
+
+
+def _rebuild(s: Subgraph, hoisted: np.ndarray, nc: int, new_types: list[Any], param_of: dict[int, int]) -> Subgraph:
+    """``s`` without its hoisted ops: parameters (*consts, *new consts, *rest), the rest replayed."""
+    from opgraph.core.builder import GraphBuilder
+
+    bg = s.graph
+    b = GraphBuilder(hash_cons=False)
+    env: dict[int, Any] = {}
+    ins = bg.inputs.tolist()
+    names = bg.symbols.values
+    for v in ins[:nc]:
+        env[v] = b.input(bg.type_of(v), name=names.get(v))
+    params = [b.input(t, name=f"hoisted{i}") for i, t in enumerate(new_types)]
+    for v in ins[nc:]:
+        env[v] = b.input(bg.type_of(v), name=names.get(v))
+    for v, i in param_of.items():
+        env[v] = params[i]
+    live = ~hoisted
+    for op in bg.topological_order().tolist():
+        if not live[op]:
+            continue
+        outs = bg.op_outputs(op).tolist()
+        if all(v in env for v in outs):
+            continue
+        kind = int(bg.op_kind[op])
+        if kind == CONST.id:
+            res: Any = b.constant(bg.constant_of(op), name=names.get(outs[0]))
+        else:
+            res = b.op(get_op(kind).name, *[env[v] for v in bg.op_inputs(op).tolist()], **bg.attrs_of(op))
+        for v, nv in zip(outs, res if isinstance(res, tuple) else (res,), strict=True):
+            env[v] = nv
+    b.output(*[env[v] for v in bg.outputs.tolist()])
+    from opgraph.passes.dce import dce
+
+    return Subgraph(dce(b.freeze()).graph, name=s.name)
+
+
+HOIST = RuleSet().add(*(Rule(f"hoist.{k}", P(k), _hoist, exact="always: the same ops on the same values, run once")
+                        for k in LOOPS))
+"""The hoisting rules, one per loop kind (see :func:`hoist_invariants`)."""
+
+
+def hoist_invariants(graph: Graph) -> PassResult:
+    """Move the loop-invariant ops of every ``scan`` and ``while_loop`` body out of the loop (see the module doc).
+
+    Only the loops of ``graph`` itself are rewritten; :func:`opgraph.optimize` reaches loops inside
+    bodies through its ``bodies`` step. ``counts['hoist.scan']`` (``'hoist.while_loop'``) is the
+    number of loops rewritten.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(x))
+    >>> g = b.freeze()
+    >>> hoist_invariants(g).graph is g
+    True
+    """
+    if not has_bodies(graph):
+        return PassResult(graph, {})
+    return rewrite(graph, HOIST)
+
+
+# ---------------------------------------------------------------- folding bounds
+def body_work(s: Subgraph) -> float:
+    """Ops one run of body ``s`` executes, nested loops multiplied by their trip counts (inf: unknown).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(b.sin(x)))
+    >>> body_work(Subgraph(b.freeze()))
+    2.0
+    """
+    def make() -> float:
+        g = s.graph
+        total = 0.0
+        for op in range(g.num_ops):
+            kind = get_op(int(g.op_kind[op])).name
+            if kind == "const":
+                continue
+            if get_op(kind).family == "control":
+                ins = [g.type_of(v) for v in g.op_inputs(op).tolist()]
+                total += _op_work(kind, g.attrs_of(op), [getattr(t, "shape", None) for t in ins])
+            else:
+                total += 1.0
+        return total
+
+    return s.cache(("fold-work",), make)  # type: ignore[no-any-return]
+
+
+def _op_work(kind: str, attrs: dict[str, Any], shapes: list[Any]) -> float:
+    if kind == "call":
+        return 1.0 + body_work(attrs["body"])
+    if kind == "cond":
+        return 1.0 + max(body_work(attrs["then_body"]), body_work(attrs["else_body"]))
+    if kind == "while_loop":
+        trips = attrs["max_trip"]
+        if trips is None:
+            return math.inf
+        return 1.0 + trips * (body_work(attrs["cond_body"]) + body_work(attrs["body"]))
+    if kind == "scan":
+        n = attrs["length"]
+        if n is None:
+            xs = shapes[attrs["num_consts"] + attrs["num_carry"]:]
+            n = xs[0][0] if xs and xs[0] else None
+        if n is None:
+            return math.inf
+        return 1.0 + n * body_work(attrs["body"])
+    return math.inf
+
+
+def fold_work(kind: str, attrs: dict[str, Any], args: list[np.ndarray]) -> float:
+    """Body ops folding a control op of ``kind`` on constant ``args`` would run (inf: unbounded).
+
+    >>> fold_work("while_loop", {"max_trip": None}, [])
+    inf
+    """
+    return _op_work(kind, attrs, [np.shape(a) for a in args])
+
+
+def _fold_guard(kind: str) -> Callable[[dict[str, Any], list[np.ndarray]], bool]:
+    def ok(attrs: dict[str, Any], args: list[np.ndarray]) -> bool:
+        return fold_work(kind, attrs, args) <= FOLD_WORK
+    return ok
+
+
+for _k in ("call", "cond", "while_loop", "scan"):
+    FOLD_GUARDS[get_op(_k).id] = _fold_guard(_k)
