@@ -46,6 +46,7 @@ from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.opinfo import OpInfo
 from opgraph.core.registry import CONST
+from opgraph.core.subgraph import Subgraph, bodies_in
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
 
@@ -111,7 +112,46 @@ class Backend:
             if self.dtypes and t.dtype.name not in self.dtypes:
                 return f"{self.name} does not run {t.dtype.name}"
         limit = self.limits.get(info.kind)
-        return limit(info) if limit is not None else None
+        why = limit(info) if limit is not None else None
+        return why if why is not None else self.why_not_bodies(info)
+
+    def why_not_bodies(self, info: OpInfo) -> str | None:
+        """Why this backend cannot run the bodies of a control-flow op (None: it runs every op of each).
+
+        A control op runs on a backend only with its bodies (they are lowered to the engine's own
+        ``cond``/``while_loop``/``scan``), so every op of every body (as :meth:`prepare_body` gives it)
+        must be supported; the answer names the body and the op. Cached per body.
+
+        >>> get_numpy().why_not_bodies(OpInfo("exp", {}, (), ()))
+        """
+        for value in info.attrs.values():
+            for body in bodies_in(value):
+                why = body.cache(("why_not", self.name, id(self)), lambda body=body: self._body_why_not(body))
+                if why is not None:
+                    return why  # type: ignore[no-any-return]
+        return None
+
+    def _body_why_not(self, body: Subgraph) -> str | None:
+        g = self.prepare_body(body)
+        for op in range(g.num_ops):
+            if g.op_kind[op] == CONST.id:
+                continue
+            why = self.why_not(OpInfo.of(g, op))
+            if why is not None:
+                return f"body {body.label} op {op} ({g.kind_of(op)}): {why}"
+        return None
+
+    def prepare_body(self, body: Subgraph) -> Graph:
+        """The graph of ``body`` as this backend compiles it (by default the body's own graph).
+
+        >>> import opgraph
+        >>> from opgraph.core.subgraph import Subgraph
+        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", ()), name="x"); sb.output(sb.exp(x))
+        >>> body = Subgraph(sb.freeze())
+        >>> get_numpy().prepare_body(body) is body.graph
+        True
+        """
+        return body.graph
 
     def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
                  attrs: Mapping[str, Any] | None = None) -> bool:
@@ -341,3 +381,46 @@ def region_graph(graph: Graph, ops: Sequence[int], inputs: Sequence[int], output
             new[v] = r
     b.output(*[new[v] for v in outputs])
     return b.freeze()
+
+
+def lowered_body(backend: Backend, body: Subgraph) -> Graph:
+    """``body``'s graph with the ops ``backend`` lacks lowered into ops it has (:mod:`opgraph.passes.lower`,
+    as :func:`opgraph.compile` does for the top-level graph); computed once per body and backend.
+
+    A backend whose :meth:`Backend.prepare_body` returns this checks and compiles bodies in their lowered form.
+
+    >>> import opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x")
+    >>> sb.output(sb.op("fma", x, x, 1.0))
+    >>> no_fma = Backend("doc", rules=dict.fromkeys(("add", "multiply"), np.add))
+    >>> [lowered_body(no_fma, Subgraph(sb.freeze())).kind_of(op) for op in (1, 2)]
+    ['multiply', 'add']
+    """
+    def make() -> Graph:
+        from opgraph.passes.lower import lower
+
+        return lower(body.graph, lambda info: backend.why_not(info) is None).graph
+
+    return body.cache(("lowered", backend.name, id(backend)), make)  # type: ignore[no-any-return]
+
+
+def body_program(backend: Backend, body: Subgraph, rule_for: Callable[[OpInfo], Callable[..., Any]], *,
+                 fix: Callable[[Any, ValueType], Any] | None = None,
+                 tag: Any = None) -> tuple[Callable[..., Any], list[np.ndarray], str]:
+    """:func:`straight_line` of ``body`` as ``backend`` prepares it, generated once per body, backend and ``tag``.
+
+    How the JAX and PyTorch backends turn a body into a function of their arrays: ``fn(consts, *params)``
+    returns the body's results as a tuple; nested control ops in the body call this again for theirs.
+
+    >>> import opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x"); sb.output(sb.exp(x))
+    >>> fn, consts, _ = body_program(get_numpy(), Subgraph(sb.freeze()), lambda op: getattr(np, op.kind))
+    >>> fn(consts, np.zeros(2))
+    (array([1., 1.]),)
+    """
+    def make() -> tuple[Callable[..., Any], list[np.ndarray], str]:
+        return straight_line(backend.prepare_body(body), rule_for, fix=fix, name="body")
+
+    return body.cache(("program", backend.name, id(backend), tag), make)  # type: ignore[no-any-return]

@@ -9,6 +9,12 @@ op's result is cast to its declared dtype where JAX's promotion differs
 jitted function as arguments, placed on the device once. Update-edge state
 passed back in is donated, so XLA may write the new state over the old.
 
+Control flow lowers to ``lax``: ``call`` inlines its body, ``cond`` is ``lax.cond``, ``while_loop``
+``lax.while_loop`` (``max_trip`` adds a trip counter to the carry) and ``scan`` ``lax.scan``; each body is
+translated by this same rule table (see :func:`~opgraph.backends.base.body_program`). Not claimed: a
+``while_loop`` with stacked per-trip results (their length is known only at run time; jit results have static
+shapes), a loop whose body changes a carry's type, a ``cond`` whose branches return different types.
+
 Importing this module turns on ``jax_enable_x64`` (opgraph's float64 and
 int64 must stay 64-bit), as PyTensor's JAX backend does.
 
@@ -33,8 +39,19 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, conform_args, input_dtypes, straight_line
+from opgraph.backends.base import (
+    Backend,
+    BackendError,
+    Executable,
+    OpInfo,
+    body_program,
+    conform_args,
+    input_dtypes,
+    lowered_body,
+    straight_line,
+)
 from opgraph.core.graph import Graph
+from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType
 
 jax.config.update("jax_enable_x64", True)
@@ -552,6 +569,118 @@ def _rfft(info: OpInfo) -> Callable[..., Any]:
     return lambda x: fn(x.astype(work), n=a["n"], axis=a["axis"], norm=a["norm"])
 
 
+# ---------------------------------------------------------------- control flow
+def _body_fn(body: Subgraph) -> Callable[..., tuple[Any, ...]]:
+    """``body`` as a function of jax arrays returning its results as a tuple (its graph translated by the same
+    rule table, nested bodies included; generated once per body). Traced inside the caller's ``jax.jit``."""
+    def make() -> Callable[..., tuple[Any, ...]]:
+        fn, consts, _src = body_program(BACKEND, body, lambda info: RULES[info.kind](info), fix=_fix)
+        held = [jnp.asarray(c) for c in consts]
+        return lambda *args: fn(held, *args)
+
+    return body.cache(("jax-fn",), make)  # type: ignore[no-any-return]
+
+
+def _results(res: Sequence[Any], n: int) -> Any:
+    """A rule returns one value for a one-result op and a tuple otherwise (see straight_line)."""
+    return res[0] if n == 1 else tuple(res)
+
+
+def _truth(pred: Any) -> Any:
+    """A one-element predicate as the scalar bool lax wants (nonzero is true, as in the NumPy kernel)."""
+    return jnp.reshape(pred, ()).astype(bool)
+
+
+@rule("call")
+def _call(info: OpInfo) -> Callable[..., Any]:
+    f, n = _body_fn(info.attrs["body"]), len(info.out_types)
+    return lambda *args: _results(f(*args), n)
+
+
+@rule("cond")
+def _cond(info: OpInfo) -> Callable[..., Any]:
+    then_f, else_f = _body_fn(info.attrs["then_body"]), _body_fn(info.attrs["else_body"])
+    n = len(info.out_types)
+
+    def cond(pred: Any, *operands: Any) -> Any:
+        return _results(lax.cond(_truth(pred), lambda ops: tuple(then_f(*ops)), lambda ops: tuple(else_f(*ops)),
+                                 operands), n)
+    return cond
+
+
+@rule("while_loop")
+def _while_loop(info: OpInfo) -> Callable[..., Any]:
+    a = info.attrs
+    test, step = _body_fn(a["cond_body"]), _body_fn(a["body"])
+    nc, max_trip, n = a["num_consts"], a["max_trip"], len(info.out_types)
+
+    def while_loop(*ins: Any) -> Any:
+        consts, init = ins[:nc], tuple(ins[nc:])
+        if max_trip is None:
+            out = lax.while_loop(lambda carry: _truth(test(*consts, *carry)[0]),
+                                 lambda carry: tuple(step(*consts, *carry)), init)
+        else:  # a trip counter joins the carry; the cond body is evaluated as well (bodies are pure)
+            _, out = lax.while_loop(
+                lambda s: (s[0] < max_trip) & _truth(test(*consts, *s[1])[0]),
+                lambda s: (s[0] + 1, tuple(step(*consts, *s[1]))), (jnp.zeros((), np.int64), init))
+        return _results(out, n)
+    return while_loop
+
+
+@rule("scan")
+def _scan(info: OpInfo) -> Callable[..., Any]:
+    a = info.attrs
+    step = _body_fn(a["body"])
+    nc, ncarry, length, reverse, n = a["num_consts"], a["num_carry"], a["length"], a["reverse"], len(info.out_types)
+
+    def scan(*ins: Any) -> Any:
+        consts, init, xs = ins[:nc], tuple(ins[nc:nc + ncarry]), tuple(ins[nc + ncarry:])
+
+        def f(carry: tuple[Any, ...], x: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            res = step(*consts, *carry, *x)
+            return tuple(res[:ncarry]), tuple(res[ncarry:])
+
+        carry, ys = lax.scan(f, init, xs, length=length, reverse=reverse)
+        return _results((*carry, *ys), n)
+    return scan
+
+
+def _carry_limit(body: Subgraph, first: int, count: int) -> str | None:
+    """lax's loops keep each carry's type across trips: the body must return exactly the types it takes."""
+    ins, outs = body.in_types[first:first + count], body.out_types[:count]
+    for i, (t, o) in enumerate(zip(ins, outs, strict=True)):
+        if t != o:
+            return f"jax's loops need each carry to keep its type: body {body.label} takes carry[{i}] as {t} " \
+                   f"and returns {o}"
+    return None
+
+
+def _cond_limit(info: OpInfo) -> str | None:
+    t, e = info.attrs["then_body"], info.attrs["else_body"]
+    for i, (a, b) in enumerate(zip(t.out_types, e.out_types, strict=True)):
+        if a != b:
+            return f"jax.lax.cond needs both branches to return the same types: result {i} is {a} in then " \
+                   f"body {t.label} and {b} in else body {e.label}"
+    return None
+
+
+def _while_limit(info: OpInfo) -> str | None:
+    body, nc = info.attrs["body"], info.attrs["num_consts"]
+    ncarry = len(info.in_types) - nc
+    if body.num_outputs > ncarry:
+        return ("jax.lax.while_loop cannot stack per-trip results (ys): their length is known only at run time "
+                "and jax.jit results have static shapes (a max_trip buffer would need slicing to the trip count "
+                "outside jit)")
+    return _carry_limit(body, nc, ncarry)
+
+
+def _scan_limit(info: OpInfo) -> str | None:
+    return _carry_limit(info.attrs["body"], info.attrs["num_consts"], info.attrs["num_carry"])
+
+
+LIMITS.update({"cond": _cond_limit, "while_loop": _while_limit, "scan": _scan_limit})
+
+
 # ---------------------------------------------------------------- the backend
 def _fix(result: Any, t: Any) -> Any:
     """At trace time: make the result the declared type (NumPy's dtype; a broadcast where JAX kept a scalar)."""
@@ -609,6 +738,18 @@ class JaxBackend(Backend):
         fn, consts, _src = straight_line(graph, lambda info: RULES[info.kind](info), fix=_fix)
         jitted = jax.jit(fn, donate_argnums=tuple(1 + i for i in donate))
         return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in consts], dev, graph)
+
+    def prepare_body(self, body: Subgraph) -> Graph:
+        """Bodies are compiled lowered, as the top-level graph is (so a fused op in a loop body still runs here).
+
+        >>> import opgraph
+        >>> from opgraph.core.subgraph import Subgraph
+        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x"); sb.output(sb.op("silu", x))
+        >>> g = BACKEND.prepare_body(Subgraph(sb.freeze()))
+        >>> [g.kind_of(op) for op in range(g.num_ops)]
+        ['sigmoid', 'multiply']
+        """
+        return lowered_body(self, body)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return jax.device_put(array, self._device(device))
