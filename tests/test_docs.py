@@ -384,7 +384,7 @@ FAMILY_TESTS = {"elementwise": "test_ops_elementwise.py", "reduction": "test_ops
                 "contraction": "test_ops_contraction.py", "shape": "test_ops_shape.py", "nn": "test_ops_nn.py",
                 "linalg": "test_ops_linalg.py", "tenscalc": "test_ops_tenscalc.py",
                 "fused": "test_ops_fused.py", "indexing": "test_ops_indexing.py",
-                "signal": "test_ops_signal.py"}
+                "signal": "test_ops_signal.py", "control": "test_ops_control.py"}
 
 
 @pytest.mark.parametrize("opdef", [d for d in all_ops() if d.family in FAMILY_TESTS], ids=lambda d: d.name)
