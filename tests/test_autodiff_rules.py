@@ -162,6 +162,7 @@ NO_RULE_FAMILIES: dict[str, str] = {
     "tenscalc": "TensCalc's function kinds are read and run, not differentiated (issue 6: no rules needed)",
     "fused": "fused ops are made by the optimiser after differentiation; differentiate the unfused graph",
     "user": "ops registered by users and tests (e.g. doctests) are not built-in",
+    "control": "rules with bodies are checked in tests/test_control_autodiff.py (finite differences and jax.grad)",
 }
 
 

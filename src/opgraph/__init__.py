@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from opgraph import runtime as runtime
     from opgraph import viz as viz
     from opgraph.autodiff import grad, hessian, jacobian, value_and_grad, vjp
+    from opgraph.frontend.control import call, cond, fori_loop, scan, subroutine, while_loop
     from opgraph.frontend.trace import function, trace
     from opgraph.io import load, save
     from opgraph.passes import optimize
@@ -85,15 +86,18 @@ if TYPE_CHECKING:
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
     "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols",
-    "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "compile", "draw", "function",
-    "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "trace", "value_and_grad",
-    "vjp",
+    "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "call", "compile", "cond", "draw",
+    "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "scan",
+    "subroutine", "trace", "value_and_grad", "vjp", "while_loop",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.
 _LAZY_NAMES = {
+    "call": "opgraph.frontend.control",
     "compile": "opgraph.runtime.compiled",
+    "cond": "opgraph.frontend.control",
     "draw": "opgraph.viz",
+    "fori_loop": "opgraph.frontend.control",
     "function": "opgraph.frontend.trace",
     "grad": "opgraph.autodiff",
     "hessian": "opgraph.autodiff",
@@ -101,9 +105,12 @@ _LAZY_NAMES = {
     "load": "opgraph.io",
     "optimize": "opgraph.passes",
     "save": "opgraph.io",
+    "scan": "opgraph.frontend.control",
+    "subroutine": "opgraph.frontend.control",
     "trace": "opgraph.frontend.trace",
     "value_and_grad": "opgraph.autodiff",
     "vjp": "opgraph.autodiff",
+    "while_loop": "opgraph.frontend.control",
 }
 _SUBMODULES = frozenset({"autodiff", "backends", "cli", "core", "errors", "frontend", "io", "memory", "nn", "numpy",
                          "ops", "optim", "passes", "runtime", "viz"})
@@ -140,6 +147,7 @@ def _fill_on_first_use(hook: _hooks.Hook[Any], module: str, attr: str) -> None:
 _fill_on_first_use(_hooks.RUN, "opgraph.runtime.executor", "execute")
 _fill_on_first_use(_hooks.GRAD, "opgraph.autodiff.reverse", "build_grad_ops")
 _fill_on_first_use(_hooks.BODY, "opgraph.runtime.bodies", "compile_body")
+_fill_on_first_use(_hooks.BODY_VJP, "opgraph.autodiff.control", "vjp_body")
 _fill_on_first_use(_hooks.SVG, "opgraph.viz", "graph_repr_svg")
 
 

@@ -514,7 +514,7 @@ def append_to(builder: GraphBuilder, outputs: Sequence[LazyArray],
 # What a traced function can do instead of asking for a value, by what asked for it (the error says it in one line).
 _TRACED_HINTS = {
     "bool()": "inside a traced function, Python control flow (if, while, and/or) cannot depend on the function's "
-              "inputs; use onp.where() or make the value a static argument",
+              "inputs; use onp.where(), opgraph.cond or opgraph.while_loop, or make the value a static argument",
     "np.asarray()": "the value is only known when the function runs; use opgraph.numpy (onp.tanh) instead of "
                     "NumPy functions inside @opgraph.function, or return the value",
 }

@@ -53,10 +53,11 @@ from typing import Any
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, optional, register_op, user_location
+from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, optional, register_op, user_location
 from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
+from opgraph.ops.grad_helpers import is_float, zeros_like
 
 FAMILY = "control"
 
@@ -183,6 +184,315 @@ def _fresh(a: np.ndarray) -> np.ndarray:
     return np.array(a, copy=True)
 
 
+# ---------------------------------------------------------------- gradient rules
+# The rules build their bodies with a GraphBuilder (core); the one step that needs the autodiff layer, a body's
+# vector-Jacobian body, is reached through hooks.BODY_VJP (ops may not import autodiff). The scheme, its
+# memory cost and the while_loop restriction are in docs/control-flow.md ("Gradients").
+def inline_body(b: Any, body: Subgraph, args: Sequence[Any]) -> list[Any]:
+    """Append the ops of ``body`` to emitter ``b`` on ``args`` (one per parameter); return its results.
+
+    Only the ops the results need are copied, so unused results cost nothing.
+
+    >>> import numpy as np, opgraph
+    >>> sb = opgraph.GraphBuilder(); p = sb.input(("float64", (2,)), name="p"); sb.output(sb.exp(p))
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x")
+    >>> (y,) = inline_body(b, Subgraph(sb.freeze()), [x])
+    >>> b.run({x: np.zeros(2)}, [y])[0]
+    array([1., 1.])
+    """
+    g = body.graph
+    if len(args) != body.num_inputs:
+        raise ValueError(f"body {body.label} takes {body.num_inputs} parameter(s), got {len(args)}")
+    env: dict[int, Any] = {int(v): a for v, a in zip(g.inputs, args, strict=True)}
+    needed = g.needed_ops(g.outputs)
+    for op in g.topological_order():
+        op = int(op)
+        if not needed[op]:
+            continue
+        outs = g.op_outputs(op)
+        kind = int(g.op_kind[op])
+        if kind == CONST.id:
+            env[int(outs[0])] = b.constant(g.constant_of(op))
+            continue
+        res = b.op(kind, *[env[int(v)] for v in g.op_inputs(op)], **g.attrs_of(op))
+        res = list(res) if isinstance(res, (tuple, list)) else [res]
+        for v, r in zip(outs, res, strict=True):
+            env[int(v)] = r
+    return [env[int(v)] for v in g.outputs]
+
+
+def _as_list(res: Any) -> list[Any]:
+    return list(res) if isinstance(res, (tuple, list)) else [res]
+
+
+def _vjp(body: Subgraph, wrt: Sequence[int], cts: Sequence[int]) -> Subgraph:
+    """``(*params, *ct of results cts) -> ct of params wrt`` (built and cached by the autodiff layer)."""
+    return hooks.BODY_VJP.get()(body, tuple(wrt), tuple(cts))  # type: ignore[no-any-return]
+
+
+def _no_gradient(message: str) -> Exception:
+    import sys
+
+    # A rule only runs under the autodiff sweep, so its module (and error class) is loaded; looked up, not
+    # imported, to keep ops below autodiff.
+    reverse = sys.modules.get("opgraph.autodiff.reverse")
+    return reverse.NoGradientError(message) if reverse is not None else OpTypeError(message)
+
+
+def _scatter(n: int, where: Sequence[int], values: Sequence[Any]) -> list[Any]:
+    res: list[Any] = [None] * n
+    for i, v in zip(where, values, strict=True):
+        res[i] = v
+    return res
+
+
+def _call_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
+               attrs: dict[str, Any]) -> list[Any]:
+    wrt = [i for i, v in enumerate(inputs) if is_float(v.type)]
+    cts = [j for j, c in enumerate(cots) if c is not None]
+    if not wrt or not cts:
+        return [None] * len(inputs)
+    g = b.op("call", *inputs, *[cots[j] for j in cts], body=_vjp(attrs["body"], wrt, cts))
+    return _scatter(len(inputs), wrt, _as_list(g))
+
+
+def _cond_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
+               attrs: dict[str, Any]) -> list[Any]:
+    operands = inputs[1:]
+    wrt = [i for i, v in enumerate(operands) if is_float(v.type)]
+    cts = [j for j, c in enumerate(cots) if c is not None]
+    if not wrt or not cts:
+        return [None] * len(inputs)
+    g = b.op("cond", inputs[0], *operands, *[cots[j] for j in cts],
+             then_body=_vjp(attrs["then_body"], wrt, cts), else_body=_vjp(attrs["else_body"], wrt, cts))
+    return [None, *_scatter(len(operands), wrt, _as_list(g))]
+
+
+def _carry_stacker(body: Subgraph, nc: int, ncarry: int) -> Subgraph:
+    """The scan step that returns its new carry and, as its y, the carry it was given (its ys are not computed)."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        sb = GraphBuilder()
+        params = [sb.input(t) for t in body.in_types]
+        res = inline_body(sb, Subgraph(_keep_outputs(body.graph, range(ncarry))), params)
+        sb.output(*res, *params[nc:nc + ncarry])
+        return Subgraph(sb.freeze(), name=f"stack_carry({body.name})")
+
+    return body.cache(("grad-carry-stacker", nc, ncarry), make)  # type: ignore[no-any-return]
+
+
+def _keep_outputs(g: Any, keep: Any) -> Any:
+    return g.replace(outputs=np.asarray(g.outputs)[list(keep)])
+
+
+def _factored(vjp: Subgraph, n_const_grads: int, const_types: Sequence[Any]) -> dict[int, Any]:
+    """Const cotangents of a vjp body that are one 2-D ``matmul(u, v)`` worth stacking (see :func:`scan_vjp`).
+
+    Maps the result position to the matmul's op id. Kept only where the two
+    factors are no larger than the product (an outer product ``(m,1)@(1,k)``
+    is the common case: a weight matrix's gradient in an RNN step).
+    """
+    g = vjp.graph
+    found: dict[int, Any] = {}
+    for o in range(n_const_grads):
+        op = int(g.value_producer[g.outputs[o]])
+        if op < 0 or g.kind_of(op) != "matmul":
+            continue
+        u, v = (g.type_of(int(x)) for x in g.op_inputs(op))
+        out = g.type_of(int(g.outputs[o]))
+        shapes = [getattr(t, "shape", None) for t in (u, v, out)]
+        if any(sh is None or len(sh) != 2 or None in sh for sh in shapes) or out != const_types[o]:
+            continue
+        (m, r), (_, k) = shapes[0], shapes[1]  # type: ignore[misc]
+        if m * r + r * k <= m * k:
+            found[o] = op
+    return found
+
+
+def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar: Sequence[int],
+                  fx: Sequence[int], cy: Sequence[int]) -> tuple[Subgraph, tuple[int, ...]]:
+    """The step of the reverse scan and the positions in ``fc`` of the stacked-factor const cotangents."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> tuple[Subgraph, tuple[int, ...]]:
+        nx = body.num_inputs - nc - ncarry
+        ins, outs = body.in_types, body.out_types
+        wrt = [*fc, *(nc + k for k in fcar), *(nc + ncarry + k for k in fx)]
+        vjp = _vjp(body, wrt, [*fcar, *(ncarry + j for j in cy)])
+        fact = _factored(vjp, len(fc), [ins[i] for i in fc])
+        if fact:
+            # the vjp body returning the two factors of those cotangents instead of their product
+            g = vjp.graph
+            extra = [int(x) for o in sorted(fact) for x in g.op_inputs(fact[o])]
+            outs_ = np.concatenate([np.asarray(g.outputs), np.asarray(extra, dtype=g.outputs.dtype)])
+            vjp = Subgraph(g.replace(outputs=outs_))
+        sb = GraphBuilder()
+        consts = [sb.input(ins[i], name=f"const{i}") for i in range(nc)]
+        ct_carry = [sb.input(ins[nc + k], name=f"ct_carry{k}") for k in fcar]
+        acc = [sb.input(ins[fc[o]], name=f"ct_const{fc[o]}") for o in range(len(fc)) if o not in fact]
+        carry = [sb.input(ins[nc + k], name=f"carry{k}") for k in range(ncarry)]
+        xs = [sb.input(ins[nc + ncarry + k], name=f"x{k}") for k in range(nx)]
+        ct_ys = [sb.input(outs[ncarry + j], name=f"ct_y{j}") for j in cy]
+        g = inline_body(sb, vjp, [*consts, *carry, *xs, *ct_carry, *ct_ys])
+        nfc = len(fc)
+        g_const, g_carry, g_x = g[:nfc], g[nfc:nfc + len(fcar)], g[nfc + len(fcar):nfc + len(fcar) + len(fx)]
+        factors = g[nfc + len(fcar) + len(fx):]
+        summed = [sb.add(a, d) for a, d in zip(acc, [g_const[o] for o in range(nfc) if o not in fact], strict=True)]
+        sb.output(*g_carry, *summed, *g_x, *factors)
+        return Subgraph(sb.freeze(), name=f"reverse({body.name})"), tuple(sorted(fact))
+
+    key = ("grad-reverse-step", nc, ncarry, tuple(fc), tuple(fcar), tuple(fx), tuple(cy))
+    return body.cache(key, make)  # type: ignore[no-any-return]
+
+
+def _carries_from_ys(b: Any, body: Subgraph, init: Sequence[Any], ys: Sequence[Any], ncarry: int,
+                     reverse: bool) -> list[Any] | None:
+    """The carry each step received, from the scan's own ys when the body returns every carry as a y too.
+
+    (An RNN step commonly returns ``h, h``.) Step ``i`` got ``init`` first,
+    then the previous step's ``y``: ``concat(init[None], ys)[:-1]``, or
+    ``concat(ys, init[None])[1:]`` for a reverse scan. None when a carry is
+    not among the ys.
+    """
+    outs = [int(v) for v in body.graph.outputs]
+    stacked = []
+    for k in range(ncarry):
+        try:
+            j = outs.index(outs[k], ncarry) - ncarry
+        except ValueError:
+            return None
+        first = b.op("expand_dims", init[k], axis=0)
+        parts = (ys[j], first) if reverse else (first, ys[j])
+        stacked.append(b.op("getitem", b.op("concat", *parts, axis=0),
+                            index=(slice(1, None) if reverse else slice(0, -1),)))
+    return stacked
+
+
+def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph, num_consts: int,
+             num_carry: int, length: int | None, reverse: bool, outputs: Sequence[Any] | None = None) -> list[Any]:
+    """Cotangents of a scan's inputs given its outputs' cotangents (None: none), emitted on ``b``.
+
+    A forward scan stacks the carry each step receives (its ys are not
+    computed); a scan in the opposite direction then runs the body's
+    vector-Jacobian body on (stacked carry, xs, ys cotangents), carrying the
+    carry's cotangent and the sum of the consts' cotangents; the xs'
+    cotangents are its stacked results. The body's forward ops run again in
+    the reverse step (nothing but the carries is stored); when the body
+    returns each carry as a y too (``outputs``, the scan's results, given),
+    the carries are read off the ys and the extra forward scan is skipped. A const cotangent
+    that is one 2-D ``matmul(u, v)`` per step (a weight's outer product) is
+    not summed in the loop: the reverse scan stacks ``u`` and ``v`` and one
+    matmul after it sums the products (what a hand-written BPTT does: one
+    GEMM instead of a rank-1 update and a copy of the sum per step).
+    """
+    nc, ncarry = num_consts, num_carry
+    consts, init, xs = inputs[:nc], inputs[nc:nc + ncarry], inputs[nc + ncarry:]
+    fc = [i for i in range(nc) if is_float(consts[i].type)]
+    fcar = [k for k in range(ncarry) if is_float(init[k].type)]
+    fx = [k for k in range(len(xs)) if is_float(xs[k].type)]
+    cy = [j for j, c in enumerate(cots[ncarry:]) if c is not None]
+    if not (fc or fcar or fx) or not (cy or any(cots[k] is not None for k in fcar)):
+        return [None] * len(inputs)
+    stacked: list[Any] | None = []
+    if ncarry and outputs is not None:
+        stacked = _carries_from_ys(b, body, init, outputs[ncarry:], ncarry, reverse)
+    if ncarry and not stacked:
+        fwd = b.op("scan", *inputs, body=_carry_stacker(body, nc, ncarry), num_consts=nc, num_carry=ncarry,
+                   length=length, reverse=reverse)
+        stacked = _as_list(fwd)[ncarry:]
+    step, fact = _reverse_body(body, nc, ncarry, fc, fcar, fx, cy)
+    summed = [o for o in range(len(fc)) if o not in fact]
+    ct0 = [cots[k] if cots[k] is not None else zeros_like(b, init[k]) for k in fcar]
+    acc0 = [zeros_like(b, consts[fc[o]]) for o in summed]
+    res = _as_list(b.op("scan", *consts, *ct0, *acc0, *(stacked or ()), *xs, *[cots[ncarry + j] for j in cy], body=step,
+                        num_consts=nc, num_carry=len(fcar) + len(summed), length=length, reverse=not reverse))
+    k0, k1, k2 = len(fcar), len(fcar) + len(summed), len(fcar) + len(summed) + len(fx)
+    g_init, g_x = res[:k0], res[k1:k2]
+    g_const: list[Any] = [None] * len(fc)
+    for o, a in zip(summed, res[k0:k1], strict=True):
+        g_const[o] = a
+    for n, o in enumerate(fact):
+        u, v = res[k2 + 2 * n], res[k2 + 2 * n + 1]  # (n, m, r) and (n, r, k)
+        uu = b.op("reshape", b.op("permute_dims", u, axes=(1, 0, 2)), shape=(u.type.shape[1], -1))
+        g_const[o] = b.op("matmul", uu, b.op("reshape", v, shape=(-1, v.type.shape[2])))
+    return [*_scatter(nc, fc, g_const), *_scatter(ncarry, fcar, g_init), *_scatter(len(xs), fx, g_x)]
+
+
+def _scan_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
+               attrs: dict[str, Any]) -> list[Any]:
+    return scan_vjp(b, inputs, cots, attrs["body"], attrs["num_consts"], attrs["num_carry"], attrs["length"],
+                    attrs["reverse"], outputs)
+
+
+def while_as_scan_body(cond_body: Subgraph, body: Subgraph, nc: int) -> Subgraph:
+    """A while_loop's step as a scan step: ``(*consts, *carry, active) -> (*carry', active', *ys')``.
+
+    ``active' = active and cond_body(*consts, *carry)``; the carry steps (and
+    the ys are computed) only while active; otherwise the carry passes through
+    and the ys are zeros. A scan of ``max_trip`` such steps from
+    ``active=True`` ends with the while_loop's carry.
+    """
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        ncarry = body.num_inputs - nc
+        sb = GraphBuilder()
+        params = [sb.input(t) for t in body.in_types]
+        active = sb.input(("bool", ()), name="active")
+        (pred,) = inline_body(sb, cond_body, params)
+        if pred.type.dtype != np.dtype(bool):
+            pred = sb.op("not_equal", pred, sb.constant(np.zeros((), dtype=pred.type.dtype)))
+        if pred.type.shape != ():
+            pred = sb.op("reshape", pred, shape=())
+        go = sb.op("logical_and", active, pred)
+        # the "skip" branch: carry unchanged, zeros for the ys (shaped like the step's ys)
+        kb = GraphBuilder()
+        kp = [kb.input(t) for t in body.in_types]
+        y_types = body.out_types[ncarry:]
+        if all(isinstance(t, TensorType) and t.shape is not None and None not in t.shape for t in y_types):
+            zeros = [kb.op("broadcast_to", kb.constant(np.zeros((), dtype=t.dtype)), shape=t.shape)  # type: ignore[union-attr]
+                     for t in y_types]
+        else:  # a y of run-time shape: zeros shaped like the step's y (computed for its shape)
+            ys = inline_body(kb, Subgraph(_keep_outputs(body.graph, range(ncarry, body.num_outputs))), kp)
+            zeros = [zeros_like(kb, y) for y in ys]
+        kb.output(*kp[nc:], *zeros)
+        skip = Subgraph(kb.freeze(), name=f"skip({body.name})")
+        res = _as_list(sb.op("cond", go, *params, then_body=body, else_body=skip))
+        sb.output(*res[:ncarry], go, *res[ncarry:])
+        return Subgraph(sb.freeze(), name=f"while_step({body.name})")
+
+    return body.cache(("grad-while-step", cond_body, nc), make)  # type: ignore[no-any-return]
+
+
+def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
+                attrs: dict[str, Any]) -> list[Any]:
+    max_trip, nc, body = attrs["max_trip"], attrs["num_consts"], attrs["body"]
+    if max_trip is None:
+        raise _no_gradient(
+            f"while_loop with body {body.label} has no max_trip: reverse-mode differentiation needs a bound on the "
+            "trip count (the reverse pass stores one carry per trip); pass max_trip=N (opgraph.while_loop(..., "
+            "max_trip=N)), or use scan / fori_loop with static bounds")
+    ncarry = len(inputs) - nc
+    ny = body.num_outputs - ncarry
+    cts = list(cots[:ncarry])
+    for j in range(ny):
+        c = cots[ncarry + j]
+        if c is not None:
+            # ys of the while_loop have the run-time trip count; the scan's have max_trip (zeros after the end)
+            shape = c.type.shape
+            if shape is None or any(d is None for d in shape[1:]):
+                raise _no_gradient(f"the gradient of a while_loop's stacked y needs static y shapes, got {c.type}")
+            pad = b.constant(np.zeros((max_trip, *shape[1:]), dtype=c.type.dtype))
+            c = b.op("getitem", b.op("concat", c, pad, axis=0), index=(slice(0, max_trip),))
+        cts.append(c)
+    step = while_as_scan_body(attrs["cond_body"], body, nc)
+    active = b.constant(np.ones((), dtype=bool))
+    g = scan_vjp(b, [*inputs, active], [*cts[:ncarry], None, *cts[ncarry:]], step, nc, ncarry + 1, max_trip,
+                 False)
+    return g[:len(inputs)]
+
+
 # ---------------------------------------------------------------- call 1300
 def _call_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[ValueType, ...]:
     body: Subgraph = attrs["body"]
@@ -195,7 +505,7 @@ def _call_kernel(*args: np.ndarray, out: Any = None, body: Subgraph) -> Any:
 
 
 CALL = register_op(OpDef(
-    name="call", id=1300, infer=_call_infer, version=_version,
+    name="call", id=1300, grad=_call_grad, infer=_call_infer, version=_version,
     attrs={"body": Attr(attr_subgraph, doc="the function called (a Subgraph)")},
     kernels={"numpy": _call_kernel}, family=FAMILY,
     doc="call(*args, body): the results of the subgraph body on args (a function stored once, called by "
@@ -234,7 +544,7 @@ def _cond_kernel(pred: np.ndarray, *operands: np.ndarray, out: Any = None, then_
 
 
 COND = register_op(OpDef(
-    name="cond", id=1301, min_inputs=1, infer=_cond_infer, version=_version,
+    name="cond", id=1301, grad=_cond_grad, min_inputs=1, infer=_cond_infer, version=_version,
     attrs={"then_body": Attr(attr_subgraph, doc="the branch taken when pred is true"),
            "else_body": Attr(attr_subgraph, doc="the branch taken when pred is false")},
     kernels={"numpy": _cond_kernel}, family=FAMILY,
@@ -290,7 +600,7 @@ def _while_kernel(*ins: np.ndarray, out: Any = None, cond_body: Subgraph, body: 
 
 
 WHILE_LOOP = register_op(OpDef(
-    name="while_loop", id=1302, infer=_while_infer, version=_version,
+    name="while_loop", id=1302, grad=_while_grad, infer=_while_infer, version=_version,
     attrs={"cond_body": Attr(attr_subgraph, doc="(*consts, *carry) -> one-element predicate"),
            "body": Attr(attr_subgraph, doc="(*consts, *carry) -> (*carry, *ys)"),
            "num_consts": Attr(attr_int, 0, "how many leading inputs are loop-invariant operands"),
@@ -357,7 +667,7 @@ def _scan_kernel(*ins: np.ndarray, out: Any = None, body: Subgraph, num_consts: 
     outs = out if isinstance(out, tuple) else (out,) if out is not None else None
     ybufs: list[np.ndarray | None] = list(outs[num_carry:]) if outs is not None else [None] * len(y_types)
     for i in (range(n - 1, -1, -1) if reverse else range(n)):
-        res = step(consts + carry + [x[i] for x in xs])
+        res = step(consts + carry + [x[i, ...] for x in xs])  # [i, ...]: a 0-d array, not a scalar
         carry = res[:num_carry]
         for j, y in enumerate(res[num_carry:]):
             buf = ybufs[j]
@@ -379,7 +689,7 @@ def _scan_kernel(*ins: np.ndarray, out: Any = None, body: Subgraph, num_consts: 
 
 
 SCAN = register_op(OpDef(
-    name="scan", id=1303, infer=_scan_infer, version=_version,
+    name="scan", id=1303, grad=_scan_grad, infer=_scan_infer, version=_version,
     attrs={"body": Attr(attr_subgraph, doc="(*consts, *carry, *x_slices) -> (*carry, *ys)"),
            "num_consts": Attr(attr_int, 0, "how many leading inputs are loop-invariant operands"),
            "num_carry": Attr(attr_int, 0, "how many inputs after the consts are the initial carry"),

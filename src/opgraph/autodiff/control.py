@@ -1,0 +1,82 @@
+"""Differentiating bodies: the vector-Jacobian body of a subgraph, for the control-flow ops' gradient rules.
+
+The rules of ``call``, ``cond``, ``scan`` and ``while_loop`` (in
+:mod:`opgraph.ops.control`) differentiate through an op by running the
+*vjp body* of its subgraph: from a body ``(p_1..p_n) -> (r_1..r_m)``,
+:func:`vjp_body` builds ``(p_1..p_n, ct_r_j for j in cts) -> (ct_p_i for i in wrt)``
+by copying the body's ops into a new builder and running the ordinary
+reverse sweep on them (so bodies holding control flow differentiate
+recursively, and a vjp body can be differentiated again). A parameter no
+cotangent reaches gets zeros. It is built once per (body, wrt, cts) and kept
+on the body. The rules reach it through :data:`opgraph.core.hooks.BODY_VJP`
+because ops sit below autodiff in the layers.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> sb = opgraph.GraphBuilder()
+    >>> x, y = sb.input(("float64", (2,)), name="x"), sb.input(("float64", (2,)), name="y")
+    >>> sb.output(sb.multiply(sb.sin(x), y))
+    >>> body = Subgraph(sb.freeze(), name="f")
+    >>> v = vjp_body(body, (0, 1), (0,))
+    >>> v
+    Subgraph('vjp(f)': (f64[2], f64[2], f64[2]) -> (f64[2], f64[2]), 5 ops)
+    >>> gx, gy = opgraph.ops.control.body_fn(v)([np.zeros(2), np.full(2, 3.0), np.ones(2)])
+    >>> gx, gy
+    (array([3., 3.]), array([0., 0.]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opgraph.core import hooks
+from opgraph.core.builder import GraphBuilder
+from opgraph.core.subgraph import Subgraph
+from opgraph.errors import GraphError
+from opgraph.ops.control import inline_body
+from opgraph.ops.grad_helpers import is_float
+
+
+def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int] | None = None) -> Subgraph:
+    """The vector-Jacobian body of ``body`` (see the module doc).
+
+    ``wrt``: the parameters whose cotangents it returns, in order (default:
+    every floating parameter); ``cts``: the results that receive a cotangent,
+    which become its extra parameters in order (default: every floating
+    result).
+
+    >>> import opgraph
+    >>> sb = opgraph.GraphBuilder(); p = sb.input(("float64", ()), name="p"); sb.output(sb.exp(p), sb.sin(p))
+    >>> vjp_body(Subgraph(sb.freeze(), name="g")).in_types
+    (f64[], f64[], f64[])
+    """
+    ins, outs = body.in_types, body.out_types
+    w = tuple(i for i, t in enumerate(ins) if is_float(t)) if wrt is None else tuple(int(i) for i in wrt)
+    c = tuple(j for j, t in enumerate(outs) if is_float(t)) if cts is None else tuple(int(j) for j in cts)
+    for i in w:
+        if not 0 <= i < len(ins) or not is_float(ins[i]):
+            raise GraphError(f"body {body.label}: parameter {i} is not a floating parameter (it has no cotangent)")
+    for j in c:
+        if not 0 <= j < len(outs) or not is_float(outs[j]):
+            raise GraphError(f"body {body.label}: result {j} is not a floating result (it takes no cotangent)")
+
+    def make() -> Subgraph:
+        from opgraph.autodiff.reverse import build_vjp_ops
+
+        b = GraphBuilder()
+        params = [b.input(t, name=body.graph.name_of(int(v))) for t, v in zip(ins, body.graph.inputs, strict=True)]
+        results = inline_body(b, body, params)
+        ct_in = [b.input(outs[j], name=f"ct{j}") for j in c]
+        grads = build_vjp_ops(b, [results[j] for j in c], [params[i] for i in w], ct_in)
+        b.output(*grads)
+        full = b.freeze()
+        # copy again to drop the forward ops no gradient needs (the body's unused results)
+        b2 = GraphBuilder()
+        params2 = [b2.input(full.type_of(int(v)), name=full.name_of(int(v))) for v in full.inputs]
+        b2.output(*inline_body(b2, Subgraph(full), params2))
+        return Subgraph(b2.freeze(), name=f"vjp({body.name})" if body.name else "vjp")
+
+    return body.cache(("vjp-body", w, c), make)  # type: ignore[no-any-return]
+
+
+hooks.BODY_VJP.set(vjp_body)
