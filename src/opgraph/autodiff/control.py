@@ -37,13 +37,18 @@ from opgraph.ops.control import inline_body
 from opgraph.ops.grad_helpers import is_float
 
 
-def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int] | None = None) -> Subgraph:
+def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int] | None = None,
+             given: Sequence[int] = ()) -> Subgraph:
     """The vector-Jacobian body of ``body`` (see the module doc).
 
     ``wrt``: the parameters whose cotangents it returns, in order (default:
     every floating parameter); ``cts``: the results that receive a cotangent,
     which become its extra parameters in order (default: every floating
-    result).
+    result); ``given``: results whose values the caller has (a scan's reverse
+    pass has every step's new carry), which become further parameters after
+    the cotangents: the gradient reads them instead of computing them again,
+    so forward ops needed only for them are not copied (``tanh``'s gradient
+    reads its result: an RNN step's reverse pass recomputes nothing).
 
     >>> import opgraph
     >>> sb = opgraph.GraphBuilder(); p = sb.input(("float64", ()), name="p"); sb.output(sb.exp(p), sb.sin(p))
@@ -59,6 +64,10 @@ def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int
     for j in c:
         if not 0 <= j < len(outs) or not is_float(outs[j]):
             raise GraphError(f"body {body.label}: result {j} is not a floating result (it takes no cotangent)")
+    known = tuple(int(j) for j in given)
+    for j in known:
+        if not 0 <= j < len(outs):
+            raise GraphError(f"body {body.label} has no result {j}")
 
     def make() -> Subgraph:
         from opgraph.autodiff.reverse import build_vjp_ops
@@ -67,16 +76,28 @@ def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int
         params = [b.input(t, name=body.graph.name_of(int(v))) for t, v in zip(ins, body.graph.inputs, strict=True)]
         results = inline_body(b, body, params)
         ct_in = [b.input(outs[j], name=f"ct{j}") for j in c]
+        given_in = [b.input(outs[j]) for j in known]  # unnamed: the body's own names may be anything
         grads = build_vjp_ops(b, [results[j] for j in c], [params[i] for i in w], ct_in)
         b.output(*grads)
         full = b.freeze()
+        if known:
+            # Every use of a given result reads the parameter instead; the copy below then drops the forward
+            # ops nothing else needs.
+            swap = {r.id: p.id for r, p in zip((results[j] for j in known), given_in, strict=True)
+                    if r.id not in {q.id for q in params}}
+            if swap:
+                in_ids, out = full.in_ids.copy(), full.outputs.copy()
+                for r, p in swap.items():
+                    in_ids[full.in_ids == r] = p
+                    out[full.outputs == r] = p
+                full = full.replace(in_ids=in_ids, outputs=out)
         # copy again to drop the forward ops no gradient needs (the body's unused results)
         b2 = GraphBuilder()
         params2 = [b2.input(full.type_of(int(v)), name=full.name_of(int(v))) for v in full.inputs]
         b2.output(*inline_body(b2, Subgraph(full), params2))
         return Subgraph(b2.freeze(), name=f"vjp({body.name})" if body.name else "vjp")
 
-    return body.cache(("vjp-body", w, c), make)  # type: ignore[no-any-return]
+    return body.cache(("vjp-body", w, c, known), make)  # type: ignore[no-any-return]
 
 
 hooks.BODY_VJP.set(vjp_body)

@@ -92,7 +92,12 @@ def sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashable],
             raise NoGradientError(
                 f"op {rec.opdef.name!r}{rec.label} has no gradient rule; cannot differentiate through it "
                 "(add a grad= rule to its OpDef, or stop the gradient before it)")
-        in_cots = rule(b, tuple(rec.inputs), tuple(rec.outputs), tuple(outs), rec.attrs)
+        if getattr(rule, "takes_needed", False):
+            # Rules that can skip work (a loop's reverse pass) are told which inputs need a cotangent.
+            needed = tuple(is_float(v.type) and key(v) in depends for v in rec.inputs)
+            in_cots = rule(b, tuple(rec.inputs), tuple(rec.outputs), tuple(outs), rec.attrs, needed=needed)
+        else:
+            in_cots = rule(b, tuple(rec.inputs), tuple(rec.outputs), tuple(outs), rec.attrs)
         if len(in_cots) != len(rec.inputs):
             raise GraphError(f"gradient rule of {rec.opdef.name!r} returned {len(in_cots)} cotangents "
                              f"for {len(rec.inputs)} inputs")

@@ -225,9 +225,10 @@ def _as_list(res: Any) -> list[Any]:
     return list(res) if isinstance(res, (tuple, list)) else [res]
 
 
-def _vjp(body: Subgraph, wrt: Sequence[int], cts: Sequence[int]) -> Subgraph:
-    """``(*params, *ct of results cts) -> ct of params wrt`` (built and cached by the autodiff layer)."""
-    return hooks.BODY_VJP.get()(body, tuple(wrt), tuple(cts))  # type: ignore[no-any-return]
+def _vjp(body: Subgraph, wrt: Sequence[int], cts: Sequence[int], given: Sequence[int] = ()) -> Subgraph:
+    """``(*params, *ct of results cts, *results given) -> ct of params wrt`` (built and cached by the autodiff
+    layer; see :func:`opgraph.autodiff.control.vjp_body`)."""
+    return hooks.BODY_VJP.get()(body, tuple(wrt), tuple(cts), tuple(given))  # type: ignore[no-any-return]
 
 
 def _no_gradient(message: str) -> Exception:
@@ -246,9 +247,14 @@ def _scatter(n: int, where: Sequence[int], values: Sequence[Any]) -> list[Any]:
     return res
 
 
+def _wanted(inputs: Sequence[Any], needed: Sequence[bool] | None) -> list[int]:
+    """The float inputs a cotangent is asked for (all of them when the sweep does not say)."""
+    return [i for i, v in enumerate(inputs) if is_float(v.type) and (needed is None or needed[i])]
+
+
 def _call_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
-               attrs: dict[str, Any]) -> list[Any]:
-    wrt = [i for i, v in enumerate(inputs) if is_float(v.type)]
+               attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> list[Any]:
+    wrt = _wanted(inputs, needed)
     cts = [j for j, c in enumerate(cots) if c is not None]
     if not wrt or not cts:
         return [None] * len(inputs)
@@ -257,9 +263,9 @@ def _call_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequ
 
 
 def _cond_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
-               attrs: dict[str, Any]) -> list[Any]:
+               attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> list[Any]:
     operands = inputs[1:]
-    wrt = [i for i, v in enumerate(operands) if is_float(v.type)]
+    wrt = _wanted(operands, None if needed is None else needed[1:])
     cts = [j for j, c in enumerate(cots) if c is not None]
     if not wrt or not cts:
         return [None] * len(inputs)
@@ -280,6 +286,16 @@ def _carry_stacker(body: Subgraph, nc: int, ncarry: int) -> Subgraph:
         return Subgraph(sb.freeze(), name=f"stack_carry({body.name})")
 
     return body.cache(("grad-carry-stacker", nc, ncarry), make)  # type: ignore[no-any-return]
+
+
+def _pruned(g: Any, name: str) -> Subgraph:
+    """``g`` as a body without the ops none of its results needs (a factored cotangent's product, say)."""
+    from opgraph.core.builder import GraphBuilder
+
+    sb = GraphBuilder()
+    params = [sb.input(g.type_of(int(v)), name=g.name_of(int(v))) for v in g.inputs]
+    sb.output(*inline_body(sb, Subgraph(g), params))
+    return Subgraph(sb.freeze(), name=name)
 
 
 def _keep_outputs(g: Any, keep: Any) -> Any:
@@ -310,16 +326,31 @@ def _factored(vjp: Subgraph, n_const_grads: int, const_types: Sequence[Any]) -> 
     return found
 
 
+def _given_results(body: Subgraph, wrt: Sequence[int], cts: Sequence[int],
+                   candidates: Sequence[int]) -> tuple[int, ...]:
+    """Which of the ``candidates`` results the vector-Jacobian body reads when they are given (the rest it does not
+    need, or computes anyway), so a scan's reverse pass is handed only those."""
+    if not candidates:
+        return ()
+    g = _vjp(body, wrt, cts, candidates).graph
+    first = body.num_inputs + len(cts)
+    read = set(g.in_ids.tolist()) | set(g.outputs.tolist())
+    return tuple(j for n, j in enumerate(candidates) if int(g.inputs[first + n]) in read)
+
+
 def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar: Sequence[int],
-                  fx: Sequence[int], cy: Sequence[int]) -> tuple[Subgraph, tuple[int, ...]]:
-    """The step of the reverse scan and the positions in ``fc`` of the stacked-factor const cotangents."""
+                  fx: Sequence[int], cy: Sequence[int], given: Sequence[int] = ()) -> tuple[Subgraph, tuple[int, ...]]:
+    """The step of the reverse scan and the positions in ``fc`` of the stacked-factor const cotangents.
+
+    Its parameters: consts, carry cotangents, const-cotangent sums, the step's carry, its xs, its ys'
+    cotangents, then the step's results listed in ``given`` (read instead of recomputed)."""
     from opgraph.core.builder import GraphBuilder
 
     def make() -> tuple[Subgraph, tuple[int, ...]]:
         nx = body.num_inputs - nc - ncarry
         ins, outs = body.in_types, body.out_types
         wrt = [*fc, *(nc + k for k in fcar), *(nc + ncarry + k for k in fx)]
-        vjp = _vjp(body, wrt, [*fcar, *(ncarry + j for j in cy)])
+        vjp = _vjp(body, wrt, [*fcar, *(ncarry + j for j in cy)], given)
         fact = _factored(vjp, len(fc), [ins[i] for i in fc])
         if fact:
             # the vjp body returning the two factors of those cotangents instead of their product
@@ -334,15 +365,16 @@ def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar:
         carry = [sb.input(ins[nc + k], name=f"carry{k}") for k in range(ncarry)]
         xs = [sb.input(ins[nc + ncarry + k], name=f"x{k}") for k in range(nx)]
         ct_ys = [sb.input(outs[ncarry + j], name=f"ct_y{j}") for j in cy]
-        g = inline_body(sb, vjp, [*consts, *carry, *xs, *ct_carry, *ct_ys])
+        known = [sb.input(outs[j], name=f"result{j}") for j in given]
+        g = inline_body(sb, vjp, [*consts, *carry, *xs, *ct_carry, *ct_ys, *known])
         nfc = len(fc)
         g_const, g_carry, g_x = g[:nfc], g[nfc:nfc + len(fcar)], g[nfc + len(fcar):nfc + len(fcar) + len(fx)]
         factors = g[nfc + len(fcar) + len(fx):]
         summed = [sb.add(a, d) for a, d in zip(acc, [g_const[o] for o in range(nfc) if o not in fact], strict=True)]
         sb.output(*g_carry, *summed, *g_x, *factors)
-        return Subgraph(sb.freeze(), name=f"reverse({body.name})"), tuple(sorted(fact))
+        return _pruned(sb.freeze(), f"reverse({body.name})"), tuple(sorted(fact))
 
-    key = ("grad-reverse-step", nc, ncarry, tuple(fc), tuple(fcar), tuple(fx), tuple(cy))
+    key = ("grad-reverse-step", nc, ncarry, tuple(fc), tuple(fcar), tuple(fx), tuple(cy), tuple(given))
     return body.cache(key, make)  # type: ignore[no-any-return]
 
 
@@ -370,7 +402,8 @@ def _carries_from_ys(b: Any, body: Subgraph, init: Sequence[Any], ys: Sequence[A
 
 
 def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph, num_consts: int,
-             num_carry: int, length: int | None, reverse: bool, outputs: Sequence[Any] | None = None) -> list[Any]:
+             num_carry: int, length: int | None, reverse: bool, outputs: Sequence[Any] | None = None,
+             needed: Sequence[bool] | None = None) -> list[Any]:
     """Cotangents of a scan's inputs given its outputs' cotangents (None: none), emitted on ``b``.
 
     A forward scan stacks the carry each step receives (its ys are not
@@ -385,28 +418,53 @@ def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph,
     not summed in the loop: the reverse scan stacks ``u`` and ``v`` and one
     matmul after it sums the products (what a hand-written BPTT does: one
     GEMM instead of a rank-1 update and a copy of the sum per step).
+    The reverse step is handed the results of each forward step that its
+    gradient reads (each step's new carry, and the ys when ``outputs`` are
+    given) rather than computing them again: for an RNN cell nothing of the
+    forward step runs twice. Only the inputs ``needed`` (default: every float
+    input) get cotangents; the carries' cotangents always flow, since they
+    chain the steps.
     """
     nc, ncarry = num_consts, num_carry
     consts, init, xs = inputs[:nc], inputs[nc:nc + ncarry], inputs[nc + ncarry:]
-    fc = [i for i in range(nc) if is_float(consts[i].type)]
+    def wanted(i: int, v: Any) -> bool:
+        return is_float(v.type) and (needed is None or needed[i])
+
+    fc = [i for i in range(nc) if wanted(i, consts[i])]
     fcar = [k for k in range(ncarry) if is_float(init[k].type)]
-    fx = [k for k in range(len(xs)) if is_float(xs[k].type)]
+    fx = [k for k in range(len(xs)) if wanted(nc + ncarry + k, xs[k])]
     cy = [j for j, c in enumerate(cots[ncarry:]) if c is not None]
     if not (fc or fcar or fx) or not (cy or any(cots[k] is not None for k in fcar)):
         return [None] * len(inputs)
     stacked: list[Any] | None = []
+    final: list[Any] = list(outputs[:ncarry]) if outputs is not None else []
     if ncarry and outputs is not None:
         stacked = _carries_from_ys(b, body, init, outputs[ncarry:], ncarry, reverse)
     if ncarry and not stacked:
-        fwd = b.op("scan", *inputs, body=_carry_stacker(body, nc, ncarry), num_consts=nc, num_carry=ncarry,
-                   length=length, reverse=reverse)
-        stacked = _as_list(fwd)[ncarry:]
-    step, fact = _reverse_body(body, nc, ncarry, fc, fcar, fx, cy)
+        fwd = _as_list(b.op("scan", *inputs, body=_carry_stacker(body, nc, ncarry), num_consts=nc,
+                            num_carry=ncarry, length=length, reverse=reverse))
+        stacked, final = fwd[ncarry:], fwd[:ncarry]
+    wrt = [*fc, *(nc + k for k in fcar), *(nc + ncarry + k for k in fx)]
+    ny = body.num_outputs - ncarry
+    given = _given_results(body, wrt, [*fcar, *(ncarry + j for j in cy)],
+                           [*range(ncarry), *(range(ncarry, ncarry + ny) if outputs is not None else ())])
+    step, fact = _reverse_body(body, nc, ncarry, fc, fcar, fx, cy, given)
+    per_step = []
+    for j in given:
+        if j >= ncarry:
+            per_step.append(outputs[j])  # type: ignore[index]
+            continue
+        # step i's new carry is step i+1's carry (the last step's is the final carry)
+        last = b.op("expand_dims", final[j], axis=0)
+        parts = (last, stacked[j]) if reverse else (stacked[j], last)  # type: ignore[index]
+        per_step.append(b.op("getitem", b.op("concat", *parts, axis=0),
+                             index=(slice(0, -1) if reverse else slice(1, None),)))
     summed = [o for o in range(len(fc)) if o not in fact]
     ct0 = [cots[k] if cots[k] is not None else zeros_like(b, init[k]) for k in fcar]
     acc0 = [zeros_like(b, consts[fc[o]]) for o in summed]
-    res = _as_list(b.op("scan", *consts, *ct0, *acc0, *(stacked or ()), *xs, *[cots[ncarry + j] for j in cy], body=step,
-                        num_consts=nc, num_carry=len(fcar) + len(summed), length=length, reverse=not reverse))
+    res = _as_list(b.op("scan", *consts, *ct0, *acc0, *(stacked or ()), *xs, *[cots[ncarry + j] for j in cy],
+                        *per_step, body=step, num_consts=nc, num_carry=len(fcar) + len(summed), length=length,
+                        reverse=not reverse))
     k0, k1, k2 = len(fcar), len(fcar) + len(summed), len(fcar) + len(summed) + len(fx)
     g_init, g_x = res[:k0], res[k1:k2]
     g_const: list[Any] = [None] * len(fc)
@@ -420,9 +478,9 @@ def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph,
 
 
 def _scan_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
-               attrs: dict[str, Any]) -> list[Any]:
+               attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> list[Any]:
     return scan_vjp(b, inputs, cots, attrs["body"], attrs["num_consts"], attrs["num_carry"], attrs["length"],
-                    attrs["reverse"], outputs)
+                    attrs["reverse"], outputs, needed)
 
 
 def while_as_scan_body(cond_body: Subgraph, body: Subgraph, nc: int) -> Subgraph:
@@ -466,7 +524,7 @@ def while_as_scan_body(cond_body: Subgraph, body: Subgraph, nc: int) -> Subgraph
 
 
 def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Sequence[Any],
-                attrs: dict[str, Any]) -> list[Any]:
+                attrs: dict[str, Any], needed: Sequence[bool] | None = None) -> list[Any]:
     max_trip, nc, body = attrs["max_trip"], attrs["num_consts"], attrs["body"]
     if max_trip is None:
         raise _no_gradient(
@@ -489,7 +547,7 @@ def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Seq
     step = while_as_scan_body(attrs["cond_body"], body, nc)
     active = b.constant(np.ones((), dtype=bool))
     g = scan_vjp(b, [*inputs, active], [*cts[:ncarry], None, *cts[ncarry:]], step, nc, ncarry + 1, max_trip,
-                 False)
+                 False, needed=None if needed is None else [*needed, False])
     return g[:len(inputs)]
 
 
@@ -700,3 +758,9 @@ SCAN = register_op(OpDef(
         "leading slice x_i of the xs (in reverse with reverse=True): carry, *y_i = body(*consts, *carry, "
         "*x_i); returns the final carry and the y_i stacked (jax.lax.scan)",
 ))
+
+
+# The sweep tells these rules which inputs need a cotangent (autodiff/reverse.py), so a loop's reverse pass
+# computes no cotangent nobody asked for (an RNN's gradient for W alone skips U's, b's and the xs').
+for _rule in (_call_grad, _cond_grad, _scan_grad, _while_grad):
+    _rule.takes_needed = True  # type: ignore[attr-defined]
