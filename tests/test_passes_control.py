@@ -397,3 +397,44 @@ def test_hoisting_from_a_body_with_dynamic_dims_keeps_its_types() -> None:
     expected = feeds["c0"] + np.exp(feeds["w"]) * feeds["xs"].sum(axis=0)
     for h in (g, r.graph):
         np.testing.assert_allclose(h.run(feeds)[0], expected, rtol=1e-12)
+
+
+def test_sibling_scans_with_the_same_carry_merge() -> None:
+    from opgraph.passes.control import merge_sibling_scans
+
+    def step(with_sum: bool) -> Subgraph:
+        def fn(b: Any, c: Any, x: Any) -> Any:
+            c2 = b.tanh(b.add(c, x))
+            return (c2, b.sum(c2)) if with_sum else (c2, c)
+
+        return body(fn, ("float64", (2,)), ("float64", (2,)), names="cx", name="sum" if with_sum else "stack",
+                    hash_cons=True)
+
+    other = body(lambda b, c, x: (b.multiply(c, x), c), ("float64", (2,)), ("float64", (2,)), names="cx",
+                 name="other")
+    b = opgraph.GraphBuilder()
+    c0, xs = b.input(("float64", (2,)), name="c0"), b.input(("float64", (5, 2)), name="xs")
+    _, totals = b.op("scan", c0, xs, body=step(True), num_carry=1)
+    _, carries = b.op("scan", c0, xs, body=step(False), num_carry=1)
+    _, kept = b.op("scan", c0, xs, body=other, num_carry=1)          # another carry: not merged
+    _, rev = b.op("scan", c0, xs, body=step(False), num_carry=1, reverse=True)  # other direction: not merged
+    b.output(totals, carries, kept, rev)
+    g = b.freeze()
+    r = merge_sibling_scans(g)
+    assert r.counts == {"merge.scan": 2}
+
+    e = opgraph.GraphBuilder()
+    c0, xs = e.input(("float64", (2,)), name="c0"), e.input(("float64", (5, 2)), name="xs")
+    sb = opgraph.GraphBuilder()
+    c, x = sb.input(("float64", (2,)), name="c"), sb.input(("float64", (2,)), name="x")
+    c2 = sb.tanh(sb.add(c, x))
+    sb.output(c2, sb.sum(c2), c)
+    merged = Subgraph(sb.freeze(), name="sum+stack")
+    _, totals, carries = e.op("scan", c0, xs, body=merged, num_carry=1)
+    _, kept = e.op("scan", c0, xs, body=other, num_carry=1)
+    _, rev = e.op("scan", c0, xs, body=step(False), num_carry=1, reverse=True)
+    e.output(totals, carries, kept, rev)
+    same(r.graph, e.freeze())
+    rng = np.random.default_rng(0)
+    check_numeric(g, r.graph, {"c0": rng.normal(size=2), "xs": rng.normal(size=(5, 2))})
+    assert merge_sibling_scans(r.graph).counts == {}

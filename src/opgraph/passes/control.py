@@ -326,6 +326,112 @@ def hoist_invariants(graph: Graph) -> PassResult:
     return rewrite(graph, HOIST)
 
 
+# ---------------------------------------------------------------- merging sibling scans
+def merge_sibling_scans(graph: Graph) -> PassResult:
+    """Run scans over the same inputs (same consts, carry, xs, length and direction) as one scan.
+
+    Two such scans whose bodies compute the same new carry (a forward pass and
+    the carry-stacking scan a gradient adds, say) become one scan whose body
+    is both bodies on shared parameters, hash-consed so the common ops run
+    once per trip; each old scan's results are read off it. Scans whose
+    carries differ are left alone. ``counts['merge.scan']`` is the number of
+    scans replaced.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> def body(extra):
+    ...     sb = opgraph.GraphBuilder()
+    ...     c, x = sb.input(("float64", (2,)), name="c"), sb.input(("float64", (2,)), name="x")
+    ...     c2 = sb.tanh(sb.add(c, x))
+    ...     sb.output(c2, sb.sum(c2) if extra else c)
+    ...     return Subgraph(sb.freeze(), name="sum" if extra else "stack")
+    >>> b = opgraph.GraphBuilder()
+    >>> c0, xs = b.input(("float64", (2,)), name="c0"), b.input(("float64", (5, 2)), name="xs")
+    >>> h, total = b.op("scan", c0, xs, body=body(True), num_carry=1)
+    >>> _, carries = b.op("scan", c0, xs, body=body(False), num_carry=1)
+    >>> b.output(total, carries); g = b.freeze()
+    >>> r = merge_sibling_scans(g)
+    >>> r.counts, int((r.graph.op_kind == g.op_kind[0]).sum())
+    ({'merge.scan': 2}, 1)
+    >>> r.graph.subgraphs[0].graph.num_ops    # add and tanh once, sum
+    3
+    >>> feeds = {"c0": np.zeros(2), "xs": np.ones((5, 2))}
+    >>> all(np.array_equal(p, q) for p, q in zip(r.graph.run(feeds), g.run(feeds)))
+    True
+    """
+    if not has_bodies(graph):
+        return PassResult(graph, {})
+    scan_id = get_op("scan").id
+    scans = np.flatnonzero(graph.op_kind == scan_id).tolist()
+    if len(scans) < 2:
+        return PassResult(graph, {})
+    groups: dict[Any, list[int]] = {}
+    for op in scans:
+        a = graph.attrs_of(op)
+        key = (tuple(graph.op_inputs(op).tolist()), a["num_consts"], a["num_carry"], a["length"], a["reverse"])
+        groups.setdefault(key, []).append(op)
+    plan: dict[int, tuple[Subgraph, list[int]]] = {}
+    for (_ins, _nc, ncarry, _n, _r), ops in groups.items():
+        if len(ops) > 1:
+            plan.update(_merged_scans(graph, ops, ncarry))
+    if not plan:
+        return PassResult(graph, {})
+
+    def merge(m: Match) -> Any:
+        found = plan.get(m.root_op)
+        if found is None:
+            return None
+        body, picks = found
+        res = m.e.op("scan", *m.root_ins, **dict(m.root_attrs, body=body))
+        res = res if isinstance(res, tuple) else (res,)
+        chosen = tuple(res[p] for p in picks)
+        return chosen if len(chosen) > 1 else chosen[0]
+
+    merged = rewrite(graph, RuleSet().add(Rule("merge.scan", P("scan"), merge,
+                                                exact="always: the same steps on the same values")))
+    from opgraph.passes.dce import cse
+
+    # Every member emitted the same merged scan: CSE keeps one.
+    return PassResult(cse(merged.graph).graph, merged.counts)
+
+
+def _merged_scans(graph: Graph, ops: list[int], ncarry: int) -> dict[int, tuple[Subgraph, list[int]]]:
+    """For scans ``ops`` (same inputs): op -> (merged body, positions of its results in the merged results)."""
+    from opgraph.core.builder import GraphBuilder
+    from opgraph.ops.control import inline_body
+
+    bodies: list[Subgraph] = [graph.attrs_of(o)["body"] for o in ops]
+    first = bodies[0]
+    sb = GraphBuilder()
+    params = [sb.input(t, name=first.graph.name_of(int(v))) for t, v in zip(first.in_types, first.graph.inputs,
+                                                                             strict=True)]
+    members, results = [], []
+    for o, body in zip(ops, bodies, strict=True):
+        if body.in_types != first.in_types:
+            continue
+        res = inline_body(sb, body, params)
+        if results and [r.id for r in res[:ncarry]] != [r.id for r in results[0][:ncarry]]:
+            continue  # a different carry: not the same loop
+        members.append(o)
+        results.append(res)
+    if len(members) < 2:
+        return {}
+    outs = list(results[0][:ncarry])
+    picks: list[list[int]] = []
+    for res in results:
+        picks.append([*range(ncarry), *range(len(outs), len(outs) + len(res) - ncarry)])
+        outs.extend(res[ncarry:])
+    sb.output(*outs)
+    # Copied once more, so the ops of a body that did not join (its carry differs) are left out.
+    full = sb.freeze()
+    pruned = GraphBuilder()
+    pruned.output(*inline_body(pruned, Subgraph(full), [pruned.input(full.type_of(int(v)), name=full.name_of(int(v)))
+                                                        for v in full.inputs]))
+    names = dict.fromkeys(graph.attrs_of(o)["body"].name for o in members)
+    body = Subgraph(pruned.freeze(), name="+".join(n for n in names if n))
+    return {o: (body, p) for o, p in zip(members, picks, strict=True)}
+
+
 # ---------------------------------------------------------------- folding bounds
 def body_work(s: Subgraph) -> float:
     """Ops one run of body ``s`` executes, nested loops multiplied by their trip counts (inf: unknown).

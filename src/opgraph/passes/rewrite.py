@@ -98,6 +98,7 @@ class Match(dict):
     aliases: list[tuple[int, int]]
     root_ins: list[int]
     root_kind: int
+    root_op: int
 
     def alias(self, name: str, new: int) -> None:
         """Also replace bound value ``name`` (an intermediate the replacement recomputes) by ``new``."""
@@ -414,6 +415,7 @@ def _try_rules(e: Emitter, op: int, ins: list[int], outs: list[int], rules: list
     m.flags = flags
     m.root_ins = ins
     m.root_kind = kind
+    m.root_op = op  # the op's index in the input graph (for passes that planned something per op)
     for rule in rules:
         p = rule.pattern
         if p.attrs is not None and not p.attrs(root_attrs):
