@@ -111,7 +111,9 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
     variants: list[tuple[str, tuple[str, ...]]] = [("opgraph scan (builder)", ("--variant", "scan"))]
     if _have_frontend_scan():
         variants.append(("opgraph scan (opgraph.scan)", ("--variant", "scan", "--frontend")))
+    variants.append(("opgraph scan, optimize", ("--variant", "scan", "--optimize")))
     variants.append(("opgraph unrolled", ("--variant", "unrolled")))
+    variants.append(("opgraph unrolled, optimize", ("--variant", "unrolled", "--optimize")))
     if importlib.util.find_spec("jax") is not None:
         variants.append(("JAX lax.scan, jit", ("--variant", "jax")))
     else:
