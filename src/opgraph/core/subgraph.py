@@ -237,19 +237,19 @@ def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ..
 
 
 def _fingerprint(g: Graph) -> bytes:
+    # The same notion of equality as Graph.equals: ops and values in order, but types, attributes and constants
+    # by value, not by their index in the interned tables (a pass or a loader may order those differently).
     import hashlib  # not at import time: it loads OpenSSL (tests/test_import_light.py)
 
-    from opgraph.core.registry import exact_key
+    def digests(keys: list[Any]) -> np.ndarray:
+        return np.array([int.from_bytes(hashlib.blake2b(repr(k).encode(), digest_size=8).digest(), "little",
+                                        signed=True) for k in keys], dtype=np.int64)
 
     h = hashlib.blake2b(digest_size=16)
-    for name in ("op_kind", "op_attr", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "value_type",
-                 "inputs", "outputs", "updates"):
-        a = getattr(g, name)
+    for name in ("op_kind", "op_version", "in_ptr", "in_ids", "out_ptr", "out_ids", "inputs", "outputs", "updates"):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
-    h.update(repr(tuple(repr(t) for t in g.types)).encode())
-    h.update(repr(tuple(exact_key(a) for a in g.attrs)).encode())
-    for c in g.constants:
-        h.update(f"{c.dtype.str}{c.shape}".encode())
-        h.update(np.ascontiguousarray(c).tobytes())
+        h.update(np.ascontiguousarray(getattr(g, name), dtype=np.int64).tobytes())
+    h.update(digests([repr(t) for t in g.types])[np.asarray(g.value_type, dtype=np.int64)].tobytes()
+             if len(g.types) else b"")
+    h.update(digests(list(g._attr_keys()))[np.asarray(g.op_attr, dtype=np.int64)].tobytes() if len(g.attrs) else b"")
     return h.digest()
