@@ -192,6 +192,97 @@ def test_fuzz_graphml(rnd: random.Random, pick: int, tmp_path: Path) -> None:
     fuzz_format("graphml", rnd, pick, tmp_path)
 
 
+# ----------------------------------------------------------------------------- control flow: subgraph records
+def _control_graph() -> Any:
+    """Nested bodies, one shared at two depths: a scan over a body with a cond whose branch calls 'square'."""
+    from opgraph import GraphBuilder
+    from opgraph.core.subgraph import Subgraph
+
+    def body(name: str, n_in: int, fn: Any) -> Subgraph:
+        sb = GraphBuilder()
+        xs = [sb.input(("float64", (3,)), name=f"p{i}") for i in range(n_in)]
+        sb.output(*fn(sb, *xs))
+        return Subgraph(sb.freeze(), name=name)
+
+    sq = body("square", 1, lambda sb, x: (sb.multiply(x, x),))
+    neg = body("neg", 1, lambda sb, x: (sb.negative(sb.op("call", x, body=sq)),))
+    step = body("step", 2, lambda sb, h, x: (lambda r: (r, sb.sum(r)))(
+        sb.op("cond", sb.op("greater", sb.sum(x), 0.0), sb.add(h, x), then_body=sq, else_body=neg)))
+    b = GraphBuilder()
+    h, xs = b.input(("float64", (3,)), name="h"), b.input(("float64", (4, 3)), name="xs")
+    carry, ys = b.op("scan", h, xs, body=step, num_carry=1, name="loop")
+    b.output(b.op("call", carry, body=sq), ys)
+    return b.freeze()
+
+
+@functools.cache
+def control_seeds() -> dict[str, Any]:
+    """The control-flow graph as a .cg set (subgraph records, type 9002) and as JSON (version 2), with the byte
+    ranges of its subgraph records (.cgc) and of its "subgraphs" array (JSON)."""
+    import struct
+    import tempfile
+
+    from opgraph.io.cg import SUBGRAPH_RECORD
+
+    g = _control_graph()
+    with tempfile.TemporaryDirectory() as tmp:
+        opgraph.io.save(g, os.path.join(tmp, "c.cg"))
+        opgraph.io.save(g, os.path.join(tmp, "c.json"))
+        cg = {s: Path(tmp, "c" + s).read_bytes() for s in fuzz.CG_SUFFIXES}
+        js = Path(tmp, "c.json").read_bytes()
+    cgc, w = cg[".cgc"], cg[".cgc"][0] // 8
+    spans, pos = [], 1
+    while pos < len(cgc):
+        t, n = struct.unpack(f"<2{'hiq'[w // 4]}", cgc[pos:pos + 2 * w])
+        if t == SUBGRAPH_RECORD:
+            spans.append((pos, pos + 2 * w + n))
+        pos += 2 * w + n
+    assert len(spans) == 3  # square, neg, step: each once
+    return {"graph": g, "cg": fuzz.Seed("cg", "control", cg), "json": fuzz.Seed("json", "control", {".json": js}),
+            "cg_spans": spans, "json_span": (js.index(b'"subgraphs"'), js.index(b'  "inputs"'))}
+
+
+def _flip_inside(rnd: random.Random, data: bytes, lo: int, hi: int) -> tuple[bytes, str]:
+    out = bytearray(data)
+    if rnd.random() < 0.25:
+        cut = rnd.randrange(lo, hi)
+        return bytes(out[:cut]), f"truncated at {cut} (inside a subgraph record)"
+    at = sorted(rnd.randrange(lo, hi) for _ in range(rnd.randint(1, 4)))
+    for a in at:
+        out[a] = rnd.randrange(256) if rnd.random() < 0.5 else out[a] ^ (1 << rnd.randrange(8))
+    return bytes(out), f"bytes {at} changed (inside a subgraph record)"
+
+
+def test_control_seeds_load_back_equal(tmp_path: Path) -> None:
+    c = control_seeds()
+    for fmt in ("cg", "json"):
+        path = fuzz.write_files(fuzz.Mutant(fmt, "control", c[fmt].files), str(tmp_path))
+        assert opgraph.io.load(path).equals(c["graph"])
+
+
+@settings(max_examples=800, **FUZZ)
+@given(rnd=st.randoms(use_true_random=False), fmt=st.sampled_from(["cg", "json"]))
+def test_fuzz_subgraph_records(rnd: random.Random, fmt: str, tmp_path: Path) -> None:
+    """Mutants of a file with nested, shared bodies: half with the tool's mutators, half changed only inside the
+    subgraph records (.cgc records of type 9002, the JSON "subgraphs" array). Each loads or is a GraphError."""
+    c = control_seeds()
+    seed = c[fmt]
+    if rnd.random() < 0.5:
+        m = fuzz.mutate(rnd, seed, [seed, *seeds()[fmt]])
+    else:
+        files = dict(seed.files)
+        if fmt == "cg":
+            lo, hi = rnd.choice(c["cg_spans"])
+            files[".cgc"], how = _flip_inside(rnd, files[".cgc"], lo, hi)
+        else:
+            files[".json"], how = _flip_inside(rnd, files[".json"], *c["json_span"])
+        m = fuzz.Mutant(fmt, "control", files, [how])
+    d = tmp_path / f"m{time.perf_counter_ns()}"
+    d.mkdir()
+    for o in assert_loads_or_graph_error(m, str(d)):
+        event(o.label)
+
+
 def test_fuzz_tool_runs_and_counts(tmp_path: Path) -> None:
     """``tools/fuzz.py`` (the random engine) counts every file it tries and exits 0 when nothing failed."""
     code = fuzz.main(["20", "--formats", "cg", "--engine", "random", "--out", str(tmp_path)])

@@ -506,7 +506,7 @@ _DELETE = object()
     ('{"format": "opgraph", "format": "opgraph"}', "duplicate key 'format'", ""),
     ("[1, 2]", "(top level)", "expected an opgraph document"),
     ('{"format": "onnx", "version": 1}', "format:", "not an opgraph JSON graph"),
-    ('{"format": "opgraph", "version": 2}', "version:", "unsupported version 2"),
+    ('{"format": "opgraph", "version": 3}', "version:", "unsupported version 3"),
     ('{"format": "opgraph", "version": "1"}', "version:", "unsupported version"),
     ('[' * 100000 + ']' * 100000, "", "nested too deeply"),
 ])

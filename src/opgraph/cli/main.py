@@ -254,6 +254,7 @@ def _file_stem(label: str) -> str:
 def _cmd_info(args: argparse.Namespace) -> int:
     """``opgraph info FILE``."""
     from opgraph.core.registry import get_op
+    from opgraph.core.subgraph import subgraphs_of
     from opgraph.core.types import TensorType
 
     g = _load(args.file)
@@ -290,6 +291,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if len(gateways) > _MAX_ROWS:
         gateways = [*gateways[:_MAX_ROWS], ("...", f"{len(gateways) - _MAX_ROWS} more", "")]
     _table("inputs and outputs", ("role", "value", "type"), gateways)
+    bodies = subgraphs_of(g, recursive=True)
+    if bodies:  # each once, bodies of bodies too
+        rows = [(b.name or "<body>", f"({', '.join(map(repr, b.in_types))}) -> ({', '.join(map(repr, b.out_types))})",
+                 b.graph.num_ops) for b in bodies]
+        if len(rows) > _MAX_ROWS:
+            rows = [*rows[:_MAX_ROWS], ("...", f"{len(rows) - _MAX_ROWS} more", "")]
+        _table("subgraphs (bodies of control-flow ops)", ("name", "signature", "ops"), rows)
     return 0
 
 

@@ -52,7 +52,20 @@ type       data
            ``op_names`` (id -> name of each user op kind used, ids 40000
            and up: loading names an unregistered one, and refuses a
            different op registered under that id).
+9002       opgraph subgraph (a body of ``call``/``cond``/``while_loop``/
+           ``scan``), each distinct body once, bodies of bodies included:
+           int64 ``J``, ``J`` bytes of ASCII JSON (``format``
+           ``"opgraph.cg.subgraph"``, ``version`` 1, the body's ``name``,
+           ``files``: the four lengths), then the body's own four files.
+           After the constants, before the metadata record, inner bodies
+           first. Attributes (in the metadata of the graph or of a body)
+           refer to a body as ``{"subgraph": r}``, ``r`` its record index
+           in the top-level .cgc file. Graphs without bodies have none
+           (their files are unchanged).
 =========  ==============================================================
+
+A record type the reader does not know (from a newer opgraph) is a
+:class:`~opgraph.errors.FormatError` naming the type, record and byte offset.
 
 TensCalc's ``10002`` (``double_sparse_tensor``) is not supported: loading a
 file with one raises :class:`~opgraph.errors.FormatError`.
@@ -137,12 +150,15 @@ from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import CODE_DTYPES, DTYPE_CODES
 from opgraph.core.graph import Graph, Symbols
 from opgraph.core.registry import CONST, USER_IDS, Attrs, OpDef, all_ops, get_op, unknown_op_message
+from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, GraphError, OpTypeError, VerifyError
 from opgraph.io._atomic import atomic_files
+from opgraph.io.jsonfmt import bodies_inner_first
 
 __all__ = [
     "METADATA_RECORD",
+    "SUBGRAPH_RECORD",
     "TC_DOUBLE_FULL",
     "TC_DOUBLE_SPARSE",
     "TC_INT64_TENSOR",
@@ -169,6 +185,10 @@ CONST_RECORD_BASE = 100
 METADATA_RECORD = 9001
 """The .cgc record type of opgraph's metadata record."""
 METADATA_VERSION = 1
+SUBGRAPH_RECORD = 9002
+"""The .cgc record type of a subgraph (a body of ``call``/``cond``/``while_loop``/``scan``), stored once."""
+SUBGRAPH_FORMAT = "opgraph.cg.subgraph"
+SUBGRAPH_VERSION = 1
 
 IO_SET, IO_GET, IO_COPY = 1, 2, 3
 TC_SCALARS2FTENSOR, TC_FTENSOR2SCALARS = 30001, 30002
@@ -561,13 +581,16 @@ def scan_records(layout: _Layout, *, block: int | None = None, dtype: Any = np.i
 class _File:
     """One of the four files: magic, width and its bytes after the magic byte."""
 
-    def __init__(self, path: str, suffix: str, use_mmap: bool) -> None:
+    def __init__(self, path: str, suffix: str, use_mmap: bool, data: np.ndarray | None = None) -> None:
+        # ``data``: the bytes of a file embedded in a subgraph record (``path`` then names where it is).
         self.path = path
         self.suffix = suffix
-        size = os.path.getsize(path)
+        size = os.path.getsize(path) if data is None else len(data)
         if size == 0:
             _fail(path, 0, 0, "empty file (no magic byte)")
-        if use_mmap and size > (1 << 16):
+        if data is not None:
+            raw = data
+        elif use_mmap and size > (1 << 16):
             # A plain-ndarray view of the map, so that arrays derived from it are plain arrays
             # (copies of an np.memmap stay np.memmap instances).
             raw = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
@@ -618,7 +641,7 @@ def _f8(v: float) -> str:
     return struct.pack(">d", v).hex()
 
 
-def _enc_attr(v: Any) -> Any:
+def _enc_attr(v: Any, bodies: dict[Subgraph, int] | None = None) -> Any:
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -629,7 +652,9 @@ def _enc_attr(v: Any) -> Any:
         c = complex(v)
         return {"c16": [_f8(c.real), _f8(c.imag)]}
     if isinstance(v, tuple):
-        return [_enc_attr(x) for x in v]
+        return [_enc_attr(x, bodies) for x in v]
+    if isinstance(v, Subgraph) and bodies is not None and v in bodies:
+        return {"subgraph": bodies[v]}
     raise GraphError(f"attribute value {v!r} ({type(v).__name__}) cannot be stored in a .cg file")
 
 
@@ -639,17 +664,22 @@ def _dec_f8(s: Any) -> float:
     return struct.unpack(">d", bytes.fromhex(s))[0]
 
 
-def _dec_attr(x: Any, depth: int = 0) -> Any:
+def _dec_attr(x: Any, depth: int = 0, bodies: dict[int, Subgraph] | None = None) -> Any:
     if depth > 100:
         raise ValueError("attribute nesting too deep")
     if x is None or isinstance(x, (bool, str, int)):
         return x
     if isinstance(x, list):
-        return tuple(_dec_attr(y, depth + 1) for y in x)
+        return tuple(_dec_attr(y, depth + 1, bodies) for y in x)
     if isinstance(x, dict) and len(x) == 1:
         ((tag, body),) = x.items()
         if tag == "f8":
             return _dec_f8(body)
+        if tag == "subgraph":
+            if type(body) is not int or bodies is None or body not in bodies:
+                raise ValueError(f"{x!r} does not name a subgraph record (type {SUBGRAPH_RECORD}) of the .cgc "
+                                 f"file before this one"[:300])
+            return bodies[body]
         if tag == "c16" and isinstance(body, list) and len(body) == 2:
             return complex(_dec_f8(body[0]), _dec_f8(body[1]))
     raise ValueError(f"bad attribute value {x!r}"[:200])
@@ -730,7 +760,8 @@ def _decode_constant(rtype: int, data: np.ndarray, fail: Callable[[str], NoRetur
     elif rtype == TC_DOUBLE_SPARSE:
         fail("constant type 10002 (TensCalc double_sparse_tensor) is not supported")
     else:
-        fail(f"unknown constant type {rtype}")
+        fail(f"unknown record type {rtype}: not a constant, subgraph ({SUBGRAPH_RECORD}) or metadata "
+             f"({METADATA_RECORD}) record type this opgraph knows (written by a newer opgraph?)")
     if n < 8:
         fail(f"constant data of {n} bytes is shorter than its int64 ndim")
     ndim = int(data[:8].view("<i8")[0])
@@ -1071,9 +1102,12 @@ def _file_view(graph: Graph) -> Graph | None:
 
 
 class _Writer:
-    def __init__(self, g: Graph) -> None:
+    def __init__(self, g: Graph, bodies: dict[Subgraph, int] | None = None) -> None:
+        # bodies: .cgc record index of each subgraph of the top-level file, when g is one of them
         self.g = g
         self.meta = g.file_meta
+        self.bodies = bodies
+        self.embedded = bodies is not None
         n_ops, n_vals = g.num_ops, g.num_values
         if len(g.in_ptr) != n_ops + 1 or len(g.out_ptr) != n_ops + 1 or len(g.value_type) != n_vals:
             raise GraphError("graph arrays are inconsistent; verify() it first")
@@ -1245,6 +1279,12 @@ class _Writer:
             if rtype is None:
                 rtype = _const_record_default(c, plain)
             const_recs.append((rtype, c))
+        body_recs: list[bytes] = []
+        if not self.embedded:
+            order = bodies_inner_first(g)
+            if order:  # each body once, after the constants (constant i stays record i)
+                self.bodies = {body: len(g.constants) + k for k, body in enumerate(order)}
+                body_recs = [_subgraph_record(body, self.bodies) for body in order]
         metadata = None if plain else self._metadata(base, unset, sym_recs)
         meta_len = sum(_chunk_len(x) for x in metadata) if metadata is not None else 0
 
@@ -1256,6 +1296,7 @@ class _Writer:
             max((_constant_length(t, c) for t, c in const_recs), default=0),
             meta_len,
             max((max(r[1], len(r[2]), len(r[3])) for r in sym_recs), default=0),
+            *((SUBGRAPH_RECORD, max(len(r) for r in body_recs)) if body_recs else ()),
         )
         if index_bits is None:
             bits = self._meta_bits()
@@ -1270,7 +1311,7 @@ class _Writer:
         magic = bytes([bits])
 
         cg = itertools.chain([magic], self._cg_stream(dt))
-        cgc = itertools.chain([magic], self._cgc_stream(dt, const_recs, metadata, meta_len))
+        cgc = itertools.chain([magic], self._cgc_stream(dt, const_recs, metadata, meta_len, body_recs))
         cgio = [magic, self._cgio_stream(dt, layout, set_vars + base, gets + base)]
         cgs = [magic]
         enc = self._encoding()
@@ -1350,11 +1391,14 @@ class _Writer:
             yield buf
 
     def _cgc_stream(self, dt: np.dtype, const_recs: list[tuple[int, np.ndarray]], metadata: list[Any] | None,
-                    meta_len: int) -> Iterator[Any]:
+                    meta_len: int, body_recs: Sequence[bytes] = ()) -> Iterator[Any]:
         """The .cgc records after the magic byte; each constant is encoded as it is written."""
         for rtype, c in const_recs:
             data = _encode_constant(rtype, c)
             yield np.array([rtype, len(data)], dtype=dt).tobytes()
+            yield data
+        for data in body_recs:
+            yield np.array([SUBGRAPH_RECORD, len(data)], dtype=dt).tobytes()
             yield data
         if metadata is not None:
             yield np.array([METADATA_RECORD, meta_len], dtype=dt).tobytes()
@@ -1466,7 +1510,7 @@ class _Writer:
             "num_outputs": len(g.outputs),
             "num_updates": len(g.updates),
             "types": [_enc_type(t) for t in g.types],
-            "attrs": [[[k, _enc_attr(v)] for k, v in a] for a in g.attrs],
+            "attrs": [[[k, _enc_attr(v, self.bodies)] for k, v in a] for a in g.attrs],
             "arrays": arrays,
             "unset_inputs": unset,
             "empty_symbols": empty,
@@ -1478,6 +1522,19 @@ class _Writer:
         text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
         pad = -(8 + len(text)) % 8
         return [struct.pack("<q", len(text)) + text + b"\0" * pad, *blobs]
+
+
+def _joined(chunks: Iterable[Any]) -> bytes:
+    return b"".join(bytes(memoryview(c).cast("B")) if isinstance(c, np.ndarray) else bytes(c) for c in chunks)
+
+
+def _subgraph_record(body: Subgraph, bodies: dict[Subgraph, int]) -> bytes:
+    """The data of a subgraph record: int64 J, J bytes of ASCII JSON, then the body's four files."""
+    files = [_joined(chunks) for chunks in _Writer(body.graph, bodies).contents(None)]
+    header = {"format": SUBGRAPH_FORMAT, "version": SUBGRAPH_VERSION, "name": body.name,
+              "files": [len(f) for f in files]}
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return struct.pack("<q", len(text)) + text + b"".join(files)
 
 
 # ============================================================== loading
@@ -1515,13 +1572,17 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
 
 
 class _Reader:
-    def __init__(self, base: str, use_mmap: bool, where: _Where) -> None:
+    def __init__(self, base: str, use_mmap: bool, where: _Where,
+                 embedded: tuple[dict[str, np.ndarray], dict[int, Subgraph]] | None = None) -> None:
+        # embedded: the four files of a subgraph record (by suffix) and the bodies before it
         self.base = base
         self.where = where
+        self.embedded = embedded is not None
+        self.bodies: dict[int, Subgraph] = dict(embedded[1]) if embedded is not None else {}
         self.files: dict[str, _File] = {}
         for s in SUFFIXES:
             where.at(base + s)
-            self.files[s] = _File(base + s, s, use_mmap)
+            self.files[s] = _File(base + s, s, use_mmap, None if embedded is None else embedded[0][s])
         self.cg, self.cgc, self.cgio, self.cgs = (self.files[s] for s in SUFFIXES)
         self.file_meta: dict[str, Any] = {}
 
@@ -1653,7 +1714,15 @@ class _Reader:
             data = body[pos + 2 * w:pos + 2 * w + length]
             if rtype == METADATA_RECORD:
                 self.metadata = (rec, off, data)
+            elif rtype == SUBGRAPH_RECORD:
+                if self.embedded:
+                    _fail(f.path, rec, off, "a subgraph record inside a subgraph record (every body is stored "
+                                            "once, in the top-level .cgc file)")
+                self.bodies[rec] = self._read_subgraph(rec, off, off + 2 * w, data)
             else:
+                if self.bodies and not self.embedded:
+                    _fail(f.path, rec, off, f"constant record (type {rtype}) after a subgraph record (constants come "
+                                            f"first: constant i is record i)")
                 def fail(msg: str, rec: int = rec, off: int = off) -> NoReturn:
                     _fail(f.path, rec, off, msg)
 
@@ -1661,6 +1730,49 @@ class _Reader:
                 self.const_types.append(rtype)
             pos += 2 * w + length
             rec += 1
+
+    def _read_subgraph(self, rec: int, off: int, data_off: int, data: np.ndarray) -> Subgraph:
+        """A subgraph record: int64 J, J bytes of JSON (format, version, name, file lengths), the four files."""
+        path = self.cgc.path
+
+        def fail(msg: str) -> NoReturn:
+            _fail(path, rec, off, f"subgraph record: {msg}")
+
+        n = len(data)
+        if n < 8:
+            fail(f"{n} bytes, shorter than its int64 header length")
+        j = int(data[:8].view("<i8")[0])
+        if not 0 <= j <= n - 8:
+            fail(f"JSON length {j} does not fit the record ({n} bytes)")
+        try:
+            header = json.loads(data[8:8 + j].tobytes().decode("ascii"))
+        except (ValueError, RecursionError) as exc:
+            fail(f"bad JSON header ({exc})"[:300])
+        if not isinstance(header, dict) or header.get("format") != SUBGRAPH_FORMAT:
+            fail(f"not an opgraph subgraph header (format {SUBGRAPH_FORMAT!r})")
+        if header.get("version") != SUBGRAPH_VERSION:
+            fail(f"unsupported version {header.get('version')!r} (this reader knows {SUBGRAPH_VERSION}; "
+                 f"written by a newer opgraph?)"[:300])
+        name, sizes = header.get("name"), header.get("files")
+        if not isinstance(name, str):
+            fail("the name must be a string")
+        if not (isinstance(sizes, list) and len(sizes) == 4 and all(type(x) is int and x >= 0 for x in sizes)):
+            fail(f"'files' must be the four file lengths, got {sizes!r}"[:300])
+        if 8 + j + sum(sizes) != n:
+            fail(f"the files' lengths {sizes} and the header ({8 + j} bytes) do not add up to the record's {n} bytes")
+        parts: dict[str, np.ndarray] = {}
+        at = 8 + j
+        label = f"{path}: record {rec} at byte offset {off}: subgraph {name[:100]!r}: embedded "
+        for suffix, size in zip(SUFFIXES, sizes, strict=True):
+            parts[suffix] = data[at:at + size]
+            at += size
+        body_offsets = ", ".join(f"{s} at byte offset {data_off + 8 + j + sum(sizes[:i])}"
+                                 for i, s in enumerate(SUFFIXES))
+        try:
+            graph = _Reader(label, False, self.where, (parts, self.bodies)).read()
+        except FormatError as exc:
+            raise FormatError(f"{exc} (the embedded files start in {path}: {body_offsets})") from exc
+        return Subgraph(graph, name=name)
 
     def _meta_fail(self, message: str) -> NoReturn:
         assert self.metadata is not None
@@ -2099,7 +2211,7 @@ class _Reader:
                 for pair in a:
                     if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
                         raise ValueError(f"bad pair {pair!r}"[:200])
-                    pairs.append((pair[0], _dec_attr(pair[1])))
+                    pairs.append((pair[0], _dec_attr(pair[1], bodies=self.bodies)))
                 attrs.append(tuple(pairs))
             except (ValueError, RecursionError) as exc:
                 self._meta_fail(f"attribute entry {i}: {exc}")

@@ -26,6 +26,12 @@ atomically: a graph a format cannot hold (update edges in ONNX, an op
 PyTensor does not know) is an :class:`UnsupportedGraphError` and no file is
 left behind.
 
+**Control flow.** Subgraph bodies (``call``, ``cond``, ``while_loop``,
+``scan``) are stored by .cg (records of type 9002), JSON (version 2
+``subgraphs``) and ONNX (``If``/``Loop``/``Scan``); the pickled dict-DAG
+and Dask forms keep them as Python objects. GraphML and PyTensor refuse a
+graph with bodies, naming the first op that has one (:func:`refuse_subgraphs`).
+
     >>> format_for_path("model.unidag.pkl").name, format_for_path("runs/v1.2/model").name
     ('unidag', 'cg')
     >>> get_format("onnx").suffixes, get_format("svg").loadable
@@ -409,6 +415,41 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
 
 
 # ----------------------------------------------------------------------------- helpers
+CONTROL_FLOW_FORMATS = (".cg", ".json", ".onnx")
+"""The file formats that store subgraph bodies (control flow); the pickled dict DAG and Dask forms keep them too."""
+
+
+def refuse_subgraphs(graph: Graph, what: str) -> None:
+    """Raise :class:`~opgraph.errors.GraphError` naming the first op with a subgraph body, if ``graph`` has one.
+
+    For converters that cannot express control flow (``what`` names them).
+
+    >>> import opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.exp(x))
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
+    >>> b.output(b.op("call", x, body=Subgraph(sb.freeze(), name="f")))
+    >>> refuse_subgraphs(b.freeze(), "GraphML")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.GraphError: op 0 (call) has subgraph body 'f': GraphML does not support control flow (the .cg, ...
+    """
+    from opgraph.core.subgraph import Subgraph, bodies_in
+
+    if not graph.subgraphs:
+        return
+    import numpy as np
+
+    for aid, attrs in enumerate(graph.attrs):
+        body: Subgraph | None = next((s for _, v in attrs for s in bodies_in(v)), None)
+        hits = np.flatnonzero(graph.op_attr == aid) if body is not None else ()
+        if len(hits):
+            op = int(hits[0])
+            raise GraphError(f"op {op} ({graph.kind_of(op)}) has subgraph body {body.label}: {what} does not support "
+                             f"control flow (the {', '.join(CONTROL_FLOW_FORMATS[:-1])} and "
+                             f"{CONTROL_FLOW_FORMATS[-1]} formats store it)")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -658,6 +699,7 @@ def to_graphml_graph(graph: Graph) -> Any:
     from opgraph.io.jsonfmt import encode_value
     from opgraph.io.nx import to_networkx
 
+    refuse_subgraphs(graph, "GraphML")
     G = to_networkx(graph)
     H = nx.DiGraph()
     H.graph["format"] = _GRAPHML_MARK

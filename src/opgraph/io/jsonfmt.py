@@ -1,7 +1,8 @@
 """The JSON form of a graph: readable, versioned and exact.
 
 Seed 003 asks for a text form "similar to an MLIR dialect, but as JSON".
-A file is one JSON object (version 1); the writer puts one record per line:
+A file is one JSON object (version 1, or 2 for a graph with subgraph
+bodies); the writer puts one record per line:
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -27,7 +28,19 @@ A file is one JSON object (version 1); the writer puts one record per line:
 
 Layout (``docs/graph.schema.json`` is the JSON Schema of it):
 
-* ``"format": "opgraph"``, ``"version": 1``; a reader refuses other values.
+* ``"format": "opgraph"``, ``"version": 1`` (2 when ``subgraphs`` is
+  present; a graph without bodies is written as version 1, exactly as before
+  version 2 existed); a reader refuses other values.
+* ``subgraphs`` (version 2): the bodies of control-flow ops (``call``,
+  ``cond``, ``while_loop``, ``scan``), each distinct body once, bodies of
+  bodies included, inner bodies first. A record is a graph in this same
+  layout (``inputs`` are the body's parameters, ``outputs`` its results)
+  with a ``"name"`` (the body's name) and without ``format``, ``version``
+  and ``subgraphs``. An attribute whose value is a body is
+  ``{"subgraph": k}``, ``k`` the record's index; a record may refer only to
+  records before it (so there are no cycles). Loading builds one
+  :class:`~opgraph.core.subgraph.Subgraph` per record, shared by every op
+  that refers to it.
 * ``inputs``: value definitions of the graph's inputs, in gateway order.
 * ``constants``: the constants table, in index order (``const`` ops refer to
   it by their ``index`` attribute).
@@ -68,7 +81,8 @@ JSON arrays are tuples. Everything else is a one-key object:
 a NaN with another sign or payload), ``{"complex": [re, im]}``,
 ``{"list": [...]}``, ``{"dict": {...}}`` (or ``{"dict": [[key, value],
 ...]}`` for non-string keys), ``{"bytes": base64}``, ``{"ndarray":
-constant}`` and ``{"numpy": constant}`` for a NumPy scalar.
+constant}``, ``{"numpy": constant}`` for a NumPy scalar and (op attributes
+only) ``{"subgraph": k}`` for a body.
 
 **Constants** are ``{"dtype", "shape", "data"}`` with ``data`` nested lists
 (a bare scalar for shape ``[]``): booleans, integers, floats in shortest
@@ -93,7 +107,8 @@ kept and loading needs about the file's size in memory, not 15 times it.
 When a document has several problems, the one reported is the one a
 reader checking it part by part meets first: malformed JSON (not UTF-8
 before anything), then the top-level keys, format and version, the
-constants, the inputs' and the ops' value definitions, value and op
+subgraph records (each checked as a whole document, in order; its problems
+are reported as ``subgraphs[k].ops[2]...``), the constants, the inputs' and the ops' value definitions, value and op
 numbers, then each op in file order; whatever the order of the keys and
 whether the text came as a file, bytes, a str or a dict
 (:func:`from_json_dict`). Writing streams too: the text is made a few
@@ -126,14 +141,20 @@ from opgraph.core.dtypes import as_dtype
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, Symbols
 from opgraph.core.registry import CONST, OpDef, get_op, unknown_op_message
+from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
 from opgraph.core.types import VOID, TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, VerifyError
 from opgraph.io._atomic import atomic_files
 
 FORMAT = "opgraph"
 """Value of the top-level ``"format"`` key."""
-VERSION = 1
-"""The format version this module writes and reads."""
+VERSION = 2
+"""The newest format version this module reads and writes (version 2 adds ``subgraphs``).
+
+A graph without subgraphs is written as version 1, exactly as before
+version 2 existed, so that its files stay readable by older opgraph."""
+VERSION_PLAIN = 1
+"""The version of a document without subgraphs."""
 DEFAULT_INLINE_LIMIT = 256
 """Constants with more elements than this are written as base64."""
 
@@ -143,7 +164,9 @@ _CANONICAL_NAN_BITS = 0x7FF8000000000000
 _MAX_DIM = 2**62
 _INT32 = (-(2**31), 2**31 - 1)
 
-_TOP_KEYS = ("format", "version", "inputs", "constants", "ops", "outputs", "updates", "symbols", "file_meta")
+_TOP_KEYS = ("format", "version", "subgraphs", "inputs", "constants", "ops", "outputs", "updates", "symbols",
+             "file_meta")
+_BODY_KEYS = ("name", "inputs", "constants", "ops", "outputs", "updates", "symbols", "file_meta")
 _DEF_KEYS = ("value", "number", "type", "name", "description")
 _OP_KEYS = ("op", "id", "index", "inputs", "outputs", "attrs", "version", "name", "description")
 _CONST_KEYS = ("dtype", "shape", "data", "base64", "name", "description")
@@ -222,7 +245,7 @@ def encode_value(value: Any, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> Any
         raise TypeError(str(exc)) from None
 
 
-def _enc(v: Any, limit: int) -> Any:
+def _enc(v: Any, limit: int, bodies: dict[Subgraph, int] | None = None) -> Any:
     if isinstance(v, np.ndarray):
         return {"ndarray": encode_array(v, inline_limit=limit)}
     if isinstance(v, np.generic):
@@ -238,7 +261,7 @@ def _enc(v: Any, limit: int) -> Any:
     if isinstance(v, complex):
         return {"complex": [_encode_float(v.real), _encode_float(v.imag)]}
     if isinstance(v, tuple):
-        return [_enc(x, limit) for x in v]
+        return [_enc(x, limit, bodies) for x in v]
     if isinstance(v, list):
         return {"list": [_enc(x, limit) for x in v]}
     if isinstance(v, dict):
@@ -247,6 +270,10 @@ def _enc(v: Any, limit: int) -> Any:
         return {"dict": [[_enc(k, limit), _enc(x, limit)] for k, x in v.items()]}
     if isinstance(v, (bytes, bytearray)):
         return {"bytes": base64.b64encode(bytes(v)).decode("ascii")}
+    if isinstance(v, Subgraph):
+        if bodies is not None and v in bodies:
+            return {"subgraph": bodies[v]}
+        raise _Unencodable(f"subgraph {v.label} can only be written as part of the graph that uses it (save_json)")
     raise _Unencodable(f"cannot encode {type(v).__name__} value {v!r} as JSON")
 
 
@@ -262,7 +289,31 @@ def decode_value(obj: Any, path: str = "") -> Any:
         raise ValueError(f"{_where(exc.path)}: {exc.message}") from None
 
 
-def _dec(obj: Any, path: str) -> Any:
+class _BodyRef:
+    """``{"subgraph": k}`` read from an op's attributes: record ``k`` of ``subgraphs``, resolved once all are read."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"{{'subgraph': {self.index}}}"
+
+
+def _has_ref(v: Any) -> bool:
+    return isinstance(v, _BodyRef) or (isinstance(v, tuple) and any(_has_ref(x) for x in v))
+
+
+def _swap_refs(v: Any, f: Callable[[_BodyRef], Any]) -> Any:
+    if isinstance(v, _BodyRef):
+        return f(v)
+    if isinstance(v, tuple):
+        return tuple(_swap_refs(x, f) for x in v)
+    return v
+
+
+def _dec(obj: Any, path: str, refs: bool = False) -> Any:
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, int):
@@ -272,7 +323,7 @@ def _dec(obj: Any, path: str) -> Any:
             raise _Bad(path, "number out of range (write non-finite floats as {\"float\": ...})")
         return obj
     if isinstance(obj, list):
-        return tuple(_dec(x, f"{path}[{i}]") for i, x in enumerate(obj))
+        return tuple(_dec(x, f"{path}[{i}]", refs) for i, x in enumerate(obj))
     if isinstance(obj, dict):
         if len(obj) != 1:
             raise _Bad(path, f"a tagged value must have exactly one key, got {sorted(obj)}")
@@ -280,6 +331,12 @@ def _dec(obj: Any, path: str) -> Any:
         sub = _key_path(path, tag)
         if tag == "float":
             return _decode_float_tag(body, sub)
+        if tag == "subgraph":
+            if not refs:
+                raise _Bad(path, "a subgraph reference belongs in an op's attributes")
+            if type(body) is not int or body < 0:
+                raise _Bad(sub, f"expected the index of a record of 'subgraphs', got {_short(body)}")
+            return _BodyRef(body)
         if tag == "complex":
             if not (isinstance(body, list) and len(body) == 2):
                 raise _Bad(sub, "expected [re, im]")
@@ -318,7 +375,8 @@ def _dec(obj: Any, path: str) -> Any:
             if arr.ndim != 0:
                 raise _Bad(sub, "a NumPy scalar must have shape []")
             return arr[()]
-        raise _Bad(path, f"unknown tag {tag!r} (expected float, complex, list, dict, bytes, ndarray or numpy)")
+        raise _Bad(path, f"unknown tag {tag!r} (expected float, complex, list, dict, bytes, ndarray, numpy or "
+                         f"subgraph)")
     raise _Bad(path, f"unexpected JSON value {obj!r}")
 
 
@@ -573,7 +631,66 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
     >>> doc = to_json_dict(b.freeze())
     >>> doc["inputs"], doc["ops"][0]["inputs"], doc["outputs"]
     ([{'value': '%n', 'type': {'dtype': 'int32', 'shape': [None]}}], ['%n'], ['%1'])
+
+    A graph with subgraph bodies is version 2: each distinct body (bodies of
+    bodies too) is one record of ``doc["subgraphs"]``, and attributes refer
+    to it as ``{"subgraph": index}``.
     """
+    if inline_limit < 0:
+        raise ValueError("inline_limit must be >= 0")
+    order = bodies_inner_first(graph)
+    index = {body: k for k, body in enumerate(order)}
+    doc = _graph_dict(graph, inline_limit, index)
+    if not order:
+        return doc
+    records = [{"name": body.name, **_graph_dict(body.graph, inline_limit, index)} for body in order]
+    for r in records:
+        del r["format"], r["version"]
+    return {"format": FORMAT, "version": VERSION, "subgraphs": records,
+            **{k: v for k, v in doc.items() if k not in ("format", "version")}}
+
+
+def bodies_inner_first(graph: Graph) -> list[Subgraph]:
+    """The distinct subgraphs of ``graph`` and of its bodies, each after the bodies it uses.
+
+    The order files store bodies in: a body refers only to bodies stored
+    before it (so a reader builds them in one pass and a cycle cannot be written).
+
+    >>> import opgraph
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.exp(x))
+    >>> inner = Subgraph(sb.freeze(), name="inner")
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.op("call", x, body=inner))
+    >>> outer = Subgraph(sb.freeze(), name="outer")
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
+    >>> b.output(b.op("call", b.op("call", x, body=outer), body=inner))
+    >>> [s.name for s in bodies_inner_first(b.freeze())]
+    ['inner', 'outer']
+    """
+    if not any(isinstance(v, (Subgraph, tuple)) and next(bodies_in(v), None) is not None
+               for attrs in graph.attrs for _, v in attrs):
+        return []  # the attribute table is small: no per-op pass over a large graph without bodies
+    done: dict[Subgraph, None] = {}
+    active: set[Subgraph] = set()
+
+    def visit(s: Subgraph) -> None:
+        if s in done:
+            return
+        if s in active:  # a body cannot hold itself; a graph built by hand could pretend to
+            raise ValueError(f"subgraph {s.label} uses itself")
+        active.add(s)
+        for inner in subgraphs_of(s.graph):
+            visit(inner)
+        active.discard(s)
+        done[s] = None
+
+    for s in subgraphs_of(graph):
+        visit(s)
+    return list(done)
+
+
+def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int]) -> dict[str, Any]:
+    """The document of one graph (version 1 layout); its bodies' attributes refer to ``bodies``."""
+
     if inline_limit < 0:
         raise ValueError("inline_limit must be >= 0")
     graph.verify(check_types=False)
@@ -637,7 +754,7 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
             if any(type(k) is not str for k in keys) or len(set(keys)) != len(keys):
                 raise ValueError(f"op {op} ({opdef.name}): attribute names must be distinct strings, got {keys}")
             try:
-                attrs = attrs_json[aid] = {k: _enc(v, inline_limit) for k, v in pairs}
+                attrs = attrs_json[aid] = {k: _enc(v, inline_limit, bodies) for k, v in pairs}
             except _Unencodable as exc:
                 raise ValueError(f"op {op} ({opdef.name}): {exc}") from None
         entry = {"op": opdef.name, "id": opdef.id}
@@ -654,7 +771,7 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
 
     doc: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION_PLAIN,
         "inputs": [definition(int(v)) for v in graph.inputs],
         "constants": constants,
         "ops": ops,
@@ -689,16 +806,23 @@ _WRITE_CHUNK = 1 << 12
 """Ops (or values, constants) turned into text at a time when writing."""
 
 
-def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool) -> Iterator[str]:
+def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool, bodies: dict[Subgraph, int] | None = None,
+                record_name: str | None = None) -> Iterator[str]:
     """The text of :func:`dumps_json`, a few thousand records at a time (no object per op kept).
 
     Gives exactly ``to_json_dict(graph)`` laid out as the module doc shows: one
     input, constant or op per line, every other top-level value on one line.
+    With ``record_name`` it is the record of a body named so (``bodies`` numbers
+    the records its attributes refer to): ``"name"`` instead of format and version.
     """
     if inline_limit < 0:
         raise ValueError("inline_limit must be >= 0")
     graph.verify(check_types=False)
     js = json.encoder.encode_basestring_ascii if ascii_only else json.encoder.encode_basestring
+    order_bodies: list[Subgraph] = []
+    if record_name is None:
+        order_bodies = bodies_inner_first(graph)
+        bodies = {body: k for k, body in enumerate(order_bodies)}
     sym = graph.symbols
     n_vals, n_ops, n_consts = graph.num_values, graph.num_ops, len(graph.constants)
     counts = Counter(sym.values.values())
@@ -785,7 +909,8 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool) -> Iterator[s
                     if any(type(k) is not str for k in keys) or len(set(keys)) != len(keys):
                         raise ValueError(f"op {op} ({head[0]}): attribute names must be distinct strings, got {keys}")
                     try:
-                        attrs = attrs_json[aid] = _compact({k: _enc(v, inline_limit) for k, v in pairs}, ascii_only)
+                        attrs = attrs_json[aid] = _compact({k: _enc(v, inline_limit, bodies) for k, v in pairs},
+                                                           ascii_only)
                     except _Unencodable as exc:
                         raise ValueError(f"op {op} ({head[0]}): {exc}") from None
                 parts = [head[1]]
@@ -831,8 +956,19 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool) -> Iterator[s
         tail.append(("file_meta", meta))
 
     yield "{\n"
-    yield f'  "format": {_compact(FORMAT, ascii_only)},\n'
-    yield f'  "version": {VERSION},\n'
+    if record_name is not None:
+        yield f'  "name": {text(record_name)},\n'
+    else:
+        yield f'  "format": {_compact(FORMAT, ascii_only)},\n'
+        yield f'  "version": {VERSION if order_bodies else VERSION_PLAIN},\n'
+        if order_bodies:
+            # Each body once, before the ops that use it; a record's text is the same layout, indented.
+            yield '  "subgraphs": [\n'
+            for k, body in enumerate(order_bodies):
+                record = "".join(_json_lines(body.graph, inline_limit, ascii_only, bodies, body.name))
+                comma = "," if k < len(order_bodies) - 1 else ""
+                yield "    " + record.replace("\n", "\n    ") + comma + "\n"
+            yield "  ],\n"
     for key, rows, count in (("inputs", inputs(), len(graph.inputs)), ("constants", constants(), n_consts),
                              ("ops", ops(), n_ops)):
         if not count:
@@ -1312,6 +1448,10 @@ class _Doc:
         self.opdefs: dict[Any, OpDef] = {}
         self.checked_ops = 0  # ops whose own checks ran (up to the first op with a problem)
         self.big_index: dict[int, int] = {}  # op indices from _BIG on
+        # subgraphs: the bodies attributes may refer to, and the attribute entries that refer to them
+        self.bodies: list[Subgraph] = []
+        self.in_body = False  # reading a record of "subgraphs" (it may refer only to earlier records)
+        self.deferred: dict[int, tuple[OpDef, int, bool]] = {}  # attr id -> (kind, first op, all attrs given)
 
     # -------------------------------------------------------------- problems
     def keep(self, where: tuple[int, ...], exc: _Bad) -> None:
@@ -1538,11 +1678,14 @@ class _Doc:
             if hit is not None:
                 return hit
         attrs = _read_attrs(obj, opdef, f"ops[{i}].attrs")
-        ek = exact_key(attrs)
+        deferred = any(_has_ref(v) for _, v in attrs)
+        ek = exact_key(_swap_refs(attrs, _ref_key) if deferred else attrs)
         aid = self.attr_ids.get(ek)
         if aid is None:
             aid = self.attr_ids[ek] = len(self.attrs)
             self.attrs.append(attrs)
+            if deferred:
+                self.deferred[aid] = (opdef, i, isinstance(obj, dict) and set(obj) == set(opdef.attrs))
         if key is not None:
             self.attr_keys[key] = aid
         return aid
@@ -1556,8 +1699,13 @@ class _Doc:
             raise _Bad("format", f"not an opgraph JSON graph: \"format\" is {_short(doc.get('format'))}, "
                                  f"expected \"{FORMAT}\"")
         version = doc.get("version")
-        if type(version) is not int or version != VERSION:
-            raise _Bad("version", f"unsupported version {_short(version)}; this opgraph reads version {VERSION}")
+        if type(version) is not int or version not in (VERSION_PLAIN, VERSION):
+            raise _Bad("version", f"unsupported version {_short(version)}; this opgraph reads versions "
+                                  f"{VERSION_PLAIN} to {VERSION}")
+        if "subgraphs" in doc:
+            if version < 2:
+                raise _Bad("subgraphs", "subgraph records need version 2")
+            self.bodies = _read_bodies(doc["subgraphs"], source, verify)
         if self.problem is not None and self.problem[0][0] <= _C_OP_DEFS:
             raise self.problem[1]
         constants = self.constants
@@ -1606,6 +1754,7 @@ class _Doc:
         # The ops' own checks, input refs and inferred types: the first problem in file order.
         value_type = np.full(n_vals, -1, dtype=np.int32)
         value_type[numbers] = def_type
+        self._resolve_bodies()
         ins = self._resolve_inputs(n_vals, name_number)
         self._infer_all(n_vals, n_inputs, numbers, def_ptr, value_type, ins)
         if self.problem is not None:
@@ -1704,6 +1853,45 @@ class _Doc:
                                   f"{type(exc).__name__}: {exc}") from exc
         return graph
 
+    def _resolve_bodies(self) -> None:
+        """Put the subgraphs in the attributes that refer to them, check those, and intern them again."""
+        if not self.deferred:
+            return
+        n = len(self.bodies)
+        for aid, (opdef, i, full) in self.deferred.items():
+            path = f"ops[{i}].attrs"
+
+            def body(ref: _BodyRef, where: str) -> Subgraph:
+                if ref.index >= n:
+                    if self.in_body:
+                        raise _Bad(where, f"subgraph {ref.index} is not a record before this one (a record "
+                                          f"refers only to records before it)")
+                    raise _Bad(where, f"subgraph {ref.index} is not in 'subgraphs' ({n} record(s))")
+                return self.bodies[ref.index]
+
+            try:
+                attrs = tuple((k, _swap_refs(v, lambda r, k=k: body(r, _key_path(path, k))))
+                              for k, v in self.attrs[aid])
+                self.attrs[aid] = _check_attrs(attrs, opdef, path, full)
+            except _Bad as exc:
+                self.keep((_C_OPS, i, _R_ATTRS, 0), exc)
+        # Records with equal bodies (a hand-written file) make equal entries: one id each again.
+        ids: dict[Any, int] = {}
+        table: list[tuple[tuple[str, Any], ...]] = []
+        lut = np.empty(len(self.attrs), dtype=np.int32)
+        for aid, attrs in enumerate(self.attrs):
+            try:
+                key = exact_key(attrs)
+            except TypeError:  # unresolved (a problem is kept): stays apart
+                key = ("unresolved", aid)
+            lut[aid] = ids.setdefault(key, len(table))
+            if lut[aid] == len(table):
+                table.append(attrs)
+        if len(table) != len(self.attrs):
+            self.attrs = table
+            self.op_attr = array("i", lut[np.frombuffer(self.op_attr, np.int32)].tobytes())
+        self.deferred = {}
+
     def _ref(self, code: int) -> str:
         if code >= 0:
             return f"%{code}"
@@ -1797,6 +1985,32 @@ class _Defs:
         self.descriptions: dict[int, str] = {}
 
 
+def _ref_key(ref: _BodyRef) -> str:
+    return f"\0subgraph {ref.index}"  # no attribute value is spelled so (interning before bodies are known)
+
+
+def _read_bodies(raw: Any, source: str, verify: bool) -> list[Subgraph]:
+    """The records of ``subgraphs``, in order; each may refer only to the records before it."""
+    records = _arr(raw, "subgraphs", "the subgraph records")
+    bodies: list[Subgraph] = []
+    for k, rec in enumerate(records):
+        path = f"subgraphs[{k}]"
+        rec = _obj(rec, path, "a subgraph record (a graph with a 'name')")
+        _check_keys(rec, _BODY_KEYS, path)
+        name = _str(rec.get("name", ""), f"{path}.name", "a name")
+        sub = _Doc()
+        sub.bodies, sub.in_body = list(bodies), True
+        sub.feed({"format": FORMAT, "version": VERSION, **{key: v for key, v in rec.items() if key != "name"}})
+        try:
+            graph = sub.graph(f"{source}: {path}", verify)
+        except _Bad as exc:
+            inner = exc.path
+            raise _Bad(f"{path}{inner if inner.startswith('[') else '.' + inner}" if inner else path,
+                       exc.message) from None
+        bodies.append(Subgraph(graph, name=name))
+    return bodies
+
+
 _STREAMED_MARK = object()
 """Stands for an array of inputs, constants or ops that was read element by element."""
 _EMPTY: dict[str, Any] = {}
@@ -1882,10 +2096,22 @@ def _verify_path(exc: VerifyError, position: np.ndarray, numbers: np.ndarray, de
 
 
 def _read_attrs(obj: Any, opdef: OpDef, path: str) -> tuple[tuple[str, Any], ...]:
+    """An op's attributes; those that refer to subgraph records are checked later (:meth:`_Doc._resolve_bodies`)."""
     obj = _obj(obj, path, "the op's attributes")
     if not obj and not opdef.attrs:
         return ()
-    decoded = tuple((k, _dec(v, _key_path(path, k))) for k, v in obj.items())
+    decoded = tuple((k, _dec(v, _key_path(path, k), True)) for k, v in obj.items())
+    if any(_has_ref(v) for _, v in decoded):
+        for k, _ in decoded:
+            if k not in opdef.attrs:
+                raise _Bad(_key_path(path, k), f"{opdef.name} has no attribute {k!r} "
+                                               f"(it takes {', '.join(opdef.attrs) or 'none'})")
+        return decoded
+    return _check_attrs(decoded, opdef, path, set(obj) == set(opdef.attrs))
+
+
+def _check_attrs(decoded: tuple[tuple[str, Any], ...], opdef: OpDef, path: str,
+                 full: bool) -> tuple[tuple[str, Any], ...]:
     for k, v in decoded:
         spec = opdef.attrs.get(k)
         if spec is None:
@@ -1901,7 +2127,7 @@ def _read_attrs(obj: Any, opdef: OpDef, path: str) -> tuple[tuple[str, Any], ...
         raise _Bad(path, f"{opdef.name}: {exc}") from None
     # Kept exactly as written when every attribute is given (the writer's case);
     # attributes left out (hand-written files) take their defaults.
-    return decoded if set(obj) == set(opdef.attrs) else normalised
+    return decoded if full else normalised
 
 
 def _infer(opdef: OpDef, attrs: tuple[tuple[str, Any], ...], ins: list[int], value_type: np.ndarray,
@@ -1935,10 +2161,10 @@ def loads_json(text: str | bytes, *, source: str = "<string>", verify: bool = Tr
     Bytes are decoded a window at a time and the big arrays are read element by
     element, so memory stays a small multiple of the graph, not of the text.
 
-    >>> loads_json('{"format": "opgraph", "version": 2}')
+    >>> loads_json('{"format": "opgraph", "version": 3}')
     Traceback (most recent call last):
     ...
-    opgraph.errors.FormatError: <string>: version: unsupported version 2; this opgraph reads version 1
+    opgraph.errors.FormatError: <string>: version: unsupported version 3; this opgraph reads versions 1 to 2
     >>> loads_json('{"format": ')
     Traceback (most recent call last):
     ...
@@ -2014,6 +2240,6 @@ def load_json(path: str | os.PathLike[str], *, verify: bool = True) -> Graph:
 
 
 __all__ = [
-    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "decode_value", "dumps_json", "encode_array", "encode_value",
-    "from_json_dict", "load_json", "loads_json", "save_json", "to_json_dict",
+    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "VERSION_PLAIN", "bodies_inner_first", "decode_value", "dumps_json",
+    "encode_array", "encode_value", "from_json_dict", "load_json", "loads_json", "save_json", "to_json_dict",
 ]

@@ -282,8 +282,9 @@ def to_pytensor(graph: Graph) -> Any:
     Inputs keep their names, dtypes and static shapes (unknown dims become
     ``None``); outputs are the graph's outputs in order; value names are
     kept on the PyTensor variables. The FunctionGraph is built with
-    ``clone=False``. An op kind PyTensor cannot express, an input of unknown
-    rank or an update edge raises :class:`~opgraph.errors.GraphError`.
+    ``clone=False``. An op kind PyTensor cannot express, an op with a subgraph
+    body (control flow), an input of unknown rank or an update edge raises
+    :class:`~opgraph.errors.GraphError`.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -296,6 +297,9 @@ def to_pytensor(graph: Graph) -> Any:
     pt = _pt()
     from pytensor.graph.fg import FunctionGraph
 
+    from opgraph.io.formats import refuse_subgraphs
+
+    refuse_subgraphs(graph, "the PyTensor converter")
     if len(graph.updates):
         raise GraphError("update edges cannot be expressed in a PyTensor FunctionGraph (PyTensor keeps updates on "
                          "the shared variables of compiled functions); drop them before converting")
