@@ -1,4 +1,8 @@
-"""ONNX import of control flow, sequences, optionals and Dropout, checked against onnxruntime."""
+"""ONNX import of control flow, sequences, optionals and Dropout, checked against onnxruntime.
+
+If, Loop and Scan import as opgraph's cond, while_loop and scan ops (not unrolled); the tests check the kinds
+of ops the import makes and that the graph is as large for any trip count.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +64,15 @@ def check(model: Any, feeds: dict[str, Any]) -> list[Any]:
     return got
 
 
+def _kinds(g: Any) -> list[str]:
+    return [op.kind for op in g.ops() if op.kind != "const"]
+
+
+def _control(g: Any) -> Any:
+    (op,) = [op for op in g.ops() if op.kind in ("cond", "while_loop", "scan")]
+    return op
+
+
 def _const(name: str, value: Any) -> Any:
     return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(value), name))
 
@@ -95,24 +108,45 @@ def test_if_with_known_condition_inlines_one_branch(cond: bool) -> None:
     assert "where" not in {op.kind for op in g.ops()}
 
 
-def test_if_with_unknown_condition_selects_with_where() -> None:
+def test_if_with_unknown_condition_is_a_cond_op_with_its_captures() -> None:
     model = _if_model()
     x = np.arange(3, dtype=np.float32)
-    imp = import_model(model)
-    assert "where" in {op.kind for op in imp.graph.ops()}
+    g = import_model(model).graph
+    assert _kinds(g) == ["cond"]
+    # the branches read x and the initializers two and three of the outer scope: x becomes an explicit operand
+    # (the small known constants are copied into the bodies)
+    assert [v.name for v in _control(g).inputs] == ["c", "x"]
     for c in (True, False):
         want = _ort(model, {"x": x, "c": np.asarray(c)})[0]
-        np.testing.assert_array_equal(imp.graph.run({"x": x, "c": np.asarray(c)})[0], want)
+        np.testing.assert_array_equal(g.run({"x": x, "c": np.asarray(c)})[0], want)
+        check(model, {"x": x, "c": np.asarray(c)})
 
 
-def test_if_with_branches_of_different_shapes_needs_the_condition() -> None:
+def test_if_with_branches_of_different_shapes_has_a_dynamic_result() -> None:
     model = _if_model(else_shape=(2,))
-    with pytest.raises(OnnxImportError, match=r"If node.*condition is not known.*static_inputs"):
-        from_onnx(model)
-    # the backend knows the condition's value, so it specialises the graph on it
+    g = from_onnx(model)
+    assert _kinds(g) == ["cond"] and g.type_of(int(g.outputs[0])).shape == (None,)
     x = np.arange(3, dtype=np.float32)
     for c in (True, False):
+        got = g.run({"x": x, "c": np.asarray(c)})[0]
+        _same(got, _ort(model, {"x": x, "c": np.asarray(c)})[0])
+        # the backend, which knows the condition's value, specialises the graph on it (static shapes)
         check(model, {"x": x, "c": np.asarray(c)})
+
+
+def test_if_returning_sequences_is_resolved_with_where() -> None:
+    # sequences are not tensors: an If returning one is resolved while importing, both branches joined with where
+    then = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "x"], ["t"])], "then", [],
+                             [_seq_vi("t", F, [3])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["nx"]),
+                               helper.make_node("SequenceConstruct", ["x", "nx"], ["e"])], "else", [],
+                              [_seq_vi("e", F, [3])])
+    model = _model([helper.make_node("If", ["c"], ["s"], then_branch=then, else_branch=other),
+                    helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0, new_axis=1)],
+                   [_vi("x", F, [3]), _vi("c", B, [])], [_vi("y", F, [2, 3])])
+    assert "where" in _kinds(from_onnx(model))
+    for c in (True, False):
+        check(model, {"x": np.arange(3, dtype=np.float32), "c": np.asarray(c)})
 
 
 # ---------------------------------------------------------------- Loop
@@ -126,15 +160,34 @@ def _loop_body(cond_nodes: list[Any]) -> Any:
                              [_vi("c_out", B, []), _vi("s_out", F, [2]), _vi("scan", F, [2])])
 
 
-def test_loop_for_unrolls_carried_values_and_scan_outputs() -> None:
+def test_loop_with_a_run_time_trip_count_is_one_while_loop() -> None:
     body = _loop_body([helper.make_node("Identity", ["c_in"], ["c_out"])])
     node = helper.make_node("Loop", ["m", "", "s0"], ["s", "scans"], body=body)
     model = _model([node], [_vi("x", F, [2]), _vi("s0", F, [2]), _vi("m", I64, [])],
                    [_vi("s", F, [2]), _vi("scans", F, ["n", 2])])
+    g = from_onnx(model)
+    assert _kinds(g) == ["while_loop"]
     x, s0 = np.array([1, -2], np.float32), np.array([0.5, 0.25], np.float32)
-    _, scans = check(model, {"x": x, "s0": s0, "m": np.asarray(4, np.int64)})
-    assert scans.shape == (4, 2)
-    check(model, {"x": x, "s0": s0, "m": np.asarray(1, np.int64)})
+    for m in (4, 1, 7):  # one graph, any trip count
+        feeds = {"x": x, "s0": s0, "m": np.asarray(m, np.int64)}
+        got = g.run(feeds)
+        for a, w in zip(got, _ort(model, feeds), strict=True):
+            _same(a, w)
+        assert got[1].shape == (m, 2)
+        check(model, feeds)
+
+
+@pytest.mark.parametrize("m", [0, 3, 50])
+def test_loop_with_a_known_trip_count_is_a_scan_of_that_length(m: int) -> None:
+    body = _loop_body([helper.make_node("Identity", ["c_in"], ["c_out"])])
+    node = helper.make_node("Loop", ["m", "", "s0"], ["s", "scans"], body=body)
+    model = _model([node], [_vi("x", F, [2]), _vi("s0", F, [2])], [_vi("s", F, [2]), _vi("scans", F, [m, 2])],
+                   inits=[onnx.numpy_helper.from_array(np.int64(m), "m")])
+    g = from_onnx(model)
+    assert _kinds(g) == ["scan"] and g.type_of(int(g.outputs[1])).shape == (m, 2)
+    op = _control(g)
+    assert op.attrs["length"] == m and g.num_ops <= 4  # the body is stored once, whatever the trip count
+    check(model, {"x": np.array([1, -2], np.float32), "s0": np.array([0.5, 0.25], np.float32)})
 
 
 def test_loop_with_zero_iterations_takes_scan_shapes_from_the_body() -> None:
@@ -177,14 +230,29 @@ def test_loop_while_stops_when_the_body_condition_folds_to_false() -> None:
     assert scans.shape == (3, 2)
 
 
-def test_loop_with_a_data_dependent_condition_is_a_clear_error() -> None:
+@pytest.mark.parametrize("trip", [None, 4])
+def test_loop_with_a_data_dependent_condition_is_a_while_loop(trip: int | None) -> None:
+    # keep going while sum(s) < 10: the trip count depends on x and s0 (and is capped by M when given)
     cond = [helper.make_node("ReduceSum", ["s_out"], ["tot"], keepdims=0),
             _const("lim", np.float32(10)), helper.make_node("Less", ["tot", "lim"], ["c_out"])]
-    node = helper.make_node("Loop", ["", "c", "s0"], ["s", "scans"], body=_loop_body(cond))
+    node = helper.make_node("Loop", ["" if trip is None else "m", "c", "s0"], ["s", "scans"],
+                            body=_loop_body(cond))
+    inits = [onnx.numpy_helper.from_array(np.asarray(True), "c")]
+    if trip is not None:
+        inits.append(onnx.numpy_helper.from_array(np.int64(trip), "m"))
     model = _model([node], [_vi("x", F, [2]), _vi("s0", F, [2])], [_vi("s", F, [2]), _vi("scans", F, ["n", 2])],
-                   inits=[onnx.numpy_helper.from_array(np.asarray(True), "c")])
-    with pytest.raises(OnnxImportError, match=r"Loop node.*condition computed by iteration 0 must be known"):
-        from_onnx(model)
+                   inits=inits)
+    g = from_onnx(model)
+    assert _kinds(g) == ["while_loop"]
+    assert _control(g).attrs["max_trip"] == trip
+    lengths = set()
+    for x in ([1, 1], [0.5, 0.25], [3, 4], [10, 10]):
+        feeds = {"x": np.array(x, np.float32), "s0": np.zeros(2, np.float32)}
+        got = g.run(feeds)
+        for a, w in zip(got, _ort(model, feeds), strict=True):
+            _same(a, w)
+        lengths.add(got[1].shape[0])
+    assert len(lengths) == 4 if trip is None else lengths == {2, 3, 4}  # trip counts from the data, one graph
 
 
 def test_loop_body_with_if_sees_the_body_scope_and_sequences_carry() -> None:
@@ -236,9 +304,10 @@ def test_scan_axes_and_directions(in_dir: int, out_dir: int, out_axis: int) -> N
     rng = np.random.default_rng(0)
     check(model, {"s0": rng.standard_normal(3).astype(np.float32),
                   "xs": rng.standard_normal((3, 4)).astype(np.float32)})
+    assert "scan" in _kinds(from_onnx(model))
 
 
-def test_scan8_unrolls_each_batch_entry() -> None:
+def test_scan8_is_a_scan_over_the_batch_of_scans_over_time() -> None:
     body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
                               helper.make_node("Identity", ["s_out"], ["y_t"])], "body",
                              [_vi("s_in", F, [2]), _vi("x_t", F, [2])], [_vi("s_out", F, [2]), _vi("y_t", F, [2])])
@@ -251,6 +320,8 @@ def test_scan8_unrolls_each_batch_entry() -> None:
     want_ys = np.stack([s0[b] + np.cumsum(xs[b, ::-1], axis=0) for b in range(2)])
     np.testing.assert_array_equal(ys, want_ys)
     np.testing.assert_array_equal(s, want_ys[:, -1])
+    g = from_onnx(model)
+    assert _kinds(g) == ["scan"] and "scan" in [op.kind for op in _control(g).attrs["body"].graph.ops()]
 
 
 # ---------------------------------------------------------------- sequences

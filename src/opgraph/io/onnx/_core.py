@@ -233,6 +233,8 @@ class Scope:
         while scope is not None:
             if name in scope.names:
                 return scope.names[name]
+            if scope is not self and type(scope).lookup is not Scope.lookup:
+                return scope.lookup(name)  # a body's scope makes outer values its own (translate_control)
             scope = scope.parent
         raise KeyError(name)
 
@@ -394,6 +396,22 @@ class Importer:
         self.scope: Scope = Scope()
         #: labels of the nodes being translated, outermost first (a subgraph's nodes are inside its parent's)
         self.context: list[str] = []
+        #: for the importer of a control-flow body (:meth:`child`): the enclosing graph's importer, and the body
+        #: parameters standing for values of the enclosing graph (parameter id -> the enclosing graph's value)
+        self.parent: Importer | None = None
+        self.captured: dict[int, Value] = {}
+
+    def child(self) -> Importer:
+        """An importer for a control-flow body: its own builder, the same model, opsets and static inputs.
+
+        >>> imp = Importer({"": 18}, {}, {}, ())
+        >>> imp.child().parent is imp
+        True
+        """
+        sub = Importer(self.opsets, self.functions, self.static_inputs, self.constant_inputs)
+        sub.parent = self
+        sub.context = self.context  # error labels name the nodes the body is in
+        return sub
 
     # ---------------------------------------------------------------- values and folding
     def const(self, arr: np.ndarray) -> Value:
@@ -411,10 +429,28 @@ class Importer:
         arr = self.known_value(v)
         if arr is not None or not isinstance(v, Value):
             return arr
-        wanted = {self.input_names[i] for i in self._inputs_below(v.id)}
+        if v.id in self.captured:  # a body parameter standing for a value of the enclosing graph
+            return self.parent.static_value(self.captured[v.id])  # type: ignore[union-attr]
+        wanted = self._graph_inputs_below(v.id)
         if wanted and wanted <= set(self.static_inputs):
             raise NeedStatic(wanted)
         return None
+
+    def _graph_inputs_below(self, vid: int) -> set[str] | None:
+        """The names of the model's inputs ``vid`` is computed from; None when a body parameter that only the run
+        knows (an iteration number, a loop-carried value) is among them."""
+        names: set[str] = set()
+        for i in self._inputs_below(vid):
+            if i in self.input_names:
+                names.add(self.input_names[i])
+            elif i in self.captured and self.parent is not None:
+                sub = self.parent._graph_inputs_below(self.captured[i].id)
+                if sub is None:
+                    return None
+                names |= sub
+            elif self.parent is not None:
+                return None
+        return names
 
     def _inputs_below(self, vid: int) -> set[int]:
         b = self.b
@@ -431,7 +467,7 @@ class Importer:
                 found.add(v)
                 continue
             stack.extend(b.op_inputs(prod))
-        return {v for v in found if v in self.input_names}
+        return found
 
     def op(self, kind: str, *inputs: Any, **attrs: Any) -> Any:
         """Build ``kind`` on ``inputs``; fold it into constants when all inputs are known."""
@@ -585,8 +621,9 @@ class Importer:
             raise OnnxImportError(f"subgraph {g.name!r}: output {exc.args[0]!r} is never computed") from None
 
 
-#: Ops never folded while importing (their results must be drawn at run time).
-_NO_FOLD = frozenset({"random_uniform", "random_normal"})
+#: Ops never folded while importing: their results must be drawn at run time, or (a while_loop) computing them
+#: may take any time, or forever.
+_NO_FOLD = frozenset({"random_uniform", "random_normal", "while_loop"})
 
 
 @functools.cache

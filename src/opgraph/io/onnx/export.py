@@ -32,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op, resolve
+from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
 
@@ -43,6 +44,9 @@ Types = list[TensorType]
 Rule = Callable[["Exporter", Names, AttrMap, Types, Types], Names]
 #: opgraph kind -> export rule (ins, attrs, in_types, out_types) -> output names.
 RULES: dict[str, Rule] = {}
+#: The rules of the ops with subgraph bodies (call, cond, while_loop, scan), kept apart from :data:`RULES`
+#: because they are tested with bodies (tests/test_io_onnx_control_export.py), not by the one-op cases.
+BODY_RULES: dict[str, Rule] = {}
 
 
 class OnnxExportError(GraphError):
@@ -56,7 +60,7 @@ def _elem(dtype: Any) -> int:
 class Exporter:
     """Accumulates ONNX nodes and initializers for one graph."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, parent: Exporter | None = None) -> None:
         self.graph = graph
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
@@ -64,9 +68,14 @@ class Exporter:
         #: the opgraph kind being exported (rules shared by several kinds look at it)
         self.current_kind = ""
         self._consts: dict[tuple[Any, ...], str] = {}
+        #: the exporter of the enclosing graph, for a control-flow body: names are unique across the model (ONNX
+        #: subgraphs may not reuse an outer name) and constants are the model's initializers, which bodies see
+        self.parent = parent
 
     def fresh(self, hint: str = "t") -> str:
-        """A new tensor name."""
+        """A new tensor name (unique in the whole model, bodies included)."""
+        if self.parent is not None:
+            return self.parent.fresh(hint)
         self._counter += 1
         return f"_{hint}{self._counter}"
 
@@ -83,6 +92,8 @@ class Exporter:
 
     def const(self, value: Any, dtype: Any = None) -> str:
         """An initializer holding ``value`` (shared between equal constants)."""
+        if self.parent is not None:
+            return self.parent.const(value, dtype)
         arr = np.array(value, dtype=dtype, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         name = self._consts.get(key)
@@ -95,12 +106,94 @@ class Exporter:
         """An int64 1-D initializer (axes, shapes, pads)."""
         return self.const(np.asarray(list(values), dtype=np.int64).reshape(-1))
 
+    def emit_graph(self, graph: Graph, names: dict[int, str]) -> None:
+        """Export every op of ``graph`` (``names`` holds its inputs' ONNX names and receives every value's).
 
-def exports(*kinds: str) -> Callable[[Rule], Rule]:
-    """Register an export rule for opgraph op kinds."""
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); b.output(b.exp(x))
+        >>> g = b.freeze(); ex = Exporter(g); names = {0: "x"}
+        >>> ex.emit_graph(g, names); [n.op_type for n in ex.nodes], names[int(g.outputs[0])]
+        (['Exp'], '_exp1')
+        """
+        for op in graph.topological_order().tolist():
+            kind = graph.kind_of(op)
+            outs = graph.op_outputs(op).tolist()
+            if graph.op_kind[op] == CONST.id:
+                names[outs[0]] = self.const(graph.constant_of(op))
+                continue
+            ins = graph.op_inputs(op).tolist()
+            out_types = [graph.type_of(v) for v in outs]
+            try:
+                produced = export_op(self, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
+                                     graph.attrs_of(op), out_types)
+            except _NoTranslation as exc:
+                raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
+            except OnnxExportError as exc:
+                raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
+            for v, n in zip(outs, produced, strict=True):
+                names[v] = n
+
+    def inline(self, body: Subgraph, args: Names) -> Names:
+        """Export ``body`` in place, its parameters bound to the tensors ``args``; the names of its results.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); b.output(b.negative(x))
+        >>> ex = Exporter(b.freeze())
+        >>> ex.inline(Subgraph(b.freeze()), ["a"]), ex.nodes[0].input
+        (['_neg1'], ['a'])
+        """
+        g = body.graph
+        names = dict(zip(g.inputs.tolist(), args, strict=True))
+        self.emit_graph(g, names)
+        return [names[v] for v in g.outputs.tolist()]
+
+    def body(self, body: Subgraph, args: list[str | None], name: str, *, lead: Types = (),
+             head: Callable[[Exporter, Names, Names], list[tuple[str, TensorType]]] | None = None) -> onnx.GraphProto:
+        """``body`` as an ONNX subgraph (the attribute of a Loop, If or Scan).
+
+        ``args[i]`` is the outer name parameter ``i`` stands for (ONNX bodies
+        see the enclosing scope), or None for a formal input of the subgraph
+        (in order, after ``lead``: formal inputs the body does not use, such as
+        a Loop's iteration number). ``head(exporter, formal_names, results)``
+        computes outputs that come before the body's results (a Loop body's
+        condition).
+        """
+        sub = Exporter(body.graph, parent=self)
+        g = body.graph
+        formals = [self.fresh("in") for _ in lead]
+        infos = [_value_info(n, t) for n, t in zip(formals, lead, strict=True)]
+        names: dict[int, str] = {}
+        for v, a in zip(g.inputs.tolist(), args, strict=True):
+            if a is None:
+                a = self.fresh("in")
+                formals.append(a)
+                infos.append(_value_info(a, g.type_of(v)))
+            names[v] = a
+        sub.emit_graph(g, names)
+        results = [names[v] for v in g.outputs.tolist()]
+        pairs = [*(head(sub, formals, results) if head is not None else []),
+                 *zip(results, (g.type_of(v) for v in g.outputs.tolist()), strict=True)]
+        local = {o for n in sub.nodes for o in n.output}
+        outs: list[onnx.ValueInfoProto] = []
+        for n, t in pairs:
+            if n not in local or any(o.name == n for o in outs):  # each output is made in the body, once
+                n = sub.one("Identity", n)
+            outs.append(_value_info(n, t))
+        return helper.make_graph(sub.nodes, name, infos, outs)
+
+
+def _value_info(name: str, t: Any) -> onnx.ValueInfoProto:
+    """A tensor's ONNX type (unknown dims left unnamed: a body's shapes may change between trips)."""
+    if not isinstance(t, TensorType):
+        raise OnnxExportError(f"{name}: {t} is not a tensor")
+    return helper.make_tensor_value_info(name, _elem(t.dtype), None if t.shape is None else list(t.shape))
+
+
+def exports(*kinds: str, table: dict[str, Rule] | None = None) -> Callable[[Rule], Rule]:
+    """Register an export rule for opgraph op kinds (in :data:`RULES`, or ``table``)."""
     def register(fn: Rule) -> Rule:
         for k in kinds:
-            RULES[k] = fn
+            (RULES if table is None else table)[k] = fn
         return fn
     return register
 
@@ -689,7 +782,7 @@ def export_op(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrM
     >>> [n.op_type for n in ex.nodes]
     ['Transpose', 'MatMul']
     """
-    rule = RULES.get(kind)
+    rule = RULES.get(kind) or BODY_RULES.get(kind)
     if rule is not None:
         ex.current_kind = kind
         names, types = _operands(ex, kind, ins, in_types, out_types)
@@ -789,23 +882,7 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
         names[v] = unique(graph.name_of(v) or f"input_{v}")
         inputs.append(value_info(v, names[v]))
     out_ids = graph.outputs.tolist()
-    for op in graph.topological_order().tolist():
-        kind = graph.kind_of(op)
-        outs = graph.op_outputs(op).tolist()
-        if graph.op_kind[op] == CONST.id:
-            names[outs[0]] = ex.const(graph.constant_of(op))
-            continue
-        ins = graph.op_inputs(op).tolist()
-        out_types = [graph.type_of(v) for v in outs]
-        try:
-            produced = export_op(ex, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
-                                 graph.attrs_of(op), out_types)
-        except _NoTranslation as exc:
-            raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
-        except OnnxExportError as exc:
-            raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
-        for v, n in zip(outs, produced, strict=True):
-            names[v] = n
+    ex.emit_graph(graph, names)
     outputs = []
     for i, v in enumerate(out_ids):
         n = unique(graph.name_of(v) or f"output_{i}")
@@ -821,6 +898,17 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
     return _drop_identities(model)
 
 
+def _names_read(g: onnx.GraphProto) -> list[str]:
+    """The names the nodes of ``g`` read, once per use, bodies' outer-scope references included."""
+    out: list[str] = []
+    for node in g.node:
+        out.extend(node.input)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                out.extend(_names_read(a.g))
+    return out
+
+
 def _drop_identities(model: onnx.ModelProto) -> onnx.ModelProto:
     """Rename away the Identity nodes that only give an output its name (when nothing else uses the source)."""
     g = model.graph
@@ -828,9 +916,8 @@ def _drop_identities(model: onnx.ModelProto) -> onnx.ModelProto:
     inits = {t.name for t in g.initializer}
     inputs = {i.name for i in g.input}
     uses: dict[str, int] = {}
-    for node in g.node:
-        for n in node.input:
-            uses[n] = uses.get(n, 0) + 1
+    for n in _names_read(g):
+        uses[n] = uses.get(n, 0) + 1
     rename: dict[str, str] = {}
     keep = []
     for node in g.node:
@@ -894,3 +981,67 @@ def _trailing(t: TensorType, axis: int, rank: int) -> bool:
     """True when a scale or bias of type ``t`` varies only along the normalised axes ``axis`` .. ``rank - 1``."""
     shape = t.shape or ()
     return all(d == 1 for d in shape[:max(len(shape) - (rank - axis), 0)])
+
+
+# ---------------------------------------------------------------- control flow
+_BOOL = TensorType(np.bool_, ())
+_I64 = TensorType(np.int64, ())
+
+
+def _pred(ex: Exporter, name: str, t: TensorType) -> str:
+    """A one-element predicate (nonzero is true) as the bool scalar ONNX's If and Loop take."""
+    if t.dtype != np.bool_:
+        name = ex.one("Cast", name, to=TensorProto.BOOL)
+    return name if t.shape == () else ex.one("Reshape", name, ex.ints([]))
+
+
+@exports("call", table=BODY_RULES)
+def _call(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return ex.inline(attrs["body"], ins)  # the body's nodes in place (ONNX functions take no outer tensors)
+
+
+@exports("cond", table=BODY_RULES)
+def _cond(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    # ONNX branches take no inputs: the operands are outer-scope names inside them
+    branches = {key: ex.body(attrs[f"{which}_body"], list(ins[1:]), ex.fresh(which))
+                for key, which in (("then_branch", "then"), ("else_branch", "else"))}
+    return ex.node("If", [_pred(ex, ins[0], it[0])], n_out=len(ot), **branches)
+
+
+@exports("while_loop", table=BODY_RULES)
+def _while_loop(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    nc = int(attrs["num_consts"])
+    consts, init = list(ins[:nc]), list(ins[nc:])
+    test: Subgraph = attrs["cond_body"]
+    pred_type = cast(TensorType, test.out_types[0])
+
+    def going(sub: Exporter, formals: Names, results: Names) -> list[tuple[str, TensorType]]:
+        # ONNX's Loop tests the condition the body returns: the cond body on the new carry
+        return [(_pred(sub, sub.inline(test, [*consts, *results[:len(init)]])[0], pred_type), _BOOL)]
+
+    body = ex.body(attrs["body"], [*consts, *[None] * len(init)], ex.fresh("loop"), lead=[_I64, _BOOL], head=going)
+    first = _pred(ex, ex.inline(test, list(ins))[0], pred_type)
+    trips = "" if attrs["max_trip"] is None else ex.const(np.int64(attrs["max_trip"]))
+    return ex.node("Loop", [trips, first, *init], n_out=len(ot), body=body)
+
+
+@exports("scan", table=BODY_RULES)
+def _scan(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    nc, ncarry = int(attrs["num_consts"]), int(attrs["num_carry"])
+    consts, carry, xs = list(ins[:nc]), list(ins[nc:nc + ncarry]), list(ins[nc + ncarry:])
+    body: Subgraph = attrs["body"]
+    ny = body.num_outputs - ncarry
+    reverse = bool(attrs["reverse"])
+    args: list[str | None] = [*consts, *[None] * (ncarry + len(xs))]
+    if xs:  # ONNX's Scan: a reverse scan reads its inputs and writes its outputs from the end
+        g = ex.body(body, args, ex.fresh("scan"))
+        dirs = {"scan_input_directions": [1] * len(xs), "scan_output_directions": [1] * ny} if reverse else {}
+        return ex.node("Scan", [*carry, *xs], n_out=len(ot), body=g, num_scan_inputs=len(xs), **dirs)
+    # no xs (ONNX's Scan needs one to know its length): a Loop of `length` trips, its scan outputs flipped if reverse
+    g = ex.body(body, args, ex.fresh("scan"), lead=[_I64, _BOOL],
+                head=lambda sub, formals, results: [(formals[1], _BOOL)])
+    outs = ex.node("Loop", [ex.const(np.int64(attrs["length"])), "", *carry], n_out=len(ot), body=g)
+    if reverse:
+        outs[ncarry:] = [ex.one("Slice", y, ex.ints([-1]), ex.ints([np.iinfo(np.int64).min]), ex.ints([0]),
+                                ex.ints([-1])) for y in outs[ncarry:]]
+    return outs
