@@ -32,3 +32,26 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
         assert elementwise._compiled(elementwise._NUMBA_LOAD_MIN) is not None  # load the loops
     yield request.param
     _accel.enabled = saved
+
+
+@pytest.fixture
+def body_calls() -> Iterator[dict[str, int]]:
+    """Counts the calls of every compiled control-flow body, by body name (wraps hooks.BODY) while the test runs."""
+    from opgraph.core import hooks
+
+    orig = hooks.BODY.get()
+    calls: dict[str, int] = {}
+
+    def counting(s: object) -> object:
+        run = orig(s)
+
+        def wrapped(args: object) -> object:
+            calls[s.name] = calls.get(s.name, 0) + 1  # type: ignore[attr-defined]
+            return run(args)
+        return wrapped
+
+    hooks.BODY.set(counting)  # type: ignore[arg-type]
+    try:
+        yield calls
+    finally:
+        hooks.BODY.set(orig)

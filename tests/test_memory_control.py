@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import opgraph
-from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.subgraph import Subgraph
 from opgraph.memory import plan_memory
@@ -35,26 +34,6 @@ def body(fn: Any, *types: Any, names: str = "abcdefgh", name: str = "f") -> Subg
     outs = fn(b, *ins)
     b.output(*(outs if isinstance(outs, tuple) else (outs,)))
     return Subgraph(b.freeze(), name=name)
-
-
-@pytest.fixture
-def body_calls() -> Any:
-    orig = hooks.BODY.get()
-    calls: dict[str, int] = {}
-
-    def counting(s: Subgraph) -> Any:
-        run = orig(s)
-
-        def wrapped(args: Any) -> Any:
-            calls[s.name] = calls.get(s.name, 0) + 1
-            return run(args)
-        return wrapped
-
-    hooks.BODY.set(counting)
-    try:
-        yield calls
-    finally:
-        hooks.BODY.set(orig)
 
 
 def while_graph(trips: int | None) -> Graph:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import opgraph
-from opgraph.core import hooks
 from opgraph.core.graph import Graph
 from opgraph.core.subgraph import Subgraph
 from opgraph.passes import optimize
@@ -42,27 +41,6 @@ def same(a: Graph, b: Graph) -> None:
 def check_numeric(g: Graph, h: Graph, feeds: dict[str, np.ndarray]) -> None:
     for x, y in zip(g.run(feeds), h.run(feeds), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
-
-
-@pytest.fixture
-def body_calls() -> Any:
-    """Counts the calls of every compiled body (wraps hooks.BODY) while the test runs."""
-    orig = hooks.BODY.get()
-    calls: dict[str, int] = {}
-
-    def counting(s: Subgraph) -> Any:
-        run = orig(s)
-
-        def wrapped(args: Any) -> Any:
-            calls[s.name] = calls.get(s.name, 0) + 1
-            return run(args)
-        return wrapped
-
-    hooks.BODY.set(counting)
-    try:
-        yield calls
-    finally:
-        hooks.BODY.set(orig)
 
 
 def call_graph(f: Subgraph, n: int = 1) -> Graph:
