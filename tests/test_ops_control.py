@@ -270,3 +270,19 @@ def test_dynamic_dims_match_any_size() -> None:
     assert out_type("call", (F8, (5, 3)), body=f) == TensorType(F8, (3,))
     x = rand(RNG, (5, 3))
     check_op("call", [x], lambda x: x.sum(axis=0), body=f, rtol=1e-12)
+
+
+def test_zero_trips_keep_the_rank_of_ys_with_unknown_dims() -> None:
+    # A y of unknown length: with no trip at all the stacked result still has the declared rank.
+    test = body(lambda b, n, x: b.greater(n, 0), ("int64", ()), (F8, (None,)), name="more")
+    step = body(lambda b, n, x: (b.subtract(n, 1), x, b.multiply(x, 2.0)), ("int64", ()), (F8, (None,)),
+                name="double")
+    x = rand(RNG, (3,))
+    for n in (0, 2):
+        b = opgraph.GraphBuilder()
+        nv, xv = b.input(("int64", ()), name="n"), b.input((F8, (None,)), name="x")
+        outs = b.op("while_loop", nv, xv, cond_body=test, body=step)
+        b.output(*outs)
+        got = b.freeze().run({"n": np.array(n), "x": x})
+        want = np.array([x * 2.0] * n).reshape(n, -1 if n else 0)
+        assert got[2].shape == want.shape and np.array_equal(got[2], want)

@@ -180,6 +180,16 @@ def _truth(pred: np.ndarray) -> bool:
     return bool(p.reshape(-1)[0])
 
 
+def _no_rows(t: ValueType) -> np.ndarray:
+    """The stacked result of zero trips for a y of type ``t``: no rows, the y's rank (unknown dims as 0).
+
+    >>> _no_rows(TensorType("f4", (None, 3))).shape
+    (0, 0, 3)
+    """
+    shape = () if not isinstance(t, TensorType) or t.shape is None else tuple(d or 0 for d in t.shape)
+    return np.empty((0, *shape), dtype=t.dtype)  # type: ignore[union-attr]
+
+
 def _fresh(a: np.ndarray) -> np.ndarray:
     return np.array(a, copy=True)
 
@@ -652,8 +662,7 @@ def _while_kernel(*ins: np.ndarray, out: Any = None, cond_body: Subgraph, body: 
         if acc:
             stacked.append(np.stack(acc))
         else:
-            shape = t.shape if isinstance(t, TensorType) and t.shape is not None and None not in t.shape else ()
-            stacked.append(np.empty((0, *shape), dtype=t.dtype))  # type: ignore[union-attr]
+            stacked.append(_no_rows(t))
     return _results(carry + stacked, out)
 
 
@@ -736,8 +745,7 @@ def _scan_kernel(*ins: np.ndarray, out: Any = None, body: Subgraph, num_consts: 
         carry = [_fresh(c) for c in carry]
         for j, t in enumerate(y_types):
             if ybufs[j] is None:
-                shape = t.shape if isinstance(t, TensorType) and t.shape is not None and None not in t.shape else ()
-                ybufs[j] = np.empty((0, *shape), dtype=t.dtype)  # type: ignore[union-attr]
+                ybufs[j] = _no_rows(t)
     if outs is not None:
         for o, c in zip(outs[:num_carry], carry, strict=True):
             np.copyto(o, c)
