@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opgraph
-from opcheck import RNG_SEED, check_op, rand
+from opcheck import RNG_SEED, check_op, rand, run_op
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, OpBuildError, OpTypeError
@@ -23,7 +23,7 @@ DTYPES = ["bool", "int8", "uint16", "float32", "float64", "complex128"]
 IDS = {
     "reshape": 700, "permute_dims": 701, "broadcast_to": 702, "expand_dims": 703, "squeeze": 704,
     "concat": 705, "stack": 706, "split": 707, "getitem": 708, "take": 709, "pad": 710, "flip": 711,
-    "roll": 712, "tile": 713, "repeat": 714, "moveaxis": 715, "copy": 716,
+    "roll": 712, "tile": 713, "repeat": 714, "moveaxis": 715, "copy": 716, "slice": 718, "slice_update": 719,
 }
 
 
@@ -594,3 +594,223 @@ def test_bitcast_needs_a_dtype() -> None:
     b = opgraph.GraphBuilder()
     with pytest.raises(OpBuildError, match="missing required attribute 'dtype'"):
         b.op("bitcast", b.input(("int32", (2,))))
+
+
+# ---------------------------------------------------------------- slice 718, slice_update 719 (run-time bounds)
+I64_MAX, I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
+
+# (x shape, starts, ends, steps or None, axes or None): negative, out-of-range and sentinel bounds, negative steps
+SLICES: list[tuple[tuple[int, ...], list[int], list[int], list[int] | None, tuple[int, ...] | None]] = [
+    ((6,), [1], [4], None, None),
+    ((6,), [-2], [100], None, None),
+    ((6,), [-100], [2], [1], None),
+    ((6,), [5], [-100], [-1], None),
+    ((6,), [-100], [-200], [-1], None),  # a start before the front with a negative step: empty, as in Python
+    ((6,), [100], [0], [-2], None),
+    ((6,), [4], [1], [1], None),
+    ((6,), [1], [5], [3], None),
+    ((6,), [I64_MAX], [I64_MIN], [-1], None),
+    ((6,), [0], [I64_MAX], [2], None),
+    ((6,), [I64_MIN], [3], [1], None),
+    ((4, 5), [1, -1], [3, 0], [1, -1], None),
+    ((4, 5), [3, 0], [-5, 5], [-2, 2], (1, 0)),
+    ((4, 5), [-1], [-3], [-1], (-1,)),
+    ((4, 5), [2], [1], None, (1,)),
+    ((3, 4, 5), [0, 1], [2, -1], [1, 2], (2, 0)),
+    ((3, 4, 5), [-10, 10, 2], [10, -10, 3], [1, -1, 1], None),
+    ((3, 4, 5), [], [], [], None),
+    ((0, 3), [0], [2], [1], None),
+    ((2, 0), [1, 0], [2, 5], [1, -1], None),
+]
+
+
+def _slice_ref(a: np.ndarray, starts: Any, ends: Any, steps: Any = None, axes: Any = None) -> np.ndarray:
+    """NumPy's basic slicing, written out for the test: x[s:e:st] on each named axis."""
+    key: list[Any] = [slice(None)] * a.ndim
+    k = len(starts)
+    for j, ax in enumerate(range(k) if axes is None else axes):
+        key[ax] = slice(int(starts[j]), int(ends[j]), 1 if steps is None else int(steps[j]))
+    return a[tuple(key)]
+
+
+def _slice_arrays(shape: tuple[int, ...], st: list[int], en: list[int], sp: list[int] | None,
+                  dtype: Any = np.int64) -> list[np.ndarray]:
+    bounds = [np.array(st, dtype=np.int64), np.array(en, dtype=np.int64)]
+    if sp is not None:
+        bounds.append(np.array(sp, dtype=np.int64))
+    if np.dtype(dtype) != np.int64 and all(abs(v) < 100 for b in bounds for v in b.tolist()):
+        bounds = [b.astype(dtype) for b in bounds]
+    return bounds
+
+
+def _slice_case_id(case: Any) -> str:
+    shape, st, en, sp, axes = case
+    return f"{shape}[{st}:{en}:{sp}]axes={axes}".replace(" ", "")
+
+
+@pytest.mark.parametrize("bound_dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("case", SLICES, ids=_slice_case_id)
+def test_slice_matches_numpy_slicing(case: Any, bound_dtype: str) -> None:
+    shape, st, en, sp, axes = case
+    x = rand(np.random.default_rng(RNG_SEED), shape, "float32")
+    bounds = _slice_arrays(shape, st, en, sp, bound_dtype)
+    check_op("slice", [x, *bounds], lambda a, *b: _slice_ref(a, *b[:2], b[2] if len(b) > 2 else None, axes),
+             axes=axes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slice_and_slice_update_dtypes(dtype: str) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    x, u = rand(rng, (4, 5), dtype), rand(rng, (1, 2), dtype)
+    b = [np.array([3, 1]), np.array([-5, 5]), np.array([-2, 2])]
+    check_op("slice", [x, *b], lambda a, *bb: a[3:-5:-2, 1:5:2])
+
+    def put(a: np.ndarray, v: np.ndarray, *bb: Any) -> np.ndarray:
+        y = a.copy()
+        y[3:-5:-2, 1:5:2] = v
+        return y
+
+    check_op("slice_update", [x, u, *b], put)
+
+
+@pytest.mark.parametrize("case", SLICES, ids=_slice_case_id)
+def test_slice_update_matches_numpy_assignment(case: Any) -> None:
+    shape, st, en, sp, axes = case
+    rng = np.random.default_rng(RNG_SEED)
+    x = rand(rng, shape, "float64")
+    bounds = _slice_arrays(shape, st, en, sp)
+    part = _slice_ref(x, *bounds[:2], bounds[2] if sp is not None else None, axes)
+    # the update as big as the slice, and broadcast from a scalar and from size-1 axes
+    for u in (rand(rng, part.shape, "float64"), np.array(7.5), rand(rng, (1,) * part.ndim, "float64")[..., :1]):
+        def put(a: np.ndarray, v: np.ndarray, *b: Any) -> np.ndarray:
+            y = a.copy()
+            y[_key_of(a.ndim, *b[:2], b[2] if len(b) > 2 else None, axes)] = v
+            return y
+
+        check_op("slice_update", [x, u, *bounds], put, axes=axes)
+
+
+def _key_of(ndim: int, starts: Any, ends: Any, steps: Any, axes: Any) -> tuple[slice, ...]:
+    key: list[Any] = [slice(None)] * ndim
+    for j, ax in enumerate(range(len(starts)) if axes is None else axes):
+        key[ax] = slice(int(starts[j]), int(ends[j]), 1 if steps is None else int(steps[j]))
+    return tuple(key)
+
+
+def test_slice_random_bounds_against_numpy() -> None:
+    """Many random bounds (several axes, out of range, negative steps) on one op each, as NumPy slices."""
+    rng = np.random.default_rng(RNG_SEED)
+    x = np.arange(60.0).reshape(3, 4, 5)
+    for _ in range(60):
+        k = int(rng.integers(1, 4))
+        axes = tuple(int(a) for a in rng.permutation(3)[:k]) if rng.random() < 0.5 else None
+        st, en = rng.integers(-8, 8, k), rng.integers(-8, 8, k)
+        sp = rng.choice([-3, -2, -1, 1, 2, 3], k)
+        key = _key_of(3, st, en, sp, axes)
+        (got,) = run_op("slice", x, st, en, sp, axes=axes)
+        np.testing.assert_array_equal(got, x[key])
+        u = rng.standard_normal(x[key].shape)
+        want = x.copy()
+        want[key] = u
+        (got,) = run_op("slice_update", x, u, st, en, sp, axes=axes)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_slice_types_with_unknown_dims() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(T((None, 5, 0, 3)))
+    s, e = b.input(T((2,), I64)), b.input(T((2,), I64))
+    assert b.op("slice", x, s, e).type.shape == (None, None, 0, 3)
+    assert b.op("slice", x, s, e, axes=(-1, 1)).type.shape == (None, None, 0, None)
+    assert b.op("slice", x, s, e, axes=(2, 3)).type.shape == (None, 5, 0, None)
+    n = b.input(T((None,), "int32"))
+    assert b.op("slice", x, n, n).type.shape == (None, None, 0, None)  # how many axes: known at run time
+    assert b.op("slice", b.input(T(None)), s, e).type == T(None)
+    assert b.op("slice_update", x, b.input(T((None,))), s, e).type == x.type
+    # run with every dim unknown: the results fit the declared types and are NumPy's
+    xa = np.arange(24.0).reshape(2, 3, 4)
+    bounds = [np.array([2, -1]), np.array([-10, 0]), np.array([-1, -2])]
+    got_types, got = _run_typed("slice", [xa, *bounds], [T((None,) * 3), *(T((None,), I64),) * 3], {"axes": (2, 0)})
+    want = xa[-1:0:-2, :, 2:-10:-1]
+    assert got_types[0].shape == (None, None, None)
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_slice_step_zero_and_bad_bounds_at_run_time() -> None:
+    x = np.arange(6.0)
+    with pytest.raises(ExecutionError, match="slice step cannot be zero"):
+        run_op("slice", x, np.array([0]), np.array([3]), np.array([0]))
+    with pytest.raises(ExecutionError, match="slice step cannot be zero"):
+        run_op("slice_update", x, np.array(1.0), np.array([0]), np.array([3]), np.array([0]))
+    b = opgraph.GraphBuilder()
+    xv, s = b.input(T((6,))), b.input(T((None,), I64))
+    y = b.op("slice", xv, s, s)
+    with pytest.raises(ExecutionError, match="do not fit the axes"):
+        b.run({xv: x, s: np.array([0, 1])}, [y])  # two bounds for a 1-D x
+    with pytest.raises(ExecutionError, match="could not broadcast"):  # NumPy's own message
+        run_op("slice_update", x, np.ones(2), np.array([0]), np.array([3]))
+
+
+@pytest.mark.parametrize(("kind", "inputs", "attrs", "match"), [
+    ("slice", [(4,), ("float64", (1,)), ("int64", (1,))], {}, "integer dtype"),
+    ("slice", [(4,), ("int64", (1, 1)), ("int64", (1,))], {}, "must be 1-D"),
+    ("slice", [(4,), ("int64", (1,)), ("int64", (2,))], {}, "different lengths"),
+    ("slice", [(4, 4), ("int64", (2,)), ("int64", (2,))], {"axes": (0,)}, "name 1 axes"),
+    ("slice", [(4, 4), ("int64", (2,)), ("int64", (2,))], {"axes": (0, -2)}, "repeated axis"),
+    ("slice", [(4, 4), ("int64", (1,)), ("int64", (1,))], {"axes": (2,)}, "out of bounds"),
+    ("slice", [(4,), ("int64", (2,)), ("int64", (2,))], {}, "2 bounds for an input of rank 1"),
+    ("slice", [(4,), ("int64", (1,))], {}, "at least 3 input"),
+    ("slice", [(4,), *[("int64", (1,))] * 4], {}, "takes x, starts, ends and optionally steps, got 5"),
+    ("slice_update", [(4,), ("float32", ()), ("int64", (1,)), ("int64", (1,))], {}, "cast it first"),
+    ("slice_update", [(4, 3), (2, 2), ("int64", (1,)), ("int64", (1,))], {"axes": (0,)}, "does not broadcast"),
+    ("slice_update", [(4,), (1, 1), ("int64", (1,)), ("int64", (1,))], {}, "more axes than x"),
+])
+def test_slice_build_errors(kind: str, inputs: list[Any], attrs: dict[str, Any], match: str) -> None:
+    test_build_errors(kind, inputs, attrs, match)
+
+
+def _fd_check(build: Callable[[Any, list[Any]], Any], arrays: list[np.ndarray], eps: float = 1e-6) -> None:
+    """Reverse-mode gradients of sum(w * build(...)) with respect to each float array vs central differences."""
+    from opgraph.autodiff import build_grad_ops
+
+    rng = np.random.default_rng(RNG_SEED)
+    b = opgraph.GraphBuilder()
+    ins = [b.input(TensorType.of(a)) for a in arrays]
+    y = build(b, ins)
+    shape = b.run(dict(zip(ins, arrays, strict=True)), [y])[0].shape
+    loss = b.sum(b.multiply(y, b.constant(rng.standard_normal(shape))))
+    wrt = [(v, a) for v, a in zip(ins, arrays, strict=True) if a.dtype.kind == "f"]
+    grads = b.run(dict(zip(ins, arrays, strict=True)), build_grad_ops(b, loss, [v for v, _ in wrt]))
+    for (v, a), g in zip(wrt, grads, strict=True):
+        fd = np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            for sgn in (1, -1):
+                a2 = a.copy()
+                a2[i] += sgn * eps
+                feeds = {w: (a2 if w is v else arr) for w, arr in zip(ins, arrays, strict=True)}
+                fd[i] += sgn * float(b.run(feeds, [loss])[0]) / (2 * eps)
+        assert g.shape == a.shape
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", [c for c in SLICES if 0 not in c[0]], ids=_slice_case_id)
+def test_slice_gradients_match_finite_differences(case: Any) -> None:
+    shape, st, en, sp, axes = case
+    x = np.random.default_rng(1).standard_normal(shape)
+    bounds = _slice_arrays(shape, st, en, sp)
+    _fd_check(lambda b, v: b.op("slice", *v, axes=axes), [x, *bounds])
+    part = _slice_ref(x, *bounds[:2], bounds[2] if sp is not None else None, axes)
+    for u_shape in (part.shape, (1,) * len(part.shape), part.shape[1:]):  # broadcast updates sum their cotangent
+        u = np.random.default_rng(2).standard_normal(u_shape)
+        _fd_check(lambda b, v: b.op("slice_update", *v, axes=axes), [x, u, *bounds])
+
+
+def test_slice_results_own_their_memory() -> None:
+    # slice is not one of VIEW_OPS: its result depends on the bounds' values, so it must not alias x
+    x = np.arange(6.0)
+    (y,) = check_op("slice", [x, np.array([1]), np.array([4])], lambda a, s, e: a[1:4])
+    assert not np.shares_memory(x, y) and "slice" not in VIEW_OPS
+    (z,) = check_op("slice_update", [x, np.array(0.0), np.array([1]), np.array([4])],
+                    lambda a, *_: np.concatenate([a[:1], np.zeros(3), a[4:]]))
+    assert not np.shares_memory(x, z)
+    np.testing.assert_array_equal(x, np.arange(6.0))  # x itself is left alone

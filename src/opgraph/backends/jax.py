@@ -319,6 +319,68 @@ def _take_limit(info: OpInfo) -> str | None:
 LIMITS["take"] = _take_limit
 
 
+@rule("slice")
+def _slice(info: OpInfo) -> Callable[..., Any]:
+    # claimed only with a static result (see _slice_limit): then every sliced axis is empty, and so is x
+    return lambda x, *bounds: x
+
+
+@rule("slice_update")
+def _slice_update(info: OpInfo) -> Callable[..., Any]:
+    """x with x[slices] = update for bounds traced at run time, as a mask over x's static shape (a step of 0,
+    an error in NumPy, cannot raise inside jit: it updates nothing)."""
+    axes = info.attrs["axes"]
+
+    def positions(n: int, s: Any, e: Any, st: Any) -> tuple[Any, Any]:
+        """Which of an axis's n positions Python's x[s:e:st] keeps, and where each sits in the slice (traced
+        bounds: the mask form of slice.indices)."""
+        # bounds past either end act like -n-1 or n (this also keeps INT64_MAX + n from wrapping around)
+        s, e = (jnp.clip(v.astype(jnp.int64), -n - 1, n) for v in (s, e))
+        s, e = (jnp.where(v < 0, v + n, v) for v in (s, e))
+        up = st > 0
+        s = jnp.where(up, jnp.clip(s, 0, n), jnp.where(s < 0, -1, jnp.minimum(s, n - 1)))
+        e = jnp.where(up, jnp.clip(e, 0, n), jnp.where(e < 0, -1, jnp.minimum(e, n - 1)))
+        pos = jnp.arange(n)
+        off = pos - s
+        inside = jnp.where(up, (pos >= s) & (pos < e), (pos <= s) & (pos > e)) & (off % st == 0)
+        return inside, jnp.where(inside, off // st, 0)
+
+    def slice_update(x: Any, update: Any, starts: Any, ends: Any, steps: Any = None) -> Any:
+        k = starts.shape[0]
+        sliced = tuple(range(k)) if axes is None else tuple(a % x.ndim for a in axes)
+        steps = jnp.ones(k, jnp.int64) if steps is None else steps.astype(jnp.int64)
+        if update.size == 0:  # it broadcasts to the slice, so the slice is empty too
+            return x
+        u = update.reshape((1,) * (x.ndim - update.ndim) + update.shape)
+        mask = jnp.ones(x.shape, bool)
+        index = []
+        for d, n in enumerate(x.shape):
+            if d in sliced:
+                j = sliced.index(d)
+                inside, at = positions(n, starts[j], ends[j], steps[j])
+            else:
+                inside, at = jnp.ones(n, bool), jnp.arange(n)
+            shape = [-1 if i == d else 1 for i in range(x.ndim)]
+            mask = mask & inside.reshape(shape)
+            index.append((jnp.zeros_like(at) if u.shape[d] == 1 else jnp.minimum(at, u.shape[d] - 1)).reshape(shape))
+        return jnp.where(mask, u[tuple(index)] if x.ndim else u, x)
+
+    return slice_update
+
+
+def _slice_limit(info: OpInfo) -> str | None:
+    out = info.out_types[0].shape  # type: ignore[union-attr]
+    if info.kind == "slice" and (out is None or None in out):
+        return "slice's result size depends on its run-time bounds; jax.jit needs static shapes"
+    bounds = info.in_types[2]
+    if bounds.shape is None or bounds.shape[0] is None:  # type: ignore[union-attr]
+        return "jax needs the number of slice bounds"
+    return None
+
+
+LIMITS["slice"] = LIMITS["slice_update"] = _slice_limit
+
+
 @rule("flip")
 def _flip(info: OpInfo) -> Callable[..., Any]:
     axis = _axis(info)

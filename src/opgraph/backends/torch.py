@@ -865,6 +865,60 @@ def _getitem_rule(info: OpInfo) -> Fn:
     return getitem
 
 
+def _slice_ranges(x: torch.Tensor, bounds: Sequence[torch.Tensor | None], axes: Any) -> list[range | None]:
+    """The positions each axis of ``x`` keeps under ``slice``'s run-time bounds (None: the whole axis)."""
+    from opgraph.ops.shape import slice_key
+
+    starts, ends, steps = (None if b is None else _bits(b).tolist() for b in bounds)
+    key = slice_key(x.ndim, starts, ends, steps, axes)
+    return [None if k == slice(None) else range(*k.indices(n)) for k, n in zip(key, x.shape, strict=True)]
+
+
+def _slice_rule(info: OpInfo) -> Fn:
+    axes = info.attrs["axes"]
+
+    def slice_(x: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
+               steps: torch.Tensor | None = None) -> torch.Tensor:
+        y = x
+        for d, r in enumerate(_slice_ranges(x, (starts, ends, steps), axes)):
+            if r is None:
+                continue
+            lead = (slice(None),) * d
+            if len(r) == 0:
+                y = y[(*lead, slice(0, 0))]
+            elif r.step > 0:
+                y = y[(*lead, slice(r.start, r.stop, r.step))]
+            else:  # torch slices forward only: the flipped axis, sliced forward
+                first = y.shape[d] - 1 - r.start
+                y = _unbits(_bits(y).flip(d), y.dtype)[(*lead, slice(first, first + (len(r) - 1) * -r.step + 1,
+                                                                       -r.step))]
+        return y
+
+    return slice_
+
+
+def _slice_update_rule(info: OpInfo) -> Fn:
+    axes = info.attrs["axes"]
+
+    def slice_update(x: torch.Tensor, update: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
+                     steps: torch.Tensor | None = None) -> torch.Tensor:
+        ranges = _slice_ranges(x, (starts, ends, steps), axes)
+        y = _bits(x).clone()
+        if x.ndim == 0:
+            y[...] = _bits(update)
+            return _unbits(y, x.dtype)
+        idx = []
+        for d, r in enumerate(ranges):  # one index vector per axis, broadcast against each other
+            r = range(x.shape[d]) if r is None else r
+            pos = torch.arange(len(r), device=x.device) * r.step + r.start
+            idx.append(pos.reshape([-1 if i == d else 1 for i in range(x.ndim)]))
+        lens = [int(i.numel()) for i in idx]
+        y[tuple(idx)] = _bits(update).expand(lens)
+        return _unbits(y, x.dtype)
+
+    return slice_update
+
+
 def _take_rule(info: OpInfo) -> Fn:
     axis = info.attrs["axis"]
 
@@ -1734,7 +1788,7 @@ RULES: dict[str, RuleFactory] = {
     "expand_dims": _expand_dims_rule, "squeeze": _squeeze_rule, "concat": _concat_rule, "stack": _stack_rule,
     "split": _split_rule, "getitem": _getitem_rule, "take": _take_rule, "pad": _pad_rule, "flip": _flip_rule,
     "roll": _roll_rule, "tile": _tile_rule, "repeat": _repeat_rule, "moveaxis": _moveaxis_rule,
-    "copy": _copy_rule, "bitcast": _bitcast_rule,
+    "copy": _copy_rule, "bitcast": _bitcast_rule, "slice": _slice_rule, "slice_update": _slice_update_rule,
     "relu": _relu_rule, "softmax": _softmax_rule, "log_softmax": _softmax_rule, "conv2d": _conv2d_rule,
     "max_pool2d": _max_pool2d_rule, "avg_pool2d": _avg_pool2d_rule, "conv": _conv_rule,
     "conv_transpose": _conv_transpose_rule, "max_pool": _max_pool_rule, "max_pool_argmax": _max_pool_argmax_rule,

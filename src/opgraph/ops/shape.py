@@ -896,3 +896,153 @@ _register("bitcast", 717, _bitcast_infer, _bitcast_kernel,
           "bitcast(x, dtype): the same bytes read as another dtype of the same item size (ndarray.view, "
           "native byte order); bytes read as bool are True when nonzero",
           attrs={"dtype": Attr(attr_dtype, doc="dtype to reinterpret the bytes as (same item size as x's)")})
+
+
+# ---------------------------------------------------------------- slice 718, slice_update 719
+# Bounds known only at run time: starts, ends and steps are 1-D integer inputs, one entry per sliced axis.
+def _attr_slice_axes(v: Any) -> tuple[int, ...] | None:
+    """None (the leading axes, one per entry of ``starts``) or the sliced axes in the order of the bounds."""
+    return None if v is None else attr_ints(v)
+
+
+def _bound_len(t: ValueType, what: str) -> int | None:
+    """The length of a 1-D integer bounds input (None when unknown)."""
+    b = tensor(t, what)
+    if b.dtype.kind not in "iu":
+        raise OpTypeError(f"{what} must have an integer dtype, got {b.dtype}")
+    if b.shape is None:
+        return None
+    if len(b.shape) != 1:
+        raise OpTypeError(f"{what} must be 1-D (one entry per sliced axis), got shape {shape_str(b.shape)}")
+    return b.shape[0]
+
+
+def _sliced_axes(x: TensorType, bounds: Sequence[ValueType], axes: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The (non-negative) axes of ``x`` the bounds slice; None when that is unknown before run time."""
+    names = ("starts", "ends", "steps")
+    lens = {n for n in (_bound_len(t, names[i]) for i, t in enumerate(bounds)) if n is not None}
+    if len(lens) > 1:
+        raise OpTypeError(f"starts, ends and steps have different lengths {sorted(lens)}")
+    k = lens.pop() if lens else None
+    if axes is not None and k is not None and len(axes) != k:
+        raise OpTypeError(f"axes {axes} name {len(axes)} axes but the bounds have {k} entries")
+    if x.shape is None:
+        return None
+    r = len(x.shape)
+    if axes is None:
+        if k is not None and k > r:
+            raise OpTypeError(f"{k} bounds for an input of rank {r}")
+        return None if k is None else tuple(range(k))
+    norm = tuple(normalize_axis(a, r) for a in axes)
+    if len(set(norm)) != len(norm):
+        raise OpTypeError(f"repeated axis in axes {axes}")
+    return norm
+
+
+def _slice_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    if len(in_types) not in (3, 4):
+        raise OpTypeError(f"takes x, starts, ends and optionally steps, got {len(in_types)} inputs")
+    x = tensor(in_types[0], "x")
+    axes = _sliced_axes(x, in_types[1:], attrs["axes"])
+    if x.shape is None:
+        return (x,)
+    # the length of a sliced axis depends on the run-time bounds: only an empty axis stays known
+    return (x.with_shape(tuple(d if (axes is not None and i not in axes) or d == 0 else None
+                               for i, d in enumerate(x.shape))),)
+
+
+def slice_key(ndim: int, starts: Any, ends: Any, steps: Any = None,
+              axes: Sequence[int] | None = None) -> tuple[slice, ...]:
+    """The Python key ``x[key]`` of a run-time slice: ``slice(s, e, st)`` on each sliced axis, ``:`` elsewhere.
+
+    The bounds are any integers (1-D arrays or sequences); out-of-range ones clamp as in Python. A step of 0,
+    bounds of different lengths or more bounds than axes raise ``ValueError``.
+
+    >>> slice_key(3, [1, -1], [9, -4], [1, -2], axes=(2, 0))
+    (slice(-1, -4, -2), slice(None, None, None), slice(1, 9, 1))
+    """
+    st = [int(v) for v in np.asarray(starts).reshape(-1)]
+    en = [int(v) for v in np.asarray(ends).reshape(-1)]
+    sp = [1] * len(st) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
+    if not len(st) == len(en) == len(sp):
+        raise ValueError(f"starts, ends and steps have different lengths ({len(st)}, {len(en)}, {len(sp)})")
+    ax = list(range(len(st))) if axes is None else [a % ndim if -ndim <= a < ndim else ndim for a in axes]
+    if len(ax) != len(st) or any(a >= ndim for a in ax):
+        raise ValueError(f"{len(st)} bounds do not fit the axes {tuple(ax) if axes is not None else ''} of an "
+                         f"array of rank {ndim}")
+    if 0 in sp:
+        raise ValueError(f"slice step cannot be zero (steps {sp})")
+    key = [slice(None)] * ndim
+    for a, s, e, p in zip(ax, st, en, sp, strict=True):
+        key[a] = slice(s, e, p)
+    return tuple(key)
+
+
+def _slice_kernel(x: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.ndarray | None = None,
+                  out: Any = None, *, axes: tuple[int, ...] | None) -> np.ndarray:
+    # A copy, not a view: slice is not one of VIEW_OPS (the compiled runtime keeps the views of view ops made
+    # once, which holds only while a view depends on its input's buffer alone, not on other inputs' values).
+    part = x[slice_key(x.ndim, starts, ends, steps, axes)]
+    return write_out(part, out) if out is not None else np.array(part, copy=True)
+
+
+def _slice_update_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    if len(in_types) not in (4, 5):
+        raise OpTypeError(f"takes x, update, starts, ends and optionally steps, got {len(in_types)} inputs")
+    x, u = tensor(in_types[0], "x"), tensor(in_types[1], "update")
+    if u.dtype != x.dtype:
+        raise OpTypeError(f"update is {u.dtype} but x is {x.dtype} (cast it first)")
+    axes = _sliced_axes(x, in_types[2:], attrs["axes"])
+    if x.shape is not None and u.shape is not None:
+        if len(u.shape) > len(x.shape):
+            raise OpTypeError(f"update of shape {shape_str(u.shape)} has more axes than x {shape_str(x.shape)}")
+        lead = len(x.shape) - len(u.shape)
+        for i, e in enumerate(u.shape):
+            a, d = lead + i, x.shape[lead + i]
+            if axes is not None and a not in axes and e not in (None, 1) and d is not None and e != d:
+                raise OpTypeError(f"update of shape {shape_str(u.shape)} does not broadcast to the slice of "
+                                  f"{shape_str(x.shape)}: axis {a} is not sliced and has size {d}")
+    return (x,)
+
+
+def _slice_update_kernel(x: np.ndarray, update: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                         steps: np.ndarray | None = None, out: Any = None, *,
+                         axes: tuple[int, ...] | None) -> np.ndarray:
+    key = slice_key(x.ndim, starts, ends, steps, axes)
+    if out is None:
+        out = np.array(x, copy=True)
+    else:
+        np.copyto(out, x)
+    out[key] = update
+    return out
+
+
+def _g_slice(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # the cotangent goes back where the slice came from, zeros elsewhere
+    gx = b.op("slice_update", zeros_like(b, ins[0]), cots[0], *ins[1:], axes=attrs["axes"])
+    return [gx, *[None] * (len(ins) - 1)]
+
+
+def _g_slice_update(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    _, u, *bounds = ins
+    g = cots[0]
+    zero = b.constant(np.zeros((), dtype=g.type.dtype))
+    gx = b.op("slice_update", g, zero, *bounds, axes=attrs["axes"])  # the overwritten elements do not reach y
+    gu = unbroadcast(b, b.op("slice", g, *bounds, axes=attrs["axes"]), u.type)
+    return [gx, gu, *[None] * len(bounds)]
+
+
+_SHAPE_GRADS.update({"slice": _g_slice, "slice_update": _g_slice_update})
+
+_SLICE_AXES_DOC = "the sliced axes, in the order of the bounds; None: the leading axes, one per bound"
+_register("slice", 718, _slice_infer, _slice_kernel,
+          "slice(x, starts, ends, steps=None, axes=None): x[s:e:st] on each sliced axis with the bounds given "
+          "at run time as 1-D integer tensors (Python's clamping and negative indices; a step of 0 is an error); "
+          "the sliced axes' sizes are unknown until then",
+          arity=None, min_inputs=3, version=version_of_first,
+          attrs={"axes": Attr(_attr_slice_axes, None, doc=_SLICE_AXES_DOC)})
+_register("slice_update", 719, _slice_update_infer, _slice_update_kernel,
+          "slice_update(x, update, starts, ends, steps=None, axes=None): a copy of x with "
+          "x[slices] = update (update broadcast to the slice, x's dtype), the slices as in slice",
+          arity=None, min_inputs=4, version=version_of_first,
+          attrs={"axes": Attr(_attr_slice_axes, None, doc=_SLICE_AXES_DOC)})
