@@ -95,14 +95,26 @@ def test_onnx_range_expanded_has_a_run_time_trip_count(node_tests: dict[str, Any
     assert g.num_ops == n_ops
 
 
-def test_onnx_loop11_with_a_slice_at_the_iteration_number_is_still_unrolled(node_tests: dict[str, Any]) -> None:
-    # Its body slices x[i:i+1]: a Slice whose starts are known only at run time has no static shape in opgraph,
-    # so this Loop is resolved while importing (the backend specialises on the trip count); see the module doc
+def test_onnx_loop11_with_a_slice_at_the_iteration_number_is_one_while_loop(node_tests: dict[str, Any]) -> None:
+    # Its body slices x[i:i+1] at the iteration number i: the run-time slice op, so the Loop is one while_loop
+    # (trip count and condition are graph inputs), not unrolled, and the graph is as large for any trip count
     case = node_tests["test_loop11"]
     inputs, outputs = case.data_sets[0]
     rep = backend.prepare(case.model)
-    assert _control_kinds(rep.imported(rep._feeds(inputs)).graph) == []
+    imp = rep.imported(rep._feeds(inputs))
+    assert _control_kinds(imp.graph) == ["while_loop"] and not imp.specialised
+    (body,) = [s for s in subgraphs_of(imp.graph, recursive=True) if "slice" in {op.kind for op in s.graph.ops()}]
+    assert "getitem" not in {op.kind for op in body.graph.ops()}
     _close(list(rep.run(inputs)), list(outputs))
+    g = from_onnx(case.model)
+    n_ops = g.num_ops
+    x = np.array([1, 2, 3, 4, 5], np.float32)  # the body's constant
+    for m in (1, 3, 5):  # (the model declares 5 rows; past 5 the slice would be empty)
+        feeds = {"trip_count": np.asarray(m, np.int64), "cond": np.asarray(True), "y": np.float32([-2])}
+        got = g.run(feeds)
+        _close(got, _ort(case.model, feeds))
+        np.testing.assert_allclose(got[1].reshape(-1), -2 + np.cumsum(x[:m]))
+    assert g.num_ops == n_ops
 
 
 # ---------------------------------------------------------------- ONNX-side: nested bodies, trip count growth

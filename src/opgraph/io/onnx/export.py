@@ -527,6 +527,96 @@ def _getitem(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> 
     return [ex.one("Reshape", x, ex.ints(ot[0].shape), allowzero=1)]
 
 
+def _run_time_bounds(ex: Exporter, x: str, ins: Names, it: Types, axes: Any) -> tuple[str, str, str, str | None]:
+    """``slice``'s bounds as ONNX Slice's ``(starts, ends, axes, steps)`` (int64; axes "" when they are the leading
+    ones). ONNX clamps a negative step's start below ``-n`` to the first element where Python's slice is empty:
+    such ends become 2**62, which makes ONNX's slice empty too (not INT64_MAX: onnxruntime reads that as "to the
+    front" for a negative step)."""
+    starts, ends = (_index(ex, n, t, ("int64",)) for n, t in zip(ins[:2], it[:2], strict=True))
+    steps = _index(ex, ins[2], it[2], ("int64",)) if len(ins) > 2 else None
+    ax = "" if axes is None else ex.ints(axes)
+    if steps is not None:
+        shape = ex.one("Shape", x)
+        n = ex.one("Gather", shape, ax) if axes is not None else ex.one("Slice", shape, ex.ints([0]),
+                                                                            ex.one("Shape", starts))
+        early = ex.one("And", ex.one("Less", starts, ex.one("Neg", n)), ex.one("Less", steps, ex.ints([0])))
+        ends = ex.one("Where", early, ex.ints([2 ** 62]), ends)
+    return starts, ends, ax, steps
+
+
+@exports("slice")
+def _slice(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    starts, ends, ax, steps = _run_time_bounds(ex, ins[0], ins[1:], it[1:], attrs.get("axes"))
+    return [ex.one("Slice", ins[0], starts, ends, *([ax, steps] if steps is not None else [ax] if ax else []))]
+
+
+@exports("slice_update")
+def _slice_update(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    # A mask over x's own shape (static shapes stay static, so the model imports back): per sliced axis, which
+    # positions Python's x[s:e:st] keeps and where each sits in the slice, then Where(mask, update gathered there, x)
+    x, update = ins[0], ins[1]
+    xs, us = it[0].shape, it[1].shape
+    if xs is None or us is None or None in us:
+        raise OnnxExportError("slice_update needs the rank of x and the shape of update")
+    r = len(xs)
+    k = it[2].shape[0] if it[2].shape is not None and len(it[2].shape) == 1 else None
+    axes = attrs.get("axes")
+    if axes is None:
+        if k is None:
+            raise OnnxExportError("slice_update needs the number of bounds (or axes) to be known")
+        axes = tuple(range(k))
+    axes = tuple(int(a) % r for a in axes)
+    if 0 in us:  # it broadcasts to the slice, so the slice is empty
+        return [ex.one("Identity", x)]
+    bounds = [_index(ex, n, t, ("int64",)) for n, t in zip(ins[2:], it[2:], strict=True)]
+    u = ex.one("Reshape", update, ex.ints([1] * (r - len(us)) + list(us))) if len(us) < r else update
+    u_shape = (1,) * (r - len(us)) + tuple(us)
+    shape = ex.one("Shape", x) if None in xs else None
+    i64 = np.int64
+    mask = None
+    for j, d in enumerate(axes):
+        if xs[d] is not None:
+            n, pos = ex.const(i64(xs[d])), ex.const(np.arange(xs[d], dtype=i64))
+        else:
+            n = ex.one("Gather", shape, ex.const(i64(d)))
+            pos = ex.one("Range", ex.const(i64(0)), n, ex.const(i64(1)))
+        s, e = (ex.one("Slice", b, ex.ints([j]), ex.ints([j + 1])) for b in bounds[:2])
+        st = ex.one("Slice", bounds[2], ex.ints([j]), ex.ints([j + 1])) if len(bounds) > 2 else ex.ints([1])
+        up = ex.one("Greater", st, ex.ints([0]))
+        zero, minus1 = ex.ints([0]), ex.ints([-1])
+        last = ex.one("Sub", n, ex.const(i64(1)))
+        ends = []
+        for v in (s, e):  # slice.indices: past either end acts like -n-1 or n; then ONNX-free Python clamping
+            v = ex.one("Min", ex.one("Max", v, ex.one("Sub", ex.one("Neg", n), ex.const(i64(1)))), n)
+            v = ex.one("Where", ex.one("Less", v, zero), ex.one("Add", v, n), v)
+            v_up = ex.one("Min", ex.one("Max", v, zero), n)
+            v_dn = ex.one("Where", ex.one("Less", v, zero), minus1, ex.one("Min", v, last))
+            ends.append(ex.one("Where", up, v_up, v_dn))
+        s, e = ends
+        off = ex.one("Sub", pos, s)
+        within = ex.one("Or", ex.one("And", up, ex.one("And", ex.one("GreaterOrEqual", pos, s),
+                                                         ex.one("Less", pos, e))),
+                        ex.one("And", ex.one("Not", up), ex.one("And", ex.one("LessOrEqual", pos, s),
+                                                                ex.one("Greater", pos, e))))
+        inside = ex.one("And", within, ex.one("Equal", ex.one("Mod", off, st), zero))
+        if u_shape[d] != 1:
+            at = ex.one("Min", ex.one("Where", inside, ex.one("Div", off, st), zero), ex.ints([u_shape[d] - 1]))
+            u = ex.one("Gather", u, at, axis=d)
+        inside = ex.one("Reshape", inside, ex.ints([-1 if i == d else 1 for i in range(r)]))
+        mask = inside if mask is None else ex.one("And", mask, inside)
+    if mask is None:  # no sliced axis: the whole of x
+        return [ex.one("Expand", u, shape if shape is not None else ex.ints(xs))]
+    # onnxruntime's Where has no bool, 16-bit or uint64 kernels: select among exact casts (uint64 as its bits)
+    via = _WHERE_VIA.get(it[0].dtype.name)
+    if via is None:
+        return [ex.one("Where", mask, u, x)]
+    picked = ex.one("Where", mask, ex.one("Cast", u, to=_elem(via)), ex.one("Cast", x, to=_elem(via)))
+    return [ex.one("Cast", picked, to=_elem(it[0].dtype))]
+
+
+_WHERE_VIA = {"bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64"}
+
+
 @exports("take")
 def _take(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     x, axis = _flat_axis(ex, ins[0], attrs.get("axis"))

@@ -29,9 +29,10 @@ shape computations there still fold.
 Resolved while importing instead (unrolled, or inlined with ``where``), as
 before: control flow that carries or returns ONNX sequences or optionals
 (they are Python lists here, not tensors), and bodies that need a value
-while they are built that only the run knows (a ``Slice`` whose starts
-come from the iteration number; opgraph shapes are static). That needs the
-trip count and conditions known while importing (``static_inputs``).
+while they are built that only the run knows (a shape argument computed from
+the iteration number; a ``Slice`` whose bounds come from it is the run-time
+``slice`` op instead, so ONNX's test_loop11 is one ``while_loop``). That
+needs the trip count and conditions known while importing (``static_inputs``).
 
 ONNX sequences are Python lists of values
 (:class:`~opgraph.io.onnx._core.Seq`) and optionals are

@@ -1,8 +1,10 @@
 """ONNX -> opgraph translators: shapes, layout, slicing, gathering and scattering, constants.
 
-Shape arguments (``Reshape``'s shape, ``Slice``'s starts, ``Expand``'s shape)
-must be known while importing; they usually are, since ``Shape`` of a value
-with a static shape folds to a constant. Ops whose output shape depends on
+Shape arguments (``Reshape``'s shape, ``Expand``'s shape) must be known
+while importing; they usually are, since ``Shape`` of a value with a static
+shape folds to a constant. A ``Slice`` whose starts, ends or steps only the
+run knows (a loop's iteration number) becomes the ``slice`` op, whose sliced
+dims are unknown until then. Ops whose output shape depends on
 their values (``NonZero``, ``Unique``, ``Compress``'s condition) need those
 values known too; the backend specialises the graph on them when they are
 graph inputs.
@@ -19,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core.graph import Value
+from opgraph.core.types import TensorType
 from opgraph.io.onnx._core import Node, translates
 
 
@@ -136,6 +140,8 @@ def _split_sizes(node: Node, x: Any, axis: int, sizes: tuple[int, ...]) -> tuple
 
 @translates("Slice")
 def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
+    if node.has_input(1) and any(node.imp.static_value(v) is None for v in (starts, ends, steps) if v is not None):
+        return _run_time_slice(node, x, starts, ends, steps)
     shape = node.shape(x)
     r = len(shape)
     if node.has_input(1):
@@ -163,6 +169,35 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
             s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
         index[a] = slice(s, None if e < 0 else e, step)
     return node.op("getitem", x, index=tuple(index))
+
+
+def _run_time_slice(node: Node, x: Any, starts: Any, ends: Any, steps: Any) -> Any:
+    """A Slice whose bounds only the run knows (an iteration number, a computed size): the ``slice`` op.
+
+    ``slice`` clamps as Python does, which is ONNX's clamping except for one case: with a negative step a start
+    below ``-n`` is the first element in ONNX but an empty slice in Python; clamping it to ``-n`` first (a no-op
+    for positive steps, where both take 0) makes the two agree.
+    """
+    xt = x.type if isinstance(x, Value) else None
+    if not isinstance(xt, TensorType) or xt.shape is None:
+        raise node.error("needs a tensor input of known rank")
+    r = len(xt.shape)
+    k = starts.type.shape[0] if starts.type.shape and len(starts.type.shape) == 1 else None
+    ax: tuple[int, ...] | None = None
+    if node.has_input(3):
+        ax = node.axes(node.static_ints(3, "axes"), r)
+    elif k is not None:
+        ax = tuple(range(k))
+    args = [starts, ends] + ([steps] if steps is not None else [])
+    known_steps = None if steps is None else node.imp.static_value(steps)
+    if steps is not None and (known_steps is None or (np.asarray(known_steps) < 0).any()):
+        dims = None if ax is None else [xt.shape[a] for a in ax]
+        if dims is None or None in dims:
+            raise node.error("has negative (or run-time) steps on axes of unknown size: ONNX's clamping of the "
+                             "starts cannot be expressed without their sizes")
+        low = node.const(np.asarray([-d for d in dims], dtype=node.dtype(starts)))
+        args[0] = node.op("maximum", starts, low)
+    return node.op("slice", x, *args, axes=ax)
 
 
 @translates("Gather")
