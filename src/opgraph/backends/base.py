@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,6 +88,8 @@ class Backend:
     extra: str = ""
     devices: tuple[str, ...] = ("cpu",)
     doc: str = ""
+    lowers_bodies: ClassVar[bool] = False
+    """Whether control-flow bodies are lowered before they are checked and compiled (see :meth:`prepare_body`)."""
 
     # ---------------------------------------------------------------- capability
     def kinds(self) -> frozenset[str]:
@@ -142,16 +144,23 @@ class Backend:
         return None
 
     def prepare_body(self, body: Subgraph) -> Graph:
-        """The graph of ``body`` as this backend compiles it (by default the body's own graph).
+        """The graph of ``body`` as this backend checks and compiles it: the body's own graph, or with
+        :attr:`lowers_bodies` its lowered form (:func:`lowered_body`), as the top-level graph is compiled
+        (so a fused op in a loop body still runs on the backend).
 
         >>> import opgraph
         >>> from opgraph.core.subgraph import Subgraph
-        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", ()), name="x"); sb.output(sb.exp(x))
+        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x"); sb.output(sb.op("silu", x))
         >>> body = Subgraph(sb.freeze())
         >>> get_numpy().prepare_body(body) is body.graph
         True
+        >>> class Lowering(Backend):
+        ...     lowers_bodies = True
+        >>> g = Lowering("doc", rules=dict.fromkeys(("sigmoid", "multiply"), np.add)).prepare_body(body)
+        >>> [g.kind_of(op) for op in range(g.num_ops)]
+        ['sigmoid', 'multiply']
         """
-        return body.graph
+        return lowered_body(self, body) if self.lowers_bodies else body.graph
 
     def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
                  attrs: Mapping[str, Any] | None = None) -> bool:

@@ -47,7 +47,6 @@ from opgraph.backends.base import (
     body_program,
     conform_args,
     input_dtypes,
-    lowered_body,
     straight_line,
 )
 from opgraph.core.graph import Graph
@@ -771,6 +770,8 @@ class _JaxExecutable(Executable):
 class JaxBackend(Backend):
     """XLA through ``jax.jit`` (see the module doc)."""
 
+    lowers_bodies = True
+
     def _device(self, device: str | None) -> Any:
         name = self.check_device(device)
         kind, _, index = name.partition(":")
@@ -800,18 +801,6 @@ class JaxBackend(Backend):
         fn, consts, _src = straight_line(graph, lambda info: RULES[info.kind](info), fix=_fix)
         jitted = jax.jit(fn, donate_argnums=tuple(1 + i for i in donate))
         return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in consts], dev, graph)
-
-    def prepare_body(self, body: Subgraph) -> Graph:
-        """Bodies are compiled lowered, as the top-level graph is (so a fused op in a loop body still runs here).
-
-        >>> import opgraph
-        >>> from opgraph.core.subgraph import Subgraph
-        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x"); sb.output(sb.op("silu", x))
-        >>> g = BACKEND.prepare_body(Subgraph(sb.freeze()))
-        >>> [g.kind_of(op) for op in range(g.num_ops)]
-        ['sigmoid', 'multiply']
-        """
-        return lowered_body(self, body)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return jax.device_put(array, self._device(device))

@@ -69,7 +69,6 @@ from opgraph.backends.base import (
     body_program,
     has_dtype,
     input_dtypes,
-    lowered_body,
     straight_line,
 )
 from opgraph.core.feeds import coerce_feed
@@ -2099,6 +2098,8 @@ def _from_numpy(a: np.ndarray, device: Any) -> torch.Tensor:
 class TorchBackend(Backend):
     """PyTorch: the graph as one straight-line function of torch calls (see the module doc)."""
 
+    lowers_bodies = True
+
     def check_device(self, device: str | None) -> str:
         dev = super().check_device(device)
         if dev.split(":")[0] == "cuda" and not torch.cuda.is_available():
@@ -2119,18 +2120,6 @@ class TorchBackend(Backend):
         if threads is not None:
             torch.set_num_threads(int(threads))
         return _TorchExecutable(graph, dev, compile or mode is not None, mode)
-
-    def prepare_body(self, body: Subgraph) -> Graph:
-        """Bodies are compiled lowered, as the top-level graph is (so a fused op in a loop body still runs here).
-
-        >>> import opgraph
-        >>> from opgraph.core.subgraph import Subgraph
-        >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", (2,)), name="x"); sb.output(sb.op("silu", x))
-        >>> g = BACKEND.prepare_body(Subgraph(sb.freeze()))
-        >>> [g.kind_of(op) for op in range(g.num_ops)]
-        ['sigmoid', 'multiply']
-        """
-        return lowered_body(self, body)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return _from_numpy(array, self.check_device(device))
