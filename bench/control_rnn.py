@@ -258,7 +258,8 @@ def main() -> None:
     elif args.variant != "numpy":
         import opgraph
         import opgraph.autodiff
-        import opgraph.runtime.compiled  # noqa: F401 - its import cost stays out of the measurements
+        import opgraph.numpy
+        import opgraph.runtime.compiled  # noqa: F401 - their import cost stays out of the measurements
     gc.collect()
     base = rss_mb()
     out: dict[str, Any] = {"variant": args.variant, "grad": args.grad, "frontend": args.frontend,

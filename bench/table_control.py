@@ -148,8 +148,9 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
                     unsaved.setdefault(f"{ext}: {v}", name)
     notes = [
         "Each variant and mode runs in its own process (bench/control_rnn.py) with OMP/OPENBLAS/MKL threads 1 "
-        "and XLA's CPU client on one thread; opgraph graphs run through opgraph.compile (numpy backend, no "
-        "optimize). Every call starts from NumPy arrays and ends in NumPy arrays.",
+        "and XLA's CPU client on one thread; opgraph graphs run through opgraph.compile (numpy backend); "
+        "the ', optimize' rows run opgraph.optimize (its default level) first, counted in compile. Every call "
+        "starts from NumPy arrays and ends in NumPy arrays.",
         "ops: the graph's ops + its bodies' ops (scan: 2 + the 5-op cell; unrolled: 6 per step, a getitem for "
         "x_t included). JAX: jaxpr equations, the scan body's included. .json / .cg: the size of opgraph.save; "
         "'no' where that format cannot store the graph yet (subgraph attributes).",
