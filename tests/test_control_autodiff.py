@@ -604,3 +604,7 @@ def test_reverse_pass_reads_forward_results_and_skips_unasked_cotangents(wrt: st
     # d/dw: one matmul per step (the carry's cotangent; w's own is summed by one matmul after the loop); with
     # u and xs asked for too, the xs' cotangent and u's (a (3,2)@(2,5) product, smaller than its factors) join it
     assert kinds.count("matmul") == (1 if wrt == "w" else 3)
+    if wrt == "w":
+        # w's cotangent sum_t h_t^T d_t: the step returns d_t only; h_t^T is read off the stacked carries by
+        # the one matmul after the loop (no per-step transpose stacked)
+        assert len(step.outputs) == 2

@@ -349,23 +349,35 @@ def _given_results(body: Subgraph, wrt: Sequence[int], cts: Sequence[int],
 
 
 def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar: Sequence[int],
-                  fx: Sequence[int], cy: Sequence[int], given: Sequence[int] = ()) -> tuple[Subgraph, tuple[int, ...]]:
-    """The step of the reverse scan and the positions in ``fc`` of the stacked-factor const cotangents.
+                  fx: Sequence[int], cy: Sequence[int], given: Sequence[int] = ()) -> tuple[Subgraph, tuple[int, ...],
+                                                                                      tuple[Any, ...]]:
+    """The step of the reverse scan, the positions in ``fc`` of the stacked-factor const cotangents, and
+    for each of those where its left factor comes from (see :func:`_scanned_source`).
 
     Its parameters: consts, carry cotangents, const-cotangent sums, the step's carry, its xs, its ys'
-    cotangents, then the step's results listed in ``given`` (read instead of recomputed)."""
+    cotangents, then the step's results listed in ``given`` (read instead of recomputed). Its results:
+    the carries' cotangents, the const-cotangent sums, the xs' cotangents, then per stacked-factor
+    cotangent its left factor (unless it is a scanned parameter transposed) and its right factor."""
     from opgraph.core.builder import GraphBuilder
 
-    def make() -> tuple[Subgraph, tuple[int, ...]]:
+    def make() -> tuple[Subgraph, tuple[int, ...], tuple[Any, ...]]:
         nx = body.num_inputs - nc - ncarry
         ins, outs = body.in_types, body.out_types
         wrt = [*fc, *(nc + k for k in fcar), *(nc + ncarry + k for k in fx)]
         vjp = _vjp(body, wrt, [*fcar, *(ncarry + j for j in cy)], given)
         fact = _factored(vjp, len(fc), [ins[i] for i in fc])
+        sources: list[Any] = []
         if fact:
-            # the vjp body returning the two factors of those cotangents instead of their product
+            # the vjp body returning the two factors of those cotangents instead of their product; a left
+            # factor that is a scanned parameter transposed (x^T in x^T @ delta) is not stacked again: the
+            # scan's input already holds it
             g = vjp.graph
-            extra = [int(x) for o in sorted(fact) for x in g.op_inputs(fact[o])]
+            extra = []
+            for o in sorted(fact):
+                u, v = (int(x) for x in g.op_inputs(fact[o]))
+                src = _scanned_source(g, u, nc, ncarry, nx, body.num_inputs + len(fcar) + len(cy))
+                sources.append(src)
+                extra += [v] if src is not None else [u, v]
             outs_ = np.concatenate([np.asarray(g.outputs), np.asarray(extra, dtype=g.outputs.dtype)])
             vjp = Subgraph(g.replace(outputs=outs_))
         sb = GraphBuilder()
@@ -382,10 +394,30 @@ def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar:
         factors = g[nfc + len(fcar) + len(fx):]
         summed = [sb.add(a, d) for a, d in zip(acc, [g_const[o] for o in range(nfc) if o not in fact], strict=True)]
         sb.output(*g_carry, *summed, *g_x, *factors)
-        return _pruned(sb.freeze(), f"reverse({body.name})"), tuple(sorted(fact))
+        return _pruned(sb.freeze(), f"reverse({body.name})"), tuple(sorted(fact)), tuple(sources)
 
     key = ("grad-reverse-step", nc, ncarry, tuple(fc), tuple(fcar), tuple(fx), tuple(cy), tuple(given))
     return body.cache(key, make)  # type: ignore[no-any-return]
+
+
+def _scanned_source(g: Any, u: int, nc: int, ncarry: int, nx: int, first_given: int) -> tuple[str, int] | None:
+    """Where value ``u`` of vjp body ``g`` is a per-step parameter transposed (``permute_dims(p, (1, 0))``):
+    ``("carry", k)``, ``("x", k)`` or ``("given", k)``; None otherwise."""
+    op = int(g.value_producer[u])
+    if op < 0 or g.kind_of(op) != "permute_dims" or tuple(g.attrs_of(op)["axes"]) != (1, 0):
+        return None
+    p = int(g.op_inputs(op)[0])
+    where = np.flatnonzero(g.inputs == p)
+    if not len(where):
+        return None
+    q = int(where[0])
+    if nc <= q < nc + ncarry:
+        return ("carry", q - nc)
+    if nc + ncarry <= q < nc + ncarry + nx:
+        return ("x", q - nc - ncarry)
+    if q >= first_given:
+        return ("given", q - first_given)
+    return None
 
 
 def _carries_from_ys(b: Any, body: Subgraph, init: Sequence[Any], ys: Sequence[Any], ncarry: int,
@@ -458,7 +490,7 @@ def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph,
     ny = body.num_outputs - ncarry
     given = _given_results(body, wrt, [*fcar, *(ncarry + j for j in cy)],
                            [*range(ncarry), *(range(ncarry, ncarry + ny) if outputs is not None else ())])
-    step, fact = _reverse_body(body, nc, ncarry, fc, fcar, fx, cy, given)
+    step, fact, sources = _reverse_body(body, nc, ncarry, fc, fcar, fx, cy, given)
     per_step = []
     for j in given:
         if j >= ncarry:
@@ -480,10 +512,19 @@ def scan_vjp(b: Any, inputs: Sequence[Any], cots: Sequence[Any], body: Subgraph,
     g_const: list[Any] = [None] * len(fc)
     for o, a in zip(summed, res[k0:k1], strict=True):
         g_const[o] = a
-    for n, o in enumerate(fact):
-        u, v = res[k2 + 2 * n], res[k2 + 2 * n + 1]  # (n, m, r) and (n, r, k)
-        uu = b.op("reshape", b.op("permute_dims", u, axes=(1, 0, 2)), shape=(u.type.shape[1], -1))
-        g_const[o] = b.op("matmul", uu, b.op("reshape", v, shape=(-1, v.type.shape[2])))
+    pos = k2
+    for o, src in zip(fact, sources, strict=True):
+        if src is None:
+            u, v = res[pos], res[pos + 1]  # (n, m, r) and (n, r, k)
+            pos += 2
+            uu = b.op("reshape", b.op("permute_dims", u, axes=(1, 0, 2)), shape=(u.type.shape[1], -1))
+        else:  # u_i = p_i^T for a scanned p of (n, r, m): sum_i u_i v_i = P^T V with P, V flattened to rows
+            v = res[pos]
+            pos += 1
+            kind, k = src
+            p = stacked[k] if kind == "carry" else xs[k] if kind == "x" else per_step[k]  # type: ignore[index]
+            uu = b.op("permute_dims", b.op("reshape", p, shape=(-1, p.type.shape[-1])), axes=(1, 0))
+        g_const[o] = b.op("matmul", uu, b.op("reshape", v, shape=(-1, v.type.shape[-1])))
     return [*_scatter(nc, fc, g_const), *_scatter(ncarry, fcar, g_init), *_scatter(len(xs), fx, g_x)]
 
 
