@@ -3,7 +3,8 @@
     python bench/control_rnn.py --variant scan|unrolled|jax|numpy [--grad] [--repeat 20] [--steps 1000]
 
 The workload is an Elman RNN, ``h_t = tanh(h_{t-1} @ W + x_t @ U + b)``, hidden 64,
-input 32, batch 16, float32, ``loss = sum(h_T)``; ``--grad`` also computes
+input 32, batch 16, float32, ``loss = sum(h_T)`` (``--loss all``: the sum of
+every ``h_t``); ``--grad`` also computes
 ``d loss / d W`` (the loss and the gradient are both results). The variants:
 
 * ``scan``: one opgraph ``scan`` op whose body is the cell (W, U, b are its
@@ -52,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_run import maxrss_mb, reset_peak, rss_mb
 
 HIDDEN, INPUT, BATCH, DTYPE = 64, 32, 16, "float32"
+LOSS = "last"
+"""``last``: loss = sum(h_T); ``all``: loss = the sum of every h_t (a loss at every step; set by ``--loss``)."""
 NAMES = ("W", "U", "b", "h0", "xs")
 VARIANTS = ("scan", "unrolled", "jax", "numpy")
 
@@ -91,10 +94,14 @@ def build_scan(data: dict[str, np.ndarray], grad: bool) -> Any:
     sb = opgraph.GraphBuilder()
     w, u, bias, h = (sb.input((DTYPE, data[n].shape), name=n) for n in NAMES[:4])
     x = sb.input((DTYPE, data["xs"].shape[1:]), name="x")
-    sb.output(_cell(sb, w, u, bias, h, x))
+    h2 = _cell(sb, w, u, bias, h, x)
+    sb.output(h2, h2) if LOSS == "all" else sb.output(h2)
     body = Subgraph(sb.freeze(), name="cell")
     b = opgraph.GraphBuilder()
     ins = _inputs(b, data)
+    if LOSS == "all":
+        _, hs = b.op("scan", *ins, body=body, num_consts=3, num_carry=1)
+        return _finish(b, b.sum(hs), ins[0], grad)
     (h_last,) = [b.op("scan", *ins, body=body, num_consts=3, num_carry=1)]
     return _finish(b, b.sum(h_last), ins[0], grad)
 
@@ -105,11 +112,12 @@ def build_scan_frontend(data: dict[str, np.ndarray], grad: bool) -> Any:
     import opgraph.numpy as onp
 
     def loss(W: Any, U: Any, b: Any, h0: Any, xs: Any) -> Any:  # the graph inputs are named after these
-        def step(h: Any, x: Any) -> tuple[Any, None]:
-            return onp.tanh(h @ W + x @ U + b), None
+        def step(h: Any, x: Any) -> tuple[Any, Any]:
+            h = onp.tanh(h @ W + x @ U + b)
+            return h, (h if LOSS == "all" else None)
 
-        h_last, _ = opgraph.scan(step, h0, xs)  # type: ignore[attr-defined]
-        return onp.sum(h_last)
+        h_last, hs = opgraph.scan(step, h0, xs)  # type: ignore[attr-defined]
+        return onp.sum(hs) if LOSS == "all" else onp.sum(h_last)
 
     fn = opgraph.value_and_grad(loss) if grad else loss
     return opgraph.trace(fn, *(data[n] for n in NAMES))
@@ -121,9 +129,12 @@ def build_unrolled(data: dict[str, np.ndarray], grad: bool) -> Any:
 
     b = opgraph.GraphBuilder()
     w, u, bias, h, xs = _inputs(b, data)
+    total = None
     for t in range(data["xs"].shape[0]):
         h = _cell(b, w, u, bias, h, b.op("getitem", xs, index=(t,)))
-    return _finish(b, b.sum(h), w, grad)
+        if LOSS == "all":
+            total = b.sum(h) if total is None else b.add(total, b.sum(h))
+    return _finish(b, total if LOSS == "all" else b.sum(h), w, grad)
 
 
 def count_ops(graph: Any) -> tuple[int, int]:
@@ -193,11 +204,12 @@ def jax_variant(data: dict[str, np.ndarray], grad: bool) -> tuple[Callable[[], l
     import jax.numpy as jnp
 
     def loss(w: Any, u: Any, bias: Any, h0: Any, xs: Any) -> Any:
-        def step(h: Any, x: Any) -> tuple[Any, None]:
-            return jnp.tanh(h @ w + x @ u + bias), None
+        def step(h: Any, x: Any) -> tuple[Any, Any]:
+            h = jnp.tanh(h @ w + x @ u + bias)
+            return h, (h if LOSS == "all" else None)
 
-        h_last, _ = jax.lax.scan(step, h0, xs)
-        return jnp.sum(h_last)
+        h_last, hs = jax.lax.scan(step, h0, xs)
+        return jnp.sum(hs) if LOSS == "all" else jnp.sum(h_last)
 
     fn = jax.value_and_grad(loss) if grad else loss
     args = [jnp.asarray(data[n]) for n in NAMES]
@@ -223,10 +235,11 @@ def numpy_variant(data: dict[str, np.ndarray], grad: bool) -> tuple[Callable[[],
     w, u, bias, h0, xs = (data[n] for n in NAMES)
 
     def forward() -> list[Any]:
-        h = h0
+        h, total = h0, np.float32(0)
         for x in xs:
             h = np.tanh(h @ w + x @ u + bias)
-        return [h.sum()]
+            total += h.sum()
+        return [total if LOSS == "all" else h.sum()]
 
     def forward_backward() -> list[Any]:
         hs = [h0]
@@ -237,7 +250,10 @@ def numpy_variant(data: dict[str, np.ndarray], grad: bool) -> tuple[Callable[[],
             gz = gh * (1 - hs[t] * hs[t])
             gw += hs[t - 1].T @ gz
             gh = gz @ w.T
-        return [hs[-1].sum(), gw]
+            if LOSS == "all":
+                gh += 1  # the loss's own term at step t - 1
+        loss = sum(h.sum() for h in hs[1:]) if LOSS == "all" else hs[-1].sum()
+        return [loss, gw]
 
     return (forward_backward if grad else forward), {"build_s": 0.0, "compile_s": 0.0}
 
@@ -249,9 +265,13 @@ def main() -> None:
     ap.add_argument("--grad", action="store_true", help="loss and d loss / d W (default: the loss only)")
     ap.add_argument("--frontend", action="store_true", help="scan: build with opgraph.scan instead of the builder")
     ap.add_argument("--optimize", action="store_true", help="opgraph.optimize (level 2, the default) before compiling")
+    ap.add_argument("--loss", choices=("last", "all"), default="last",
+                    help="last: sum(h_T); all: the sum of every h_t")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
+    global LOSS
+    LOSS = args.loss
     data = rnn_data(args.steps)
     if args.variant == "jax":
         import jax  # noqa: F401 - imported before the baseline, like opgraph below

@@ -1,7 +1,8 @@
 """``make bench`` table (issue 17): an Elman RNN over 1,000 steps as one ``scan`` op vs unrolled vs ``jax.lax.scan``.
 
 ``python bench/run.py control`` runs bench/control_rnn.py for each variant and
-mode (forward; forward + d loss / d W), each run in its own process with one
+mode (forward; forward + d loss / d W with the loss on h_T, then with a loss
+at every step, whose cotangents do not decay to subnormals), each run in its own process with one
 BLAS/OpenMP/XLA thread, prints one table per mode with ratios to the scan
 variant and writes them to bench/results/control_rnn.md.
 ``OPGRAPH_BENCH_CONTROL_STEPS`` (1000) and ``OPGRAPH_BENCH_CONTROL_REPEAT``
@@ -123,15 +124,19 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
           "Command: `python bench/run.py control`", ""]
     jax_version = None
     unsaved: dict[str, str] = {}  # why opgraph.save failed -> the first variant it failed for
-    for grad in (False, True):
+    # The gradient twice: with the loss on h_T alone the cotangents decay through float32 subnormals (see the
+    # notes), with a loss at every step they stay normal numbers.
+    for grad, loss in ((False, "last"), (True, "last"), (True, "all")):
         rounds: dict[str, list[dict[str, Any] | None]] = {name: [] for name, _ in variants}
+        mode = (*(("--grad",) if grad else ()), "--loss", loss)
         for _ in range(n_rounds):  # the variants interleaved, so a busy moment on the machine hits them alike
             for name, args in variants:
-                rounds[name].append(run("control_rnn.py", *args, *common, *(("--grad",) if grad else ())))
+                rounds[name].append(run("control_rnn.py", *args, *common, *mode))
         results = [(name, _merge(rounds[name])) for name, _ in variants]
         jax_version = jax_version or next((r.get("version") for _, r in results if r and r.get("version")), None)
         rows, base_name = _rows(results, grad)
-        what = "forward + backward (loss and d loss / d W)" if grad else "forward (loss = sum(h_T))"
+        loss_text = "loss = sum(h_T)" if loss == "last" else "loss = sum of every h_t"
+        what = f"forward + backward ({loss_text}, and d loss / d W)" if grad else f"forward ({loss_text})"
         title = (f"RNN h_t = tanh(h W + x_t U + b), T = {int(steps):,}, hidden 64, input 32, batch 16, float32: "
                  f"{what}; median of {repeat} steady calls, median of {n_rounds} processes, 1 thread; "
                  f"ratios vs {base_name}")
