@@ -37,6 +37,7 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def body_calls() -> Iterator[dict[str, int]]:
     """Counts the calls of every compiled control-flow body, by body name (wraps hooks.BODY) while the test runs."""
+    import opgraph.runtime.bodies  # noqa: F401 - fills the hook for good (a first-use stand-in would replace us)
     from opgraph.core import hooks
 
     orig = hooks.BODY.get()

@@ -33,7 +33,7 @@ from opgraph.core import hooks
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.subgraph import Subgraph
 from opgraph.errors import GraphError
-from opgraph.ops.control import inline_body
+from opgraph.ops.control import inline_body, pruned_body
 from opgraph.ops.grad_helpers import is_float
 
 
@@ -91,11 +91,8 @@ def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int
                     in_ids[full.in_ids == r] = p
                     out[full.outputs == r] = p
                 full = full.replace(in_ids=in_ids, outputs=out)
-        # copy again to drop the forward ops no gradient needs (the body's unused results)
-        b2 = GraphBuilder()
-        params2 = [b2.input(full.type_of(int(v)), name=full.name_of(int(v))) for v in full.inputs]
-        b2.output(*inline_body(b2, Subgraph(full), params2))
-        return Subgraph(b2.freeze(), name=f"vjp({body.name})" if body.name else "vjp")
+        # without the forward ops no gradient needs (the body's unused results)
+        return pruned_body(full, f"vjp({body.name})" if body.name else "vjp")
 
     return body.cache(("vjp-body", w, c, known), make)  # type: ignore[no-any-return]
 

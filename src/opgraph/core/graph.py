@@ -714,11 +714,10 @@ class Graph:
         """
         problems: list[str] = []
         self._verify_collect(problems, check_types=check_types)
-        for body in subgraphs_of(self):
-            try:
-                body.graph.verify(check_types=check_types)
-            except VerifyError as exc:
-                problems.extend(f"in body {body.label}: {p}" for p in exc.problems)
+        for body in subgraphs_of(self, recursive=True):  # each body once, however often and deep it is used
+            found: list[str] = []
+            body.graph._verify_collect(found, check_types=check_types)
+            problems.extend(f"in body {body.label}: {p}" for p in found)
         if problems:
             raise VerifyError(problems)
         return self

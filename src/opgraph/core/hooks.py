@@ -83,8 +83,9 @@ BODY: Hook[Callable[[Any], Callable[[Any], list[np.ndarray]]]] = Hook("control-f
 """``compile_body(subgraph)``: the body as a function of a list of arrays returning a list of fresh arrays,
 compiled once per body (set by :mod:`opgraph.runtime.bodies`; used by the kernels in :mod:`opgraph.ops.control`)."""
 BODY_VJP: Hook[Callable[..., Any]] = Hook("gradients of control-flow ops", "opgraph.autodiff.control")
-"""``vjp_body(subgraph, wrt, cts)``: the body ``(*params, *cotangents of results cts) -> cotangents of params wrt``,
-built once per body (set by :mod:`opgraph.autodiff.control`; used by the grad rules in :mod:`opgraph.ops.control`)."""
+"""``vjp_body(subgraph, wrt, cts, given)``: the body ``(*params, *cotangents of results cts, *results given) ->
+cotangents of params wrt``, built once per body (set by :mod:`opgraph.autodiff.control`; used by the grad rules
+in :mod:`opgraph.ops.control`)."""
 GRAD: Hook[Callable[..., list[Any]]] = Hook("GraphBuilder.build_grad_ops", "opgraph.autodiff")
 """``build_grad_ops(builder, loss, values)``: appends gradient ops (set by :mod:`opgraph.autodiff.reverse`)."""
 

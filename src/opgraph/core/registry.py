@@ -260,6 +260,9 @@ class OpDef:
     * flags: ``elementwise``, ``commutative``, ``inplace`` (the input
       positions whose buffer an output may overwrite).
     * ``grad``: the reverse-mode rule, filled by the autodiff layer's families.
+    * ``workspace``: for an op that runs subgraphs, ``fn(attrs, peak_of) -> bytes`` it needs besides its
+      inputs and outputs while it runs, given ``peak_of(body)`` (a body's planned peak); the memory
+      planner counts it (None: no workspace).
     * ``decompose``: the op written with more basic ops (a :data:`DecomposeFn`
       ``fn(e, ins, attrs)`` emitting on an :class:`Emit`), or None. Lowering
       (``opgraph.passes.lower``) rewrites the op with it for a backend that
@@ -285,6 +288,7 @@ class OpDef:
     family: str = "user"
     doc: str = ""
     decompose: DecomposeFn | None = None
+    workspace: Callable[[Mapping[str, Any], Callable[[Any], int]], int] | None = None
 
     def kernel_for(self, backend: str, version: int) -> Callable[..., Any]:
         """The kernel for a backend and version (a versioned kernel wins).

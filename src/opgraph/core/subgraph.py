@@ -187,14 +187,22 @@ def bodies_in(value: Any) -> Iterator[Subgraph]:
 def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ...]:
     """The distinct bodies the ops of ``graph`` use, in order of first use.
 
-    With ``recursive=True`` the bodies of bodies follow, each after the body
-    that uses it (every body once). Only the attribute table is scanned (it
-    holds each distinct attribute set once), so this is cheap on large graphs.
+    With ``recursive=True`` the bodies of bodies are included, every body
+    once and after the bodies it uses (the order files store them in: a body
+    refers only to bodies before it); a body that uses itself, which only a
+    graph made by hand can pretend, is a ValueError. Only the attribute table
+    is scanned (it holds each distinct attribute set once), so this is cheap
+    on large graphs.
 
     >>> import opgraph
-    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); b.output(b.exp(x))
-    >>> subgraphs_of(b.freeze())
-    ()
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.exp(x))
+    >>> inner = Subgraph(sb.freeze(), name="inner")
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.op("call", x, body=inner))
+    >>> outer = Subgraph(sb.freeze(), name="outer")
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
+    >>> b.output(b.op("call", x, body=outer))
+    >>> [s.name for s in subgraphs_of(b.freeze())], [s.name for s in subgraphs_of(b.freeze(), recursive=True)]
+    (['outer'], ['inner', 'outer'])
     """
     tag = ("subgraphs", recursive)
     cached = graph._cache.get(tag)
@@ -202,7 +210,7 @@ def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ..
         return cached  # type: ignore[no-any-return]
     # The attribute table is small; the op column is read only when some attribute holds a body.
     with_bodies = [aid for aid, attrs in enumerate(graph.attrs) if any(True for _, v in attrs for _ in bodies_in(v))]
-    first_use: list[tuple[int, Subgraph]] = []
+    seen: dict[Subgraph, None] = {}
     if with_bodies:
         op_attr = np.asarray(graph.op_attr)
         first_op: dict[int, int] = {}
@@ -210,28 +218,28 @@ def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ..
             hits = np.flatnonzero(op_attr == aid)
             if len(hits):
                 first_op[aid] = int(hits[0])
-        seen: dict[Subgraph, None] = {}
         for aid in sorted(first_op, key=first_op.__getitem__):
             for _, value in graph.attrs[aid]:
-                for body in bodies_in(value):
-                    if body not in seen:
-                        seen[body] = None
-                        first_use.append((aid, body))
-    out: list[Subgraph] = [s for _, s in first_use]
+                seen.update((body, None) for body in bodies_in(value))
     if recursive:
         done: dict[Subgraph, None] = {}
+        active: set[Subgraph] = set()
 
         def visit(s: Subgraph) -> None:
             if s in done:
                 return
-            done[s] = None
+            if s in active:
+                raise ValueError(f"subgraph {s.label} uses itself")
+            active.add(s)
             for inner in subgraphs_of(s.graph):
                 visit(inner)
+            active.discard(s)
+            done[s] = None
 
-        for s in out:
+        for s in seen:
             visit(s)
-        out = list(done)
-    result = tuple(out)
+        seen = done
+    result = tuple(seen)
     graph._cache[tag] = result
     return result
 

@@ -58,7 +58,7 @@ from opgraph.core.types import TensorType
 from opgraph.errors import OpBuildError
 from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray, TracingError
-from opgraph.ops.control import types_match
+from opgraph.ops.control import is_predicate, types_match
 
 __all__ = ["SMALL_CONST", "call", "cond", "current_builder", "fori_loop", "scan", "subroutine", "while_loop"]
 
@@ -394,10 +394,6 @@ def _pair(kind: str, fn: Any, out: Any, what: str) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _pred_ok(t: TensorType | None) -> bool:
-    return t is None or t.shape is None or all(d in (1, None) for d in t.shape)
-
-
 # ---------------------------------------------------------------- cond
 def cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], *operands: Any) -> Any:
     """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``, as one ``cond`` op (``jax.lax.cond``).
@@ -418,7 +414,7 @@ def cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], *
     _check_leaf(kind, "pred", pred)
     mode = _mode(kind, [pred, *leaves])
     p = mode.operand(pred)
-    if not _pred_ok(p.type):
+    if not is_predicate(p.type):
         raise _error(kind, f"pred must be a scalar (one element), got {p.type}")
     ops, types = _operand_types(mode, leaves)
     traces, outs = [], []
@@ -486,8 +482,9 @@ def _while_loop(kind: str, cond_fn: Callable[[Any], Any], body_fn: Callable[[Any
     tc = mode.trace(cond_fn)
     pred = tc.call(kind, "cond_fn", [_params(tc, types, spec, "carry", init_val)])
     _check_leaf(kind, f"the result of cond_fn {_fname(cond_fn)!r}", pred)
-    if not _pred_ok(_leaf_type(pred)):
-        raise _error(kind, f"{_describe('cond_fn', cond_fn)} must return a scalar, got {_leaf_type(pred)}")
+    pred_type = _leaf_type(pred)  # None: a Python number
+    if pred_type is not None and not is_predicate(pred_type):
+        raise _error(kind, f"{_describe('cond_fn', cond_fn)} must return a scalar, got {pred_type}")
     tc.results([pred])
     tb = mode.trace(body_fn)
     out = tb.call(kind, "body_fn", [_params(tb, types, spec, "carry", init_val)])

@@ -150,11 +150,10 @@ from opgraph.core.builder import exact_key
 from opgraph.core.dtypes import CODE_DTYPES, DTYPE_CODES
 from opgraph.core.graph import Graph, Symbols
 from opgraph.core.registry import CONST, USER_IDS, Attrs, OpDef, all_ops, get_op, unknown_op_message
-from opgraph.core.subgraph import Subgraph
+from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, GraphError, OpTypeError, VerifyError
 from opgraph.io._atomic import atomic_files
-from opgraph.io.jsonfmt import bodies_inner_first
 
 __all__ = [
     "METADATA_RECORD",
@@ -1281,7 +1280,7 @@ class _Writer:
             const_recs.append((rtype, c))
         body_recs: list[bytes] = []
         if not self.embedded:
-            order = bodies_inner_first(g)
+            order = list(subgraphs_of(g, recursive=True))
             if order:  # each body once, after the constants (constant i stays record i)
                 self.bodies = {body: len(g.constants) + k for k, body in enumerate(order)}
                 body_recs = [_subgraph_record(body, self.bodies) for body in order]

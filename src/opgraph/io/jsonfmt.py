@@ -141,7 +141,7 @@ from opgraph.core.dtypes import as_dtype
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, Symbols
 from opgraph.core.registry import CONST, OpDef, get_op, unknown_op_message
-from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
+from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import VOID, TensorType, ValueType, VoidType
 from opgraph.errors import FormatError, VerifyError
 from opgraph.io._atomic import atomic_files
@@ -638,7 +638,7 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
     """
     if inline_limit < 0:
         raise ValueError("inline_limit must be >= 0")
-    order = bodies_inner_first(graph)
+    order = list(subgraphs_of(graph, recursive=True))
     index = {body: k for k, body in enumerate(order)}
     doc = _graph_dict(graph, inline_limit, index)
     if not order:
@@ -648,44 +648,6 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
         del r["format"], r["version"]
     return {"format": FORMAT, "version": VERSION, "subgraphs": records,
             **{k: v for k, v in doc.items() if k not in ("format", "version")}}
-
-
-def bodies_inner_first(graph: Graph) -> list[Subgraph]:
-    """The distinct subgraphs of ``graph`` and of its bodies, each after the bodies it uses.
-
-    The order files store bodies in: a body refers only to bodies stored
-    before it (so a reader builds them in one pass and a cycle cannot be written).
-
-    >>> import opgraph
-    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.exp(x))
-    >>> inner = Subgraph(sb.freeze(), name="inner")
-    >>> sb = opgraph.GraphBuilder(); x = sb.input(("f8", ()), name="x"); sb.output(sb.op("call", x, body=inner))
-    >>> outer = Subgraph(sb.freeze(), name="outer")
-    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x")
-    >>> b.output(b.op("call", b.op("call", x, body=outer), body=inner))
-    >>> [s.name for s in bodies_inner_first(b.freeze())]
-    ['inner', 'outer']
-    """
-    if not any(isinstance(v, (Subgraph, tuple)) and next(bodies_in(v), None) is not None
-               for attrs in graph.attrs for _, v in attrs):
-        return []  # the attribute table is small: no per-op pass over a large graph without bodies
-    done: dict[Subgraph, None] = {}
-    active: set[Subgraph] = set()
-
-    def visit(s: Subgraph) -> None:
-        if s in done:
-            return
-        if s in active:  # a body cannot hold itself; a graph built by hand could pretend to
-            raise ValueError(f"subgraph {s.label} uses itself")
-        active.add(s)
-        for inner in subgraphs_of(s.graph):
-            visit(inner)
-        active.discard(s)
-        done[s] = None
-
-    for s in subgraphs_of(graph):
-        visit(s)
-    return list(done)
 
 
 def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int]) -> dict[str, Any]:
@@ -821,7 +783,7 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool, bodies: dict[
     js = json.encoder.encode_basestring_ascii if ascii_only else json.encoder.encode_basestring
     order_bodies: list[Subgraph] = []
     if record_name is None:
-        order_bodies = bodies_inner_first(graph)
+        order_bodies = list(subgraphs_of(graph, recursive=True))
         bodies = {body: k for k, body in enumerate(order_bodies)}
     sym = graph.symbols
     n_vals, n_ops, n_consts = graph.num_values, graph.num_ops, len(graph.constants)
@@ -2240,6 +2202,6 @@ def load_json(path: str | os.PathLike[str], *, verify: bool = True) -> Graph:
 
 
 __all__ = [
-    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "VERSION_PLAIN", "bodies_inner_first", "decode_value", "dumps_json",
+    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "VERSION_PLAIN", "decode_value", "dumps_json",
     "encode_array", "encode_value", "from_json_dict", "load_json", "loads_json", "save_json", "to_json_dict",
 ]

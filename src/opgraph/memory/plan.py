@@ -24,11 +24,11 @@ its views.
 
 A control-flow op (``call``, ``cond``, ``while_loop``, ``scan``) runs its
 bodies on their own plans (each compiled body owns its arena): the op's
-*workspace* is its bodies' peaks (both of a ``while_loop``, the larger
-branch of a ``cond``) plus, for a loop, one carry (the carry a trip reads
-while it makes the next one). It does not depend on the trip count; a
-``scan``'s stacked results and a ``while_loop``'s are outputs like any
-other. ``plan.peak`` is the planned bytes plus the largest workspace.
+*workspace* (its ``OpDef.workspace``, in :mod:`opgraph.ops.control`) is
+its bodies' peaks (both of a ``while_loop``, the larger branch of a
+``cond``) plus, for a loop, one carry. It does not depend on the trip
+count; a ``scan``'s stacked results and a ``while_loop``'s are outputs like
+any other. ``plan.peak`` is the planned bytes plus the largest workspace.
 
     >>> import opgraph
     >>> from opgraph.memory import plan_memory
@@ -1044,37 +1044,22 @@ def body_peak(body: Any) -> int:
     return body.cache(("plan-peak",), lambda: plan_memory(body.graph).peak)  # type: ignore[no-any-return]
 
 
-def _static_bytes(types: Iterable[Any]) -> int:
-    return sum(t.nbytes for t in types if isinstance(t, TensorType) and t.nbytes is not None)
-
-
 def op_workspace(kind: str, attrs: Mapping[str, Any]) -> int:
-    """Bytes a control-flow op of ``kind`` needs for its bodies while it runs (0 for other ops; module doc).
+    """Bytes an op of ``kind`` needs for its bodies while it runs (its ``OpDef.workspace``; 0 for most ops).
 
     >>> op_workspace("add", {})
     0
     """
-    if kind == "call":
-        return body_peak(attrs["body"])
-    if kind == "cond":
-        return max(body_peak(attrs["then_body"]), body_peak(attrs["else_body"]))
-    if kind == "while_loop":
-        body = attrs["body"]
-        carry = body.in_types[attrs["num_consts"]:]
-        return body_peak(attrs["cond_body"]) + body_peak(body) + _static_bytes(carry)
-    if kind == "scan":
-        body = attrs["body"]
-        nc = attrs["num_consts"]
-        return body_peak(body) + _static_bytes(body.in_types[nc:nc + attrs["num_carry"]])
-    return 0
+    rule = get_op(kind).workspace
+    return 0 if rule is None else int(rule(attrs, body_peak))
 
 
 def _workspaces(graph: Graph, schedule: np.ndarray) -> dict[int, int]:
     from opgraph.core.subgraph import bodies_in
 
-    if not any(True for a in graph.attrs for _, v in a for _ in bodies_in(v)):
+    with_body = [aid for aid, a in enumerate(graph.attrs) if any(True for _, v in a for _ in bodies_in(v))]
+    if not with_body:
         return {}
-    with_body = np.flatnonzero([any(True for _, v in a for _ in bodies_in(v)) for a in graph.attrs])
     ops = np.asarray(schedule, dtype=np.int64)
     ops = ops[np.isin(graph.op_attr[ops], with_body)]
     return {int(op): op_workspace(get_op(int(graph.op_kind[op])).name, graph.attrs_of(int(op)))

@@ -47,16 +47,17 @@ once per body.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, optional, register_op, user_location
+from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, optional, register_op
 from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
+from opgraph.ops._common import write_out
 from opgraph.ops.grad_helpers import is_float, zeros_like
 
 FAMILY = "control"
@@ -104,11 +105,6 @@ def merge_types(a: ValueType, b: ValueType) -> ValueType:
     return TensorType(a.dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape, strict=True)))
 
 
-def _where() -> str:
-    loc = user_location()
-    return f" (at {loc})" if loc else ""
-
-
 def check_params(op: str, role: str, body: Subgraph, given: Sequence[ValueType], what: Sequence[str]) -> None:
     """Raise :class:`OpTypeError` unless ``body`` takes parameters of the ``given`` types.
 
@@ -136,7 +132,12 @@ def check_results(op: str, role: str, body: Subgraph, expected: Sequence[ValueTy
                               f"where {op} needs {want}")
 
 
-def _is_pred(t: ValueType) -> bool:
+def is_predicate(t: ValueType) -> bool:
+    """Whether a value of type ``t`` can be a predicate: a tensor of one element (or of unknown size).
+
+    >>> is_predicate(TensorType("bool", (1, 1))), is_predicate(TensorType("f8", (2,)))
+    (True, False)
+    """
     return isinstance(t, TensorType) and (t.shape is None or all(d in (1, None) for d in t.shape))
 
 
@@ -164,13 +165,7 @@ def body_fn(body: Subgraph) -> BodyFn:
 
 
 def _results(res: Sequence[np.ndarray], out: Any) -> Any:
-    if out is not None:
-        outs = out if isinstance(out, tuple) else (out,)
-        for o, r in zip(outs, res, strict=True):
-            if o is not None and o is not r:
-                np.copyto(o, r)
-        return out
-    return res[0] if len(res) == 1 else tuple(res)
+    return write_out(res[0] if len(res) == 1 else tuple(res), out)
 
 
 def _truth(pred: np.ndarray) -> bool:
@@ -198,10 +193,13 @@ def _fresh(a: np.ndarray) -> np.ndarray:
 # The rules build their bodies with a GraphBuilder (core); the one step that needs the autodiff layer, a body's
 # vector-Jacobian body, is reached through hooks.BODY_VJP (ops may not import autodiff). The scheme, its
 # memory cost and the while_loop restriction are in docs/control-flow.md ("Gradients").
-def inline_body(b: Any, body: Subgraph, args: Sequence[Any]) -> list[Any]:
+def inline_body(b: Any, body: Subgraph, args: Sequence[Any], bound: dict[int, Any] | None = None) -> list[Any]:
     """Append the ops of ``body`` to emitter ``b`` on ``args`` (one per parameter); return its results.
 
     Only the ops the results need are copied, so unused results cost nothing.
+    ``bound`` maps values of the body to emitter values that stand for them:
+    an op whose outputs are all bound is not copied (what only it needed may
+    still be; a DCE removes that).
 
     >>> import numpy as np, opgraph
     >>> sb = opgraph.GraphBuilder(); p = sb.input(("float64", (2,)), name="p"); sb.output(sb.exp(p))
@@ -214,12 +212,16 @@ def inline_body(b: Any, body: Subgraph, args: Sequence[Any]) -> list[Any]:
     if len(args) != body.num_inputs:
         raise ValueError(f"body {body.label} takes {body.num_inputs} parameter(s), got {len(args)}")
     env: dict[int, Any] = {int(v): a for v, a in zip(g.inputs, args, strict=True)}
+    if bound:
+        env.update(bound)
     needed = g.needed_ops(g.outputs)
     for op in g.topological_order():
         op = int(op)
         if not needed[op]:
             continue
         outs = g.op_outputs(op)
+        if bound and all(int(v) in env for v in outs):
+            continue
         kind = int(g.op_kind[op])
         if kind == CONST.id:
             env[int(outs[0])] = b.constant(g.constant_of(op))
@@ -298,8 +300,15 @@ def _carry_stacker(body: Subgraph, nc: int, ncarry: int) -> Subgraph:
     return body.cache(("grad-carry-stacker", nc, ncarry), make)  # type: ignore[no-any-return]
 
 
-def _pruned(g: Any, name: str) -> Subgraph:
-    """``g`` as a body without the ops none of its results needs (a factored cotangent's product, say)."""
+def pruned_body(g: Any, name: str = "") -> Subgraph:
+    """``g`` as a body named ``name`` without the ops none of its results needs (its parameters all kept).
+
+    >>> import opgraph
+    >>> sb = opgraph.GraphBuilder(); x = sb.input(("float64", ()), name="x")
+    >>> unused = sb.exp(x); sb.output(sb.sin(x))
+    >>> pruned_body(sb.freeze(), "f")
+    Subgraph('f': (f64[]) -> (f64[]), 1 op)
+    """
     from opgraph.core.builder import GraphBuilder
 
     sb = GraphBuilder()
@@ -394,7 +403,7 @@ def _reverse_body(body: Subgraph, nc: int, ncarry: int, fc: Sequence[int], fcar:
         factors = g[nfc + len(fcar) + len(fx):]
         summed = [sb.add(a, d) for a, d in zip(acc, [g_const[o] for o in range(nfc) if o not in fact], strict=True)]
         sb.output(*g_carry, *summed, *g_x, *factors)
-        return _pruned(sb.freeze(), f"reverse({body.name})"), tuple(sorted(fact)), tuple(sources)
+        return pruned_body(sb.freeze(), f"reverse({body.name})"), tuple(sorted(fact)), tuple(sources)
 
     key = ("grad-reverse-step", nc, ncarry, tuple(fc), tuple(fcar), tuple(fx), tuple(cy), tuple(given))
     return body.cache(key, make)  # type: ignore[no-any-return]
@@ -602,6 +611,31 @@ def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Seq
     return g[:len(inputs)]
 
 
+# ---------------------------------------------------------------- workspaces (memory/plan.py counts them)
+# A control op runs its bodies on their own plans: its workspace is the bodies' peaks (both of a while_loop,
+# the larger branch of a cond) plus, for a loop, one carry (the one a trip reads while it makes the next).
+def _static_bytes(types: Sequence[ValueType]) -> int:
+    return sum(t.nbytes for t in types if isinstance(t, TensorType) and t.nbytes is not None)
+
+
+def _call_workspace(attrs: Mapping[str, Any], peak: Callable[[Subgraph], int]) -> int:
+    return peak(attrs["body"])
+
+
+def _cond_workspace(attrs: Mapping[str, Any], peak: Callable[[Subgraph], int]) -> int:
+    return max(peak(attrs["then_body"]), peak(attrs["else_body"]))
+
+
+def _while_workspace(attrs: Mapping[str, Any], peak: Callable[[Subgraph], int]) -> int:
+    body = attrs["body"]
+    return peak(attrs["cond_body"]) + peak(body) + _static_bytes(body.in_types[attrs["num_consts"]:])
+
+
+def _scan_workspace(attrs: Mapping[str, Any], peak: Callable[[Subgraph], int]) -> int:
+    body, nc = attrs["body"], attrs["num_consts"]
+    return peak(body) + _static_bytes(body.in_types[nc:nc + attrs["num_carry"]])
+
+
 # ---------------------------------------------------------------- call 1300
 def _call_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[ValueType, ...]:
     body: Subgraph = attrs["body"]
@@ -616,7 +650,7 @@ def _call_kernel(*args: np.ndarray, out: Any = None, body: Subgraph) -> Any:
 CALL = register_op(OpDef(
     name="call", id=1300, grad=_call_grad, infer=_call_infer, version=_version,
     attrs={"body": Attr(attr_subgraph, doc="the function called (a Subgraph)")},
-    kernels={"numpy": _call_kernel}, family=FAMILY,
+    kernels={"numpy": _call_kernel}, workspace=_call_workspace, family=FAMILY,
     doc="call(*args, body): the results of the subgraph body on args (a function stored once, called by "
         "any number of call ops)",
 ))
@@ -627,7 +661,7 @@ def _cond_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
     if not in_types:
         raise OpTypeError("cond needs a predicate")
     pred, operands = in_types[0], in_types[1:]
-    if not _is_pred(pred):
+    if not is_predicate(pred):
         raise OpTypeError(f"the predicate must be a one-element tensor, got {pred}")
     then_body: Subgraph = attrs["then_body"]
     else_body: Subgraph = attrs["else_body"]
@@ -656,7 +690,7 @@ COND = register_op(OpDef(
     name="cond", id=1301, grad=_cond_grad, min_inputs=1, infer=_cond_infer, version=_version,
     attrs={"then_body": Attr(attr_subgraph, doc="the branch taken when pred is true"),
            "else_body": Attr(attr_subgraph, doc="the branch taken when pred is false")},
-    kernels={"numpy": _cond_kernel}, family=FAMILY,
+    kernels={"numpy": _cond_kernel}, workspace=_cond_workspace, family=FAMILY,
     doc="cond(pred, *operands, then_body, else_body): then_body(*operands) if pred (a one-element tensor) "
         "is nonzero, else else_body(*operands); both branches return the same dtypes and ranks",
 ))
@@ -671,7 +705,7 @@ def _while_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tupl
     body: Subgraph = attrs["body"]
     check_params("while_loop", "cond", cond_body, in_types, names)
     check_params("while_loop", "loop", body, in_types, names)
-    if cond_body.num_outputs != 1 or not _is_pred(cond_body.out_types[0]):
+    if cond_body.num_outputs != 1 or not is_predicate(cond_body.out_types[0]):
         got = ", ".join(repr(t) for t in cond_body.out_types) or "nothing"
         raise OpTypeError(f"cond body {cond_body.label} must return one one-element tensor, got {got}")
     check_results("while_loop", "loop", body, body.in_types[nc:], names[nc:], at_least=True)
@@ -713,7 +747,7 @@ WHILE_LOOP = register_op(OpDef(
            "body": Attr(attr_subgraph, doc="(*consts, *carry) -> (*carry, *ys)"),
            "num_consts": Attr(attr_int, 0, "how many leading inputs are loop-invariant operands"),
            "max_trip": Attr(optional(attr_int), None, "stop after this many trips (None: no bound)")},
-    kernels={"numpy": _while_kernel}, family=FAMILY,
+    kernels={"numpy": _while_kernel}, workspace=_while_workspace, family=FAMILY,
     doc="while_loop(*consts, *init, cond_body, body, num_consts=0, max_trip=None): carry = init; while "
         "cond_body(*consts, *carry) (and fewer than max_trip trips): carry, *ys = body(*consts, *carry); "
         "returns the final carry and each y stacked along a new leading axis of run-time length",
@@ -802,7 +836,7 @@ SCAN = register_op(OpDef(
            "num_carry": Attr(attr_int, 0, "how many inputs after the consts are the initial carry"),
            "length": Attr(optional(attr_int), None, "the trip count (None: the xs' leading length)"),
            "reverse": Attr(attr_bool, False, "scan from the last slice to the first")},
-    kernels={"numpy": _scan_kernel}, family=FAMILY,
+    kernels={"numpy": _scan_kernel}, workspace=_scan_workspace, family=FAMILY,
     doc="scan(*consts, *init, *xs, body, num_consts=0, num_carry=0, length=None, reverse=False): for each "
         "leading slice x_i of the xs (in reverse with reverse=True): carry, *y_i = body(*consts, *carry, "
         "*x_i); returns the final carry and the y_i stacked (jax.lax.scan)",

@@ -56,10 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
 from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
+from opgraph.ops.control import inline_body
 from opgraph.passes.base import PassResult
+from opgraph.passes.dce import cse, dce
 from opgraph.passes.rewrite import FOLD_GUARDS, NONDETERMINISTIC, Match, P, Rule, RuleSet, rewrite
 
 FOLD_WORK = 1 << 14
@@ -70,17 +73,6 @@ LOOPS = ("scan", "while_loop")
 
 
 # ---------------------------------------------------------------- bodies
-def has_bodies(graph: Graph) -> bool:
-    """Whether any op of ``graph`` may have a body: a scan of the attribute table only (cheap on large graphs).
-
-    >>> import opgraph
-    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(x))
-    >>> has_bodies(b.freeze())
-    False
-    """
-    return any(True for a in graph.attrs for _, v in a for _ in bodies_in(v))
-
-
 def replace_bodies(graph: Graph, new_of: dict[Subgraph, Subgraph]) -> Graph:
     """``graph`` with each body ``s`` in its attributes replaced by ``new_of[s]`` (same signature).
 
@@ -147,8 +139,6 @@ class BodyOptimizer:
 
     def __call__(self, graph: Graph) -> PassResult:
         """Optimise the bodies of ``graph`` (not ``graph`` itself)."""
-        if not has_bodies(graph):
-            return PassResult(graph, {})
         counts: dict[str, int] = {}
         new_of: dict[Subgraph, Subgraph] = {}
         for s in subgraphs_of(graph):
@@ -256,51 +246,31 @@ def _hoist(m: Match) -> Any:
                     new_consts.append(ev)
         frontiers.append(needed)
     new_bodies = {}
-    for role, s, mk, fr in zip(roles, bodies, marks, frontiers, strict=True):
+    for role, s, fr in zip(roles, bodies, frontiers, strict=True):
         # A new parameter has the body's own type for the value (an enclosing type may be more precise
         # and would change the body's result types); one only the other body reads, the enclosing type.
         types = [e.type_of(v) for v in new_consts]
         for bv, ev in fr.items():
             types[slot[ev]] = s.graph.type_of(bv)
-        new_bodies[role] = _rebuild(s, mk, nc, types, {bv: slot[ev] for bv, ev in fr.items()})
+        new_bodies[role] = _rebuild(s, nc, types, {bv: slot[ev] for bv, ev in fr.items()})
     new_attrs = dict(attrs, num_consts=nc + len(new_consts), **new_bodies)
     return m.e.op(kind, *ins[:nc], *new_consts, *ins[nc:], **new_attrs)
 
 
-def _rebuild(s: Subgraph, hoisted: np.ndarray, nc: int, new_types: list[Any], param_of: dict[int, int]) -> Subgraph:
-    """``s`` without its hoisted ops: parameters (*consts, *new consts, *rest), the rest replayed."""
-    from opgraph.core.builder import GraphBuilder
+def _rebuild(s: Subgraph, nc: int, new_types: list[Any], param_of: dict[int, int]) -> Subgraph:
+    """``s`` reading the hoisted values it needs (``param_of``: its value -> new const position) as parameters
+    (*consts, *new consts, *rest): the ops only they needed are gone."""
 
     bg = s.graph
     b = GraphBuilder(hash_cons=False)
-    env: dict[int, Any] = {}
-    ins = bg.inputs.tolist()
     names = bg.symbols.values
-    for v in ins[:nc]:
-        env[v] = b.input(bg.type_of(v), name=names.get(v))
+    ins = [b.input(bg.type_of(v), name=names.get(v)) for v in bg.inputs.tolist()]
     params = [b.input(t, name=f"hoisted{i}") for i, t in enumerate(new_types)]
-    for v in ins[nc:]:
-        env[v] = b.input(bg.type_of(v), name=names.get(v))
-    for v, i in param_of.items():
-        env[v] = params[i]
-    live = ~hoisted
-    for op in bg.topological_order().tolist():
-        if not live[op]:
-            continue
-        outs = bg.op_outputs(op).tolist()
-        if all(v in env for v in outs):
-            continue
-        kind = int(bg.op_kind[op])
-        if kind == CONST.id:
-            res: Any = b.constant(bg.constant_of(op), name=names.get(outs[0]))
-        else:
-            res = b.op(get_op(kind).name, *[env[v] for v in bg.op_inputs(op).tolist()], **bg.attrs_of(op))
-        for v, nv in zip(outs, res if isinstance(res, tuple) else (res,), strict=True):
-            env[v] = nv
-    b.output(*[env[v] for v in bg.outputs.tolist()])
-    from opgraph.passes.dce import dce
-
-    return Subgraph(dce(b.freeze()).graph, name=s.name)
+    # the new parameters were made after all of the body's: put them after its consts
+    b.output(*inline_body(b, s, ins, bound={v: params[i] for v, i in param_of.items()}))
+    g = b.freeze()
+    order = np.concatenate([g.inputs[:nc], g.inputs[len(ins):], g.inputs[nc:len(ins)]])
+    return Subgraph(dce(g.replace(inputs=order)).graph, name=s.name)
 
 
 HOIST = RuleSet().add(*(Rule(f"hoist.{k}", P(k), _hoist, exact="always: the same ops on the same values, run once")
@@ -321,7 +291,7 @@ def hoist_invariants(graph: Graph) -> PassResult:
     >>> hoist_invariants(g).graph is g
     True
     """
-    if not has_bodies(graph):
+    if not graph.subgraphs:
         return PassResult(graph, {})
     return rewrite(graph, HOIST)
 
@@ -359,7 +329,7 @@ def merge_sibling_scans(graph: Graph) -> PassResult:
     >>> all(np.array_equal(p, q) for p, q in zip(r.graph.run(feeds), g.run(feeds)))
     True
     """
-    if not has_bodies(graph):
+    if not graph.subgraphs:
         return PassResult(graph, {})
     scan_id = get_op("scan").id
     scans = np.flatnonzero(graph.op_kind == scan_id).tolist()
@@ -389,7 +359,6 @@ def merge_sibling_scans(graph: Graph) -> PassResult:
 
     merged = rewrite(graph, RuleSet().add(Rule("merge.scan", P("scan"), merge,
                                                 exact="always: the same steps on the same values")))
-    from opgraph.passes.dce import cse
 
     # Every member emitted the same merged scan: CSE keeps one.
     return PassResult(cse(merged.graph).graph, merged.counts)
@@ -397,8 +366,6 @@ def merge_sibling_scans(graph: Graph) -> PassResult:
 
 def _merged_scans(graph: Graph, ops: list[int], ncarry: int) -> dict[int, tuple[Subgraph, list[int]]]:
     """For scans ``ops`` (same inputs): op -> (merged body, positions of its results in the merged results)."""
-    from opgraph.core.builder import GraphBuilder
-    from opgraph.ops.control import inline_body
 
     bodies: list[Subgraph] = [graph.attrs_of(o)["body"] for o in ops]
     first = bodies[0]
@@ -422,13 +389,10 @@ def _merged_scans(graph: Graph, ops: list[int], ncarry: int) -> dict[int, tuple[
         picks.append([*range(ncarry), *range(len(outs), len(outs) + len(res) - ncarry)])
         outs.extend(res[ncarry:])
     sb.output(*outs)
-    # Copied once more, so the ops of a body that did not join (its carry differs) are left out.
-    full = sb.freeze()
-    pruned = GraphBuilder()
-    pruned.output(*inline_body(pruned, Subgraph(full), [pruned.input(full.type_of(int(v)), name=full.name_of(int(v)))
-                                                        for v in full.inputs]))
+
     names = dict.fromkeys(graph.attrs_of(o)["body"].name for o in members)
-    body = Subgraph(pruned.freeze(), name="+".join(n for n in names if n))
+    # DCE drops the ops of a body that did not join (its carry differs); it keeps every parameter
+    body = Subgraph(dce(sb.freeze()).graph, name="+".join(n for n in names if n))
     return {o: (body, p) for o, p in zip(members, picks, strict=True)}
 
 
