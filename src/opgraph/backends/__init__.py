@@ -1,4 +1,4 @@
-"""The engines graphs run on: numpy (default), jax, torch, onnxruntime.
+"""The engines graphs run on: numpy (default), jax, torch, onnxruntime, dask.
 
 Each backend is one module of this package holding a :class:`Backend`
 (capability set, rule table, compiler; see :mod:`opgraph.backends.base`).
@@ -7,13 +7,13 @@ optional engines.
 
     >>> from opgraph import backends
     >>> backends.names()
-    ('numpy', 'jax', 'torch', 'onnxruntime')
+    ('numpy', 'jax', 'torch', 'onnxruntime', 'dask')
     >>> backends.get("numpy").supports("matmul")
     True
     >>> backends.get("tensorflow")
     Traceback (most recent call last):
     ...
-    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, auto ...
+    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, dask, ...
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ _MODULES = {
     "jax": "opgraph.backends.jax",
     "torch": "opgraph.backends.torch",
     "onnxruntime": "opgraph.backends.onnxruntime",
+    "dask": "opgraph.backends.dask",
 }
-_PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime"}
+_PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime", "dask": "dask"}
 _LOADED: dict[str, Backend] = {}
 
 __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", "OpInfo", "available", "get",

@@ -212,6 +212,40 @@ class Backend:
         """
         raise NotImplementedError
 
+    def caveat(self, info: OpInfo) -> str | None:
+        """How this backend runs an op it claims, where the user should know (None: nothing to say).
+
+        :meth:`Program.explain <opgraph.runtime.compiled.Program.explain>` lists these; the dask backend
+        says which ops run as one task on whole inputs rather than chunk by chunk.
+
+        >>> get_numpy().caveat(OpInfo("exp", {}, (), ())) is None
+        True
+        """
+        return None
+
+    def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
+        """A feed taken as this backend's own array without converting it to NumPy (None: convert it as usual).
+
+        The dask backend takes dask and zarr arrays and file memmaps as they are, so a feed larger than
+        memory is never read whole; ``label`` names the input in errors.
+
+        >>> get_numpy().adopt_feed([1.0], TensorType("f8", (1,)), "%x") is None
+        True
+        """
+        return None
+
+    def finish(self, results: Sequence[Any], states: Sequence[Any],
+               options: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+        """A call's results as NumPy arrays and its new update-edge state as this backend keeps it.
+
+        Called once per call with every result and state computed on this backend, so an engine that
+        evaluates lazily (dask) computes them in one pass; ``options`` are the program's compile options.
+
+        >>> get_numpy().finish([np.zeros(1)], [], {})
+        ([array([0.])], [])
+        """
+        return [self.to_numpy(r) for r in results], list(states)
+
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         """A NumPy array as this backend's array."""
         return array

@@ -53,6 +53,10 @@ class Choice:
         return f"auto chose {self.backend}: " + ", ".join(parts)
 
 
+NOT_TIMED = frozenset({"dask"})
+"""Installed backends ``auto`` does not time unless named in ``candidates``."""
+
+
 def _numpy_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options the NumPy candidate takes: only compile()'s own keywords (backend options are not its)."""
     return {k: options[k] for k in ("memory_limit",) if k in options}
@@ -63,7 +67,9 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     """Compile ``graph`` on every installed backend (or ``candidates``), time each on ``feeds``, keep the fastest."""
     from opgraph.runtime.compiled import compile as compile_on
 
-    names = list(candidates or backends.available())
+    # dask is for data larger than one machine's memory: timing it on small example feeds says nothing about
+    # that, so "auto" picks among the in-memory engines unless dask is named as a candidate
+    names = list(candidates or [n for n in backends.available() if n not in NOT_TIMED])
     failures: dict[str, str] = {}
     compiled: dict[str, Any] = {}
 

@@ -274,8 +274,10 @@ class Program:
         lg = var.lowered
         env: dict[int, tuple[str, Any]] = {}
         linputs = lg.inputs.tolist()
+        be = self.backend
         for v, data in feeds.items():  # keys are input ids (resolve_feeds)
-            env[linputs[self._input_pos[v]]] = ("numpy", coerce_feed(g, v, data))
+            own = be.adopt_feed(data, g.type_of(v), g.value_label(v))
+            env[linputs[self._input_pos[v]]] = (be.name, own) if own is not None else ("numpy", coerce_feed(g, v, data))
         for pos, st in self._state.items():
             env.setdefault(linputs[pos], st)
         for v, c in var.constants.items():
@@ -284,20 +286,39 @@ class Program:
             self._run_region(var, r, env)
         lout = lg.outputs.tolist()
         kept = set(lout[len(tg):])
-        results = []
         for v in lout[:len(tg)]:
-            got = env.get(v)
-            if got is None:
+            if v not in env:
                 raise ExecutionError(f"missing feed for input {lg.value_label(v)}")
-            where, arr = got
-            a = backends.get(where).to_numpy(arr)
+        outs, states = self._finish(env, lout[:len(tg)], lout[len(tg):])
+        results = []
+        for v, a in zip(lout[:len(tg)], outs, strict=True):
+            if not isinstance(a, np.ndarray):  # an engine's own array, asked for (dask's result="dask")
+                results.append(a)
+                continue
             # a result is writable and never aliases a caller's feed, a constant, or state the next call may
             # overwrite (engines' NumPy views, such as JAX's, are read-only)
             shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
             results.append(np.array(a, copy=True) if shared or not a.flags.writeable else a)
-        for (_src, dst), v in zip(lg.updates.tolist(), lout[len(tg):], strict=True):
-            self._state[var.input_pos[dst]] = env[v]
+        for (_src, dst), st in zip(lg.updates.tolist(), states, strict=True):
+            self._state[var.input_pos[dst]] = st
         return results
+
+    def _finish(self, env: dict[int, tuple[str, Any]], results: Sequence[int],
+                states: Sequence[int]) -> tuple[list[Any], list[tuple[str, Any]]]:
+        """Each engine's :meth:`~opgraph.backends.base.Backend.finish` on its results and state, once per call."""
+        outs: list[Any] = [None] * len(results)
+        kept: list[tuple[str, Any]] = [env[v] for v in states]
+        for where in {env[v][0] for v in (*results, *states)}:
+            be = backends.get(where)
+            ri = [i for i, v in enumerate(results) if env[v][0] == where]
+            si = [i for i, v in enumerate(states) if env[v][0] == where]
+            opts = self.options if where == self.backend.name else {}
+            got, st = be.finish([env[results[i]][1] for i in ri], [env[states[i]][1] for i in si], opts)
+            for i, a in zip(ri, got, strict=True):
+                outs[i] = a
+            for i, a in zip(si, st, strict=True):
+                kept[i] = (where, a)
+        return outs, kept
 
     def _run_region(self, var: _Variant, r: Region, env: dict[int, tuple[str, Any]]) -> None:
         """Run one region on the values in ``env`` (``value -> (backend, array)``) and add its outputs to it."""
@@ -380,6 +401,10 @@ class Program:
         for op, kind, where, why in self.placement():
             if where != self.backend.name:
                 lines.append(f"  op {op} ({kind}) runs on {where}: {why}")
+            else:
+                caveat = self.backend.caveat(OpInfo.of(var.lowered, op))
+                if caveat is not None:
+                    lines.append(f"  op {op} ({kind}) on {where} {caveat}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
