@@ -7,7 +7,9 @@ backend claims the op (``Backend.why_not`` is None for its types), the
 backend's executable on the same graph must give the same dtype, shape and
 values (tolerance by dtype). Ops the backend does not claim are counted, not
 compared: nothing claimed is expected to fail. ``make_module(name)`` builds
-the test functions of one test module (``test_backend_ops_<name>.py``).
+the test functions of one test module (``test_backend_ops_<name>.py``);
+``options`` (a mapping, or a function of the case's input arrays giving one)
+go to the backend's ``compile_graph``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +67,12 @@ def claimed(backend: Any, graph: opgraph.Graph) -> str | None:
     return None
 
 
-def make_module(name: str, namespace: dict[str, Any]) -> None:
-    """Fill a test module's ``namespace`` with the family tests re-run on backend ``name``."""
+Options = Mapping[str, Any] | Callable[[Sequence[np.ndarray]], Mapping[str, Any]]
+
+
+def make_module(name: str, namespace: dict[str, Any], options: Options | None = None) -> None:
+    """Fill a test module's ``namespace`` with the family tests re-run on backend ``name``, compiled with
+    ``options`` (e.g. how to chunk the inputs)."""
     counts = {"compared": 0, "not claimed": 0}
     unclaimed: dict[str, str] = {}
 
@@ -84,7 +90,8 @@ def make_module(name: str, namespace: dict[str, Any]) -> None:
             counts["not claimed"] += 1
             unclaimed.setdefault(kind, why)
             return want
-        exe = be.compile_graph(g)
+        opts = options(arrays) if callable(options) else options
+        exe = be.compile_graph(g, **(opts or {}))
         got = [be.to_numpy(x) for x in exe([be.from_numpy(np.array(a, order="C")) for a in arrays])]
         compare(got, want, f"{kind} on {name}")
         counts["compared"] += 1

@@ -33,6 +33,7 @@ It runs on dask's local threaded scheduler by default, or on a ``distributed.Cli
 
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 import os
@@ -147,6 +148,19 @@ def whole_block(info: OpInfo) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------- rules
+# A rule factory may decline an instance it cannot chunk by raising Whole(reason): the op then runs as one
+# task on its whole inputs and explain() gives the reason.
+class Whole(Exception):
+    """Raised by a rule factory for an op instance it does not chunk (the reason is the message)."""
+
+
+def _static(t: ValueType) -> tuple[int, ...]:
+    shape = getattr(t, "shape", None)
+    if shape is None or any(d is None for d in shape):
+        raise Whole("its shape is only known at run time")
+    return tuple(int(d) for d in shape)
+
+
 def _elementwise(info: OpInfo) -> Callable[..., Any]:
     kernel = block_kernel(info)
     dtype = info.out_dtype
@@ -161,30 +175,97 @@ def _axes(attrs: Mapping[str, Any]) -> Any:
     return tuple(axis) if isinstance(axis, (list, tuple)) else axis
 
 
-@rule("sum", "prod", "max", "min", "mean", "any", "all")
+@rule("sum", "prod", "max", "min", "mean", "any", "all", "var", "std")
 def _reduction(info: OpInfo) -> Callable[..., Any]:
     fn = getattr(da, info.kind)
-    axis, keepdims = _axes(info.attrs), bool(info.attrs.get("keepdims", False))
-    if info.kind in ("sum", "prod", "mean"):
-        return lambda x: fn(x, axis=axis, keepdims=keepdims, dtype=info.out_dtype)
-    return lambda x: fn(x, axis=axis, keepdims=keepdims)
+    kw: dict[str, Any] = {"axis": _axes(info.attrs), "keepdims": bool(info.attrs.get("keepdims", False))}
+    if info.kind in ("sum", "prod", "mean") or (info.kind in ("var", "std") and info.in_dtypes[0].kind != "c"):
+        kw["dtype"] = info.out_dtype
+    if info.kind in ("var", "std"):
+        kw["ddof"] = info.attrs.get("correction", 0.0)
+    dt = info.out_dtype
+    return lambda x: fn(x, **kw).astype(dt)
+
+
+@rule("argmax", "argmin")
+def _arg_reduction(info: OpInfo) -> Callable[..., Any]:
+    fn, axis, keep = getattr(da, info.kind), info.attrs.get("axis"), bool(info.attrs.get("keepdims", False))
+    if axis is None and keep:
+        raise Whole("dask's argmax/argmin keep no dims without an axis")
+    return lambda x: fn(x, axis=axis, keepdims=keep).astype(np.int64)
+
+
+@rule("cumsum", "cumprod")
+def _scan(info: OpInfo) -> Callable[..., Any]:
+    fn, axis, dt = getattr(da, info.kind), info.attrs.get("axis"), info.out_dtype
+    return lambda x: fn(x.ravel() if axis is None else x, axis=0 if axis is None else axis, dtype=dt)
+
+
+@rule("logsumexp")
+def _logsumexp(info: OpInfo) -> Callable[..., Any]:
+    if info.in_dtypes[0].kind == "c":
+        raise Whole("complex logsumexp has no chunked rule")
+    axis, keep, dt = _axes(info.attrs), bool(info.attrs.get("keepdims", False)), info.out_dtype
+
+    def run(x: Any) -> Any:  # scipy's formulation: the max of each slice taken out, then added back
+        x = x.astype(dt)
+        m = da.max(x, axis=axis, keepdims=True)
+        m = da.where(da.isfinite(m), m, 0)
+        out = da.log(da.sum(da.exp(x - m), axis=axis, keepdims=True)) + m
+        return (out if keep else da.squeeze(out, axis=axis)).astype(dt)
+    return run
 
 
 @rule("matmul")
 def _matmul(info: OpInfo) -> Callable[..., Any]:
-    return da.matmul
+    dt = info.out_dtype
+    return lambda a, b: da.matmul(a, b).astype(dt)
+
+
+@rule("matmul_t")
+def _matmul_t(info: OpInfo) -> Callable[..., Any]:
+    ta, tb, dt = bool(info.attrs["transpose_a"]), bool(info.attrs["transpose_b"]), info.out_dtype
+    return lambda a, b: da.matmul(da.swapaxes(a, -1, -2) if ta else a, da.swapaxes(b, -1, -2) if tb else b).astype(dt)
 
 
 @rule("einsum")
 def _einsum(info: OpInfo) -> Callable[..., Any]:
-    subscripts = str(info.attrs["subscripts"])
-    return lambda *xs: da.einsum(subscripts, *xs)
+    subscripts, dt = str(info.attrs["subscripts"]), info.out_dtype
+    return lambda *xs: da.einsum(subscripts, *xs).astype(dt)
+
+
+@rule("tensordot")
+def _tensordot(info: OpInfo) -> Callable[..., Any]:
+    axes, dt = info.attrs["axes"], info.out_dtype
+    # partial products are summed in the block's dtype: float16 ones in float32, as NumPy accumulates them
+    acc = np.float32 if dt == np.float16 else dt
+    return lambda a, b: da.tensordot(a.astype(acc), b.astype(acc), axes=axes).astype(dt)
+
+
+@rule("vecdot")
+def _vecdot(info: OpInfo) -> Callable[..., Any]:
+    axis, dt = int(info.attrs["axis"]), info.out_dtype
+    return lambda a, b: da.sum(da.conj(a) * b, axis=axis, dtype=dt).astype(dt)
+
+
+@rule("outer")
+def _outer(info: OpInfo) -> Callable[..., Any]:
+    dt = info.out_dtype
+    return lambda a, b: da.outer(a, b).astype(dt)
 
 
 @rule("reshape")
 def _reshape(info: OpInfo) -> Callable[..., Any]:
-    shape = tuple(info.out_types[0].shape)  # type: ignore[union-attr]
-    return lambda x: da.reshape(x, shape)
+    shape = _static(info.out_types[0])
+
+    def run(x: Any) -> Any:
+        # dask reshapes blocks of whole trailing rows; where the blocks do not line up, fewer and larger ones
+        x = x.rechunk({a: -1 for a in range(1, x.ndim)})
+        try:
+            return da.reshape(x, shape, merge_chunks=True)
+        except NotImplementedError:
+            return da.reshape(x.rechunk(-1), shape)
+    return run
 
 
 @rule("permute_dims")
@@ -193,17 +274,221 @@ def _permute(info: OpInfo) -> Callable[..., Any]:
     return lambda x: da.transpose(x, axes)
 
 
+@rule("moveaxis")
+def _moveaxis(info: OpInfo) -> Callable[..., Any]:
+    src, dst = info.attrs["source"], info.attrs["destination"]
+    return lambda x: da.moveaxis(x, src, dst)
+
+
+@rule("broadcast_to")
+def _broadcast_to(info: OpInfo) -> Callable[..., Any]:
+    shape = _static(info.out_types[0])
+    return lambda x: da.broadcast_to(x, shape)
+
+
+@rule("expand_dims")
+def _expand_dims(info: OpInfo) -> Callable[..., Any]:
+    axis = _axes(info.attrs)
+    return lambda x: da.expand_dims(x, axis)
+
+
+@rule("squeeze")
+def _squeeze(info: OpInfo) -> Callable[..., Any]:
+    axis = _axes(info.attrs)
+    return lambda x: da.squeeze(x, axis)
+
+
 @rule("concat")
 def _concat(info: OpInfo) -> Callable[..., Any]:
-    axis = int(info.attrs.get("axis", 0))
-    return lambda *xs: da.concatenate(xs, axis=axis)
+    axis, dt = info.attrs.get("axis", 0), info.out_dtype
+    if axis is None:
+        return lambda *xs: da.concatenate([x.ravel().astype(dt) for x in xs], axis=0)
+    return lambda *xs: da.concatenate([x.astype(dt) for x in xs], axis=int(axis))
+
+
+@rule("stack")
+def _stack(info: OpInfo) -> Callable[..., Any]:
+    axis, dt = int(info.attrs["axis"]), info.out_dtype
+    return lambda *xs: da.stack([x.astype(dt) for x in xs], axis=axis)
+
+
+@rule("split")
+def _split(info: OpInfo) -> Callable[..., Any]:
+    shape = _static(info.in_types[0])
+    axis = int(info.attrs["axis"]) % len(shape)
+    sections, n = info.attrs["sections"], shape[axis]
+    points = [n * i // sections for i in range(sections + 1)] if isinstance(sections, int) else [0, *sections, n]
+    lead = (slice(None),) * axis
+    if len(points) == 2:
+        return lambda x: x
+    return lambda x: tuple(x[(*lead, slice(a, b))] for a, b in itertools.pairwise(points))
+
+
+@rule("getitem")
+def _getitem(info: OpInfo) -> Callable[..., Any]:
+    from opgraph.ops.shape import python_key
+
+    key = python_key(info.attrs["index"], array_result=False)
+    return lambda x: x[key]
+
+
+@rule("take")
+def _take(info: OpInfo) -> Callable[..., Any]:
+    axis = info.attrs.get("axis")
+    if len(_static(info.in_types[1])) != 1:
+        raise Whole("dask takes with 1-D indices only")
+    return lambda x, i: da.take(x.ravel() if axis is None else x, i, axis=0 if axis is None else axis)
+
+
+@rule("flip")
+def _flip(info: OpInfo) -> Callable[..., Any]:
+    axis = _axes(info.attrs)
+    return lambda x: da.flip(x, axis)
+
+
+@rule("roll")
+def _roll(info: OpInfo) -> Callable[..., Any]:
+    shift, axis = info.attrs["shift"], _axes(info.attrs)
+    if axis is None:
+        if not isinstance(shift, (int, np.integer)):
+            raise Whole("dask rolls by one shift without an axis")
+        return lambda x: da.roll(x, int(shift), None)
+    # as NumPy: shifts and axes broadcast against each other, shifts along the same axis add up
+    total: dict[int, int] = {}
+    for sh, ax in zip(*np.broadcast_arrays(np.atleast_1d(shift), np.atleast_1d(axis)), strict=True):
+        total[int(ax)] = total.get(int(ax), 0) + int(sh)
+    shifts, axes = tuple(total.values()), tuple(total)
+    return lambda x: da.roll(x, shifts, axes)
+
+
+@rule("tile")
+def _tile(info: OpInfo) -> Callable[..., Any]:
+    reps = tuple(info.attrs["reps"])
+    return lambda x: da.tile(x, reps)
+
+
+@rule("repeat")
+def _repeat(info: OpInfo) -> Callable[..., Any]:
+    repeats, axis = info.attrs["repeats"], info.attrs.get("axis")
+    if not isinstance(repeats, int):
+        raise Whole("dask repeats every element the same number of times")
+    return lambda x: da.repeat(x.ravel() if axis is None else x, repeats, axis=0 if axis is None else axis)
+
+
+@rule("copy")
+def _copy(info: OpInfo) -> Callable[..., Any]:
+    return lambda x: x  # dask arrays are never written in place
+
+
+@rule("pad")
+def _pad(info: OpInfo) -> Callable[..., Any]:
+    shape, mode, dt = _static(info.in_types[0]), info.attrs["mode"], info.out_dtype
+    pw = tuple(map(tuple, np.broadcast_to(np.asarray(info.attrs["pad_width"], dtype=np.int64), (len(shape), 2))))
+    if mode in ("reflect", "symmetric", "wrap") and any(max(p) >= n for p, n in zip(pw, shape, strict=True)):
+        raise Whole(f"dask pads in {mode} mode only by less than the axis's length")
+    if mode == "constant":
+        cv = np.asarray(info.attrs["constant_value"]).astype(dt)
+        return lambda x: da.pad(x, pw, mode="constant", constant_values=cv)
+    return lambda x: da.pad(x, pw, mode=mode)
+
+
+def local_rule(axes_of: Callable[[OpInfo, int], Sequence[int]]) -> Rule:
+    """A rule for an op computed independently along some axes of its first input (a softmax row, an image of
+    a batch): those axes are joined into one chunk, the first input stays chunked along the others, and the
+    op's NumPy kernel runs on each block (the other inputs, weights and the like, whole beside it).
+
+    >>> import numpy as np
+    >>> from opgraph.core.types import TensorType as T
+    >>> t = T("f8", (4, 3))
+    >>> fn = local_rule(lambda info, rank: [rank - 1])(OpInfo("softmax", {"axis": -1}, (t,), (t,)))
+    >>> x = np.arange(12.0).reshape(4, 3)
+    >>> y = fn(da.from_array(x, chunks=(2, 1)))
+    >>> y.chunks, bool(np.allclose(y.compute().sum(axis=1), 1))
+    (((2, 2), (3,)), True)
+    """
+    def factory(info: OpInfo) -> Callable[..., Any]:
+        if len(info.out_types) != 1:
+            raise Whole("an op with several results has no chunked rule")
+        shape, out = _static(info.in_types[0]), _static(info.out_types[0])
+        local = sorted({a % len(shape) for a in axes_of(info, len(shape))}) if shape else []
+        if len(out) != len(shape) or any(out[a] != shape[a] for a in range(len(shape)) if a not in local):
+            raise Whole("its result is not shaped like its input outside the axes it works along")
+        kernel, dt = block_kernel(info), info.out_dtype
+        ind = "".join(chr(ord("a") + i) for i in range(len(shape)))
+
+        def run(x: Any, *rest: Any) -> Any:
+            args: list[Any] = [x.rechunk({a: -1 for a in local}), ind]
+            k = len(shape)
+            for y in rest:  # whole, under indices of their own: blockwise concatenates their blocks
+                args += [y.rechunk(-1), "".join(chr(ord("a") + i) for i in range(k, k + y.ndim))]
+                k += y.ndim
+            return da.blockwise(kernel, ind, *args, concatenate=True, dtype=dt,
+                                adjust_chunks={ind[a]: out[a] for a in local}, meta=np.empty((0,) * len(out), dt))
+        return run
+    return factory
+
+
+def _along_axis(info: OpInfo, rank: int) -> list[int]:
+    return [int(info.attrs.get("axis", -1))]
+
+
+def _from_axis(info: OpInfo, rank: int) -> list[int]:
+    return list(range(int(info.attrs.get("axis", -1)) % rank, rank))
+
+
+def _all_but_batch(info: OpInfo, rank: int) -> list[int]:
+    return list(range(1, rank))
+
+
+def _last_two(info: OpInfo, rank: int) -> list[int]:
+    return [rank - 2, rank - 1]
+
+
+for _kinds, _axes_of in ((("softmax", "log_softmax", "fft", "rfft", "irfft"), _along_axis),
+                         (("layer_norm",), _from_axis),
+                         (("conv2d", "conv", "conv_transpose", "max_pool2d", "avg_pool2d", "max_pool", "avg_pool",
+                           "lp_pool", "lrn"), _all_but_batch),
+                         (("trilu", "inv", "cholesky", "pinv"), _last_two)):
+    rule(*_kinds)(local_rule(_axes_of))
+
+
+WHOLE.update({
+    "slice": "its bounds are known only at run time",
+    "slice_update": "its bounds are known only at run time",
+    "det": "a batch of determinants has no chunked rule",
+    "solve": "it needs both operands whole",
+})
+
+
+def plan(info: OpInfo) -> tuple[Callable[..., Any], str | None]:
+    """The callable computing one op on dask arrays, and None when it is chunked, or why it runs as one task
+    on its whole inputs (:func:`whole_block`).
+
+    >>> from opgraph.core.types import TensorType as T
+    >>> plan(OpInfo("sum", {"axis": 0}, (T("f8", (0, 3)),), (T("f8", (3,)),)))[1]
+    'an input or result has no elements'
+    """
+    ts = (*info.in_types, *info.out_types)
+    if any(0 in (getattr(t, "shape", None) or ()) for t in ts):
+        return whole_block(info), "an input or result has no elements"
+    factory = RULES.get(info.kind)
+    if get_op(info.kind).elementwise:
+        factory = factory or _elementwise
+    elif factory is not None and getattr(info.in_types[0], "shape", None) == ():
+        return whole_block(info), "a 0-d input is one block already"
+    if factory is None:
+        return whole_block(info), WHOLE.get(info.kind, "no chunked rule for this kind")
+    try:
+        return factory(info), None
+    except Whole as why:
+        return whole_block(info), str(why)
 
 
 # ---------------------------------------------------------------- feeds and chunks
 class MemmapSource:
-    """A ``.npy`` memmap as a chunk source: each read maps the file, copies the block out and unmaps it,
-    so a worker's memory holds its blocks and never the pages of the whole file; pickles as the file name
-    and layout (a worker opens the file itself).
+    """A file-backed array (a ``.npy`` memmap, or any view of one) as a chunk source: each read maps the
+    bytes the array spans, copies the block out and unmaps them, so a worker's memory holds its blocks and
+    never the pages of the whole file; pickles as the file name and layout (a worker opens the file itself).
 
     >>> import numpy as np, tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
@@ -212,50 +497,85 @@ class MemmapSource:
     >>> src[1:, :1], src.shape, src.dtype
     (array([[2.],
            [4.]]), (3, 2), dtype('float64'))
+    >>> MemmapSource.of(np.load(path, mmap_mode="r")[::-1, 1:].T)[:, :2]   # a view: its own offset and strides
+    array([[5., 3.]])
     """
 
-    __slots__ = ("dtype", "filename", "fortran", "ndim", "offset", "shape", "stamp")
+    __slots__ = ("dtype", "filename", "ndim", "offset", "shape", "stamp", "strides")
 
-    def __init__(self, filename: str, dtype: Any, shape: tuple[int, ...], offset: int, fortran: bool) -> None:
+    def __init__(self, filename: str, dtype: Any, shape: tuple[int, ...], offset: int,
+                 strides: tuple[int, ...] | None = None) -> None:
         self.filename = filename
         self.dtype = np.dtype(dtype)
-        self.shape = tuple(shape)
+        self.shape = tuple(int(s) for s in shape)
         self.ndim = len(self.shape)
-        self.offset = offset
-        self.fortran = fortran
+        self.offset = int(offset)  # file position of element [0, ..., 0]
+        if strides is None:  # C order
+            strides = tuple(int(np.prod(self.shape[i + 1:], dtype=np.int64)) * self.dtype.itemsize
+                            for i in range(self.ndim))
+        self.strides = tuple(int(s) for s in strides)
         st = os.stat(filename)
         self.stamp = (st.st_size, st.st_mtime_ns)
 
     @staticmethod
-    def of(mm: np.memmap) -> MemmapSource:
-        """The source reading the file behind ``mm`` (which must map a whole file region, not a view)."""
-        return MemmapSource(str(mm.filename), mm.dtype, mm.shape, int(mm.offset),
-                            bool(mm.flags.f_contiguous and not mm.flags.c_contiguous))
+    def of(a: np.ndarray) -> MemmapSource:
+        """The source reading the file region behind ``a``, a memmap or a view of one (see :func:`file_root`)."""
+        root = file_root(a)
+        if root is None:
+            raise ValueError("not a view of a file memmap")
+        pos = int(root.offset) + _address(a) - _address(root)
+        return MemmapSource(str(root.filename), a.dtype, a.shape, pos, a.strides)
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        mm = np.memmap(self.filename, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape,
-                       order="F" if self.fortran else "C")
-        try:
-            return np.array(mm[index])
-        finally:
-            del mm
+        if 0 in self.shape:
+            return np.empty(self.shape, self.dtype)[index]
+        lo = self.offset + sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.strides, strict=True))
+        hi = self.offset + sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides, strict=True))
+        mm = np.memmap(self.filename, dtype=np.uint8, mode="r", offset=lo, shape=(hi + self.dtype.itemsize - lo,))
+        # the copy holds no reference to the map, so it is unmapped as this returns
+        return np.array(np.ndarray(self.shape, self.dtype, buffer=mm, offset=self.offset - lo,
+                                   strides=self.strides)[index])
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (MemmapSource, (self.filename, self.dtype.str, self.shape, self.offset, self.fortran))
+        return (MemmapSource, (self.filename, self.dtype.str, self.shape, self.offset, self.strides))
 
     def __dask_tokenize__(self) -> Any:
-        return ("opgraph.MemmapSource", self.filename, self.dtype.str, self.shape, self.offset, self.stamp)
+        return ("opgraph.MemmapSource", self.filename, self.dtype.str, self.shape, self.offset, self.strides,
+                self.stamp)
+
+
+def _address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+def file_root(a: Any) -> np.memmap | None:
+    """The memmap mapping a file region (``np.load(path, mmap_mode="r")``) that ``a``'s memory lies in: ``a``
+    itself, or the memmap it is a view of (a slice, a transpose, ``np.asarray`` of it); None for anything else.
+
+    Copy-on-write maps (``mmap_mode="c"``) are not file-backed: their changes are not in the file.
+
+    >>> file_root(np.zeros(2)) is None
+    True
+    """
+    # a view's base chain ends at the memmap created on the mmap object (a view of a memmap is a memmap
+    # too, with its parent's filename and offset, so only that root's offset describes its own data)
+    seen = a
+    while isinstance(seen, np.ndarray):
+        if isinstance(seen, np.memmap) and isinstance(seen.base, mmap.mmap):
+            ok = getattr(seen, "filename", None) is not None and getattr(seen, "mode", "c") in ("r", "r+", "w+")
+            return seen if ok else None
+        seen = seen.base
+    return None
 
 
 def is_memmap_file(a: Any) -> bool:
-    """True for a memmap that maps a file region as a whole (``np.load(path, mmap_mode="r")``), not a view of one.
+    """True for an array whose memory is a file region mapped by a memmap (``np.load(path, mmap_mode="r")``
+    or a view of one): the dask backend reads it from the file, block by block (:class:`MemmapSource`).
 
     >>> is_memmap_file(np.zeros(2))
     False
     """
-    # a view of a memmap is a memmap too, with its parent's filename and offset: only the original maps
-    # exactly the region those describe (its base is the mmap object itself)
-    return isinstance(a, np.memmap) and getattr(a, "filename", None) is not None and isinstance(a.base, mmap.mmap)
+    return isinstance(a, np.ndarray) and a.dtype.kind not in "OV" and file_root(a) is not None
 
 
 def is_zarr(a: Any) -> bool:
@@ -291,6 +611,57 @@ def worker_budget(client: Any = None, num_workers: int | None = None) -> tuple[i
         limit = min((m for m in limits if m > 0), default=machine_memory())
         return limit, max(threads, default=1)
     return machine_memory(), int(num_workers or os.cpu_count() or 1)
+
+
+LIVE_DEFAULT = 4.0
+"""Blocks a task holds at once when the graph cannot tell (:func:`live_blocks` of a dynamic-shape graph)."""
+
+
+def live_blocks(graph: Graph) -> float:
+    """How many blocks the size of the largest input's block one chunk of the graph holds at once: the
+    most bytes live at any step of a depth-first schedule (inputs, temporaries, results; nothing computed
+    in place, as block kernels are not) over the largest input's bytes, at least 2 (a block and its
+    result); :data:`LIVE_DEFAULT` where shapes are dynamic.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (100, 8)), name="x")
+    >>> b.output(b.op("add", b.op("exp", x), b.op("sin", x)))
+    >>> live_blocks(b.freeze())   # x, exp(x), sin(x)
+    3.0
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (100, 8)), name="x")
+    >>> b.output(b.op("multiply", b.op("reshape", x, shape=(100, 8, 1)), b.op("reshape", x, shape=(100, 1, 8))))
+    >>> live_blocks(b.freeze())   # the outer product is 8 blocks
+    10.0
+    """
+    from opgraph.memory.schedule import default_targets, dfs_schedule, value_nbytes
+
+    nbytes = value_nbytes(graph)
+    ins = [int(v) for v in graph.inputs.tolist()]
+    if any(nbytes[v] is None for v in ins):
+        return LIVE_DEFAULT
+    largest = max((nbytes[v] or 0 for v in ins), default=0)
+    if largest == 0:
+        return LIVE_DEFAULT
+    targets = default_targets(graph)
+    order = dfs_schedule(graph, targets).tolist()
+    last: dict[int, int] = {}
+    for step, op in enumerate(order):
+        for v in graph.op_inputs(op).tolist():
+            last[v] = step
+    for v in targets:
+        last[v] = len(order)  # results stay until they are gathered
+    live = sum(nbytes[v] or 0 for v in set(ins))
+    peak = live
+    for step, op in enumerate(order):
+        outs = graph.op_outputs(op).tolist()
+        if any(nbytes[v] is None for v in outs):
+            return LIVE_DEFAULT
+        live += sum(nbytes[v] or 0 for v in outs)
+        peak = max(peak, live)
+        for v in set(graph.op_inputs(op).tolist()) | set(outs):
+            if last.get(v, -1) <= step:
+                live -= nbytes[v] or 0
+    return max(peak / largest, 2.0)
 
 
 def chunk_bytes(budget: int, threads: int, live: float = 4.0) -> int:
@@ -329,8 +700,9 @@ def adopt(data: Any, t: TensorType, label: str) -> Any | None:
     """A feed the backend takes as it is (a dask array, a zarr array, a file memmap), checked against the
     input's type without reading it; None for anything else (converted by the usual feed rule).
 
-    A dask or zarr array of another dtype is cast lazily where NumPy casts it safely; a lossy cast is an
-    error, as its values cannot be checked without computing them.
+    A feed of another dtype is cast lazily (block by block) where NumPy casts it safely; a lossy cast is an
+    error, as its values cannot be checked without computing them. A memmap is returned as it is and read
+    from its file by :meth:`DaskExecutable.as_dask`.
 
     >>> from opgraph.core.types import TensorType as T
     >>> adopt(da.zeros(3, dtype="int8"), T("int16", (3,)), "%x").dtype
@@ -339,22 +711,21 @@ def adopt(data: Any, t: TensorType, label: str) -> Any | None:
     True
     """
     if isinstance(data, da.Array):
-        arr = data
+        arr, what = data, "dask array"
     elif is_zarr(data):
-        arr = da.from_zarr(data)
+        arr, what = da.from_zarr(data), "zarr array"
     elif is_memmap_file(data):
-        arr = data
+        arr, what = data, "file memmap"
     else:
         return None
     if not t.accepts(_Probe(arr.shape, t.dtype)):
-        raise FeedError(f"input {label} expects {t}, got shape {tuple(arr.shape)}")
+        raise FeedError(f"input {label} expects {t}, got a {what} of shape {tuple(arr.shape)}")
     if arr.dtype != t.dtype:
         if not np.can_cast(arr.dtype, t.dtype, "safe"):
-            raise FeedError(f"input {label} expects {t}, got a {type(data).__name__} of {arr.dtype}: cast it "
-                            f"first (its values cannot be checked for the lossy cast without computing them)")
-        if not isinstance(arr, da.Array):  # a memmap: read in blocks by the executable, cast there
-            return None
-        arr = arr.astype(t.dtype)
+            raise FeedError(f"input {label} expects {t}, got a {what} of {arr.dtype}: cast it first (its "
+                            f"values cannot be checked for the lossy cast without computing them)")
+        if isinstance(arr, da.Array):
+            arr = arr.astype(t.dtype)
     return arr
 
 
@@ -368,41 +739,54 @@ class _Probe:
 # ---------------------------------------------------------------- compiling and running
 class DaskExecutable(Executable):
     """A graph as a function of dask arrays: a call wraps NumPy and memmap arguments into chunked arrays
-    and returns the graph's outputs as lazy dask arrays (:meth:`DaskBackend.finish` computes them)."""
+    and returns the graph's outputs as lazy dask arrays (:meth:`DaskBackend.finish` computes them).
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (6,)), name="x"); b.output(b.op("exp", x))
+    >>> exe = DaskExecutable(b.freeze(), {"x": 2}, 1 << 20)
+    >>> exe.as_dask(np.zeros(6), "x").chunks
+    ((2, 2, 2),)
+    """
 
     def __init__(self, graph: Graph, chunks: Any, limit: int) -> None:
         self.graph = graph
         self.chunks = chunks
         self.limit = limit
-        self.names = [graph.value_label(int(v)).lstrip("%") for v in graph.inputs.tolist()]
+        ins = graph.inputs.tolist()
+        self.names = [graph.value_label(int(v)).lstrip("%") for v in ins]
+        self.dtypes = [getattr(graph.type_of(int(v)), "dtype", None) for v in ins]
         self.fn, consts, self.source = straight_line(graph, _rule_for, fix=_fix, name="dask_program")
         self.consts = [self.as_dask(c, None) for c in consts]
 
-    def as_dask(self, a: Any, name: str | None) -> da.Array:
-        """An argument as a chunked dask array (dask arrays as they are)."""
+    def as_dask(self, a: Any, name: str | None, dtype: Any = None) -> da.Array:
+        """An argument as a chunked dask array of ``dtype`` (dask arrays as they are): ``chunks`` (by input
+        name for a dict), else blocks of at most ``limit`` bytes (:func:`choose_chunks`); a file memmap is
+        read block by block from its file (:class:`MemmapSource`)."""
         if isinstance(a, da.Array):
-            return a
-        chunks = self.chunks.get(name, "budget") if isinstance(self.chunks, Mapping) else self.chunks
-        shape = np.shape(a)
-        dtype = a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype
-        if chunks in (None, "budget"):
-            chunks = choose_chunks(shape, dtype, self.limit)
-        if is_memmap_file(a):
-            return da.from_array(MemmapSource.of(a), chunks=chunks, lock=False, fancy=False)
-        return da.from_array(np.asarray(a), chunks=chunks)
+            arr = a
+        else:
+            chunks = self.chunks.get(name, "budget") if isinstance(self.chunks, Mapping) else self.chunks
+            shape = np.shape(a)
+            src = MemmapSource.of(a) if is_memmap_file(a) else np.asarray(a)
+            if chunks is None or (isinstance(chunks, str) and chunks == "budget"):
+                chunks = choose_chunks(shape, src.dtype, self.limit)
+            try:
+                chunks = da.core.normalize_chunks(chunks, shape, dtype=src.dtype)
+            except (ValueError, TypeError) as exc:
+                raise BackendError(f"chunks={chunks!r} do not fit input {name} of shape {shape}: {exc}") from None
+            if isinstance(src, MemmapSource):
+                arr = da.from_array(src, chunks=chunks, lock=False, fancy=False)
+            else:
+                arr = da.from_array(src, chunks=chunks)
+        return arr if dtype is None or arr.dtype == dtype else arr.astype(dtype)
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
-        xs = [self.as_dask(a, n) for a, n in zip(args, self.names, strict=True)]
+        xs = [self.as_dask(a, n, d) for a, n, d in zip(args, self.names, self.dtypes, strict=True)]
         return list(self.fn(self.consts, *xs))
 
 
 def _rule_for(info: OpInfo) -> Callable[..., Any]:
-    factory = RULES.get(info.kind)
-    if factory is not None:
-        return factory(info)
-    if get_op(info.kind).elementwise:
-        return _elementwise(info)
-    return whole_block(info)
+    return plan(info)[0]
 
 
 def _fix(x: Any, t: ValueType) -> Any:
@@ -444,10 +828,8 @@ class DaskBackend(Backend):
         >>> BACKEND.caveat(OpInfo("exp", {}, (T("f8", (2,)),), (T("f8", (2,)),))) is None
         True
         """
-        if info.kind in RULES or get_op(info.kind).elementwise:
-            return None
-        why = WHOLE.get(info.kind, "no chunked rule for this kind")
-        return f"runs as one task on whole inputs: {why}"
+        why = plan(info)[1]
+        return None if why is None else f"runs as one task on whole inputs: {why}"
 
     def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
         if not isinstance(t, TensorType):
@@ -470,7 +852,7 @@ class DaskBackend(Backend):
             raise BackendError(f"result={result!r}: choose 'numpy' (computed), 'dask' (lazy) or 'persist'")
         if chunk_bytes is None:
             nbytes, threads = worker_budget(client, num_workers)
-            chunk_bytes = globals()["chunk_bytes"](nbytes, threads)
+            chunk_bytes = globals()["chunk_bytes"](nbytes, threads, live_blocks(graph))
         return DaskExecutable(graph, chunks, int(chunk_bytes))
 
     def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any]) -> tuple[
