@@ -412,7 +412,7 @@ def region_graph(graph: Graph, ops: Sequence[int], inputs: Sequence[int], output
     new: dict[int, Any] = {}
     for v in inputs:
         t = (input_types or {}).get(v, graph.type_of(v))
-        new[v] = b.input(t)
+        new[v] = b.input(t, name=graph.name_of(v))  # the user's names, which engine options may refer to
     for op in ops:
         outs = graph.op_outputs(op).tolist()
         if graph.op_kind[op] == CONST.id:
