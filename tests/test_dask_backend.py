@@ -21,6 +21,7 @@ distributed = pytest.importorskip("distributed", reason="the dask engine is an o
 
 import opgraph  # noqa: E402
 from opgraph.backends import dask as dask_backend  # noqa: E402
+from opgraph.backends.base import BackendError  # noqa: E402
 
 WORKER_LIMIT = 512 << 20
 
@@ -226,3 +227,11 @@ def test_input_larger_than_worker_memory(client: Any, tmp_path: Path) -> None:
         assert peak < limits[w], f"worker {w} peaked at {peak >> 20} MiB over its {limits[w] >> 20} MiB limit"
     budget, threads = dask_backend.worker_budget(client)
     assert budget == WORKER_LIMIT and threads == 1
+
+
+def test_chunks_naming_no_input_is_an_error() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (10,)), name="x")
+    b.output(b.op("exp", x))
+    with pytest.raises(BackendError, match=r"chunks= names xx, .*inputs \(x\)"):
+        opgraph.compile(b.freeze(), backend="dask", chunks={"xx": 5})(x=np.zeros(10))

@@ -680,10 +680,13 @@ def chunk_bytes(budget: int, threads: int, live: float = 4.0) -> int:
 
 def choose_chunks(shape: Sequence[int], dtype: Any, limit: int) -> tuple[tuple[int, ...], ...]:
     """Chunks of at most ``limit`` bytes, splitting the leading axis only where a row fits (blocks of whole
-    rows read contiguously from a C-ordered file), else as dask's ``"auto"`` does.
+    rows read contiguously from a C-ordered file, as few as fit and of equal size, so no block is a sliver),
+    else as dask's ``"auto"`` does.
 
     >>> choose_chunks((1000, 256), "float32", 256 * 4 * 100)
     ((100, 100, 100, 100, 100, 100, 100, 100, 100, 100), (256,))
+    >>> choose_chunks((1001, 256), "float32", 256 * 4 * 500)   # not 500 + 500 + 1
+    ((334, 334, 333), (256,))
     """
     from dask.array.core import normalize_chunks
 
@@ -692,7 +695,10 @@ def choose_chunks(shape: Sequence[int], dtype: Any, limit: int) -> tuple[tuple[i
         return ()
     row = np.dtype(dtype).itemsize * math.prod(shape[1:])
     if row <= limit:
-        return normalize_chunks(("auto",) + (-1,) * (len(shape) - 1), shape, limit=limit, dtype=dtype)
+        n = shape[0]
+        blocks = max(1, -(-n * row // limit)) if n else 1
+        rows = tuple(n // blocks + (i < n % blocks) for i in range(blocks))
+        return (rows, *((d,) for d in shape[1:]))
     return normalize_chunks("auto", shape, limit=limit, dtype=dtype)
 
 
@@ -737,6 +743,17 @@ class _Probe:
 
 
 # ---------------------------------------------------------------- compiling and running
+def input_names(graph: Graph) -> list[str]:
+    """The names ``chunks=`` keys refer to: each input's name, or its value id for an unnamed one.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); y = b.input(("f8", (2,)))
+    >>> b.output(b.op("add", x, y)); input_names(b.freeze())
+    ['x', '1']
+    """
+    return [graph.value_label(int(v)).lstrip("%") for v in graph.inputs.tolist()]
+
+
 class DaskExecutable(Executable):
     """A graph as a function of dask arrays: a call wraps NumPy and memmap arguments into chunked arrays
     and returns the graph's outputs as lazy dask arrays (:meth:`DaskBackend.finish` computes them).
@@ -753,7 +770,7 @@ class DaskExecutable(Executable):
         self.chunks = chunks
         self.limit = limit
         ins = graph.inputs.tolist()
-        self.names = [graph.value_label(int(v)).lstrip("%") for v in ins]
+        self.names = input_names(graph)
         self.dtypes = [getattr(graph.type_of(int(v)), "dtype", None) for v in ins]
         self.fn, consts, self.source = straight_line(graph, _rule_for, fix=_fix, name="dask_program")
         self.consts = [self.as_dask(c, None) for c in consts]
@@ -850,6 +867,12 @@ class DaskBackend(Backend):
             raise TypeError(f"the dask backend takes no option(s) {sorted(options)}")
         if result not in ("numpy", "dask", "persist"):
             raise BackendError(f"result={result!r}: choose 'numpy' (computed), 'dask' (lazy) or 'persist'")
+        if isinstance(chunks, Mapping):
+            names = input_names(graph)
+            unknown = sorted(set(map(str, chunks)) - set(names))
+            if unknown:
+                raise BackendError(f"chunks= names {', '.join(unknown)}, which this graph's dask part does not "
+                                   f"take as inputs ({', '.join(names) or 'none'})")
         if chunk_bytes is None:
             nbytes, threads = worker_budget(client, num_workers)
             chunk_bytes = globals()["chunk_bytes"](nbytes, threads, live_blocks(graph))
