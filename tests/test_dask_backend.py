@@ -235,3 +235,42 @@ def test_chunks_naming_no_input_is_an_error() -> None:
     b.output(b.op("exp", x))
     with pytest.raises(BackendError, match=r"chunks= names xx, .*inputs \(x\)"):
         opgraph.compile(b.freeze(), backend="dask", chunks={"xx": 5})(x=np.zeros(10))
+
+
+def test_explain_says_which_ops_run_whole_and_why() -> None:
+    """Chunked ops go unmentioned; a kind without a rule and an instance a rule declines are named with the
+    reason; both still compute NumPy's values."""
+    rng = np.random.default_rng(4)
+    xs, idx = rng.standard_normal((40, 6)), np.array([[0, 5], [39, 2]])
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (40, 6)), name="x")
+    i = b.input(("int64", (2, 2)), name="i")
+    gram = b.op("matmul", b.op("permute_dims", x), x)
+    b.output(b.op("slogdet", gram)[1], b.op("take", x, i, axis=0), b.op("softmax", x, axis=0))
+    g = b.freeze()
+    f = opgraph.compile(g, backend="dask", chunks={"x": (10, 3)})
+    lines = f.explain().splitlines()
+    whole = {line.split("(")[1].split(")")[0]: line for line in lines if "runs as one task" in line}
+    assert set(whole) == {"slogdet", "take"}
+    assert whole["slogdet"].endswith("no chunked rule for this kind")
+    assert whole["take"].endswith("dask takes with 1-D indices only")
+    for got, want in zip(f(x=xs, i=idx), g.run({"x": xs, "i": idx}), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_scan_runs_on_a_worker(client: Any) -> None:
+    """A control-flow op ships its body to a worker process (one whole-block task) and runs it there."""
+    import opgraph.numpy as onp
+
+    xs = onp.placeholder((50, 4), "float64", name="xs")
+
+    def step(h: Any, x: Any) -> tuple[Any, Any]:
+        h2 = onp.tanh(h * 0.5 + x)
+        return h2, h2.sum()
+    carry, ys = opgraph.scan(step, onp.zeros((4,), dtype="float64"), xs)
+    g = onp.to_graph([carry, ys], inputs=[xs])
+    data = np.random.default_rng(5).standard_normal((50, 4))
+    f = opgraph.compile(g, backend="dask", client=client)
+    assert "(scan) on dask runs as one task on whole inputs" in f.explain()
+    for got, want in zip(f(xs=data), g.run({"xs": data}), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

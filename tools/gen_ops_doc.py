@@ -75,7 +75,11 @@ def render_backends() -> str:
         cells = []
         for n in names:
             be = loaded[n]
-            if d.name in be.rules:
+            cell = be.doc_cell(d.name)
+            if cell is not None:
+                counts[n] += cell != "whole block"
+                cells.append(cell)
+            elif d.name in be.rules:
                 counts[n] += 1
                 note = " (some dtypes/attrs: numpy)" if d.name in be.limits else ""
                 cells.append("yes" + note)

@@ -223,6 +223,15 @@ class Backend:
         """
         return None
 
+    def doc_cell(self, kind: str) -> str | None:
+        """How docs/backends.md's op table describes ``kind`` on this backend, where its rule table does not
+        say it all (None: by the rule table, as tools/gen_ops_doc.py reads it).
+
+        >>> get_numpy().doc_cell("exp") is None
+        True
+        """
+        return None
+
     def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
         """A feed taken as this backend's own array without converting it to NumPy (None: convert it as usual).
 

@@ -848,6 +848,18 @@ class DaskBackend(Backend):
         why = plan(info)[1]
         return None if why is None else f"runs as one task on whole inputs: {why}"
 
+    def doc_cell(self, kind: str) -> str | None:
+        """``chunked`` for a kind with a chunked rule, ``whole block`` for one run as one task on whole inputs.
+
+        >>> BACKEND.doc_cell("matmul"), BACKEND.doc_cell("det")
+        ('chunked', 'whole block')
+        """
+        from opgraph.backends.numpy import NumpyBackend
+
+        if not NumpyBackend.has_kernel(kind):
+            return None
+        return "chunked" if kind in RULES or get_op(kind).elementwise else "whole block"
+
     def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
         if not isinstance(t, TensorType):
             return None
