@@ -76,6 +76,19 @@ def _gs_markdown(title: str, columns: list[str], rows: list[list[str]], notes: l
     return "\n".join(lines + [""] + [f"- {note}" for note in notes] + [""])
 
 
+def emit_table(console: Console, title: str, columns: list[str], rows: list[list[str]], notes: list[str]) -> str:
+    """Print a table (first column left, the rest right) and its notes; return them as markdown."""
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for note in notes:
+        console.print(f"  {note}", style="dim", markup=False, highlight=False)
+    return _gs_markdown(title, columns, rows, notes)
+
+
 def graph_scale(console: Console) -> None:
     """Issue 13: opgraph (builder and bulk arrays), rustworkx and networkx on the same DAG of N ops, each system
     and size in its own process (bench/graph_scale.py); one table per metric group, also written to
@@ -299,15 +312,7 @@ def graph_scale(console: Console) -> None:
           "Command: `" + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                                   if k.startswith("OPGRAPH_BENCH_")) + " python bench/run.py graph_scale`", ""]
     for title, columns, rows, notes in tables:
-        table = Table(title=title)
-        for i, col in enumerate(columns):
-            table.add_column(col, justify="left" if i == 0 else "right")
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-        for note in notes:
-            console.print(f"  {note}", style="dim", markup=False, highlight=False)
-        md.append(_gs_markdown(title, columns, rows, notes))
+        md.append(emit_table(console, title, columns, rows, notes))
     if footer:
         console.print(footer, markup=False, highlight=False)
         md.append(footer + "\n")

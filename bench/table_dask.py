@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+from run import emit_table  # bench/run.py, which loads this module (its folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "dask.md"
@@ -57,22 +57,6 @@ def _merge(results: list[dict[str, Any] | None]) -> dict[str, Any] | None:
         out["workers_replaced"] = sum(r["workers_replaced"] for r in results)  # type: ignore[index]
     out["ys"] = [r["y"] for r in results]  # type: ignore[index]
     return out
-
-
-def _emit(console: Console, md: list[str], title: str, columns: list[str], rows: list[list[str]],
-          notes: list[str]) -> None:
-    """Print a table and its notes, and append them to ``md`` as markdown."""
-    t = Table(title=title)
-    for i, col in enumerate(columns):
-        t.add_column(col, justify="left" if i == 0 else "right")
-    for row in rows:
-        t.add_row(*row)
-    console.print(t)
-    for note in notes:
-        console.print(f"  {note}", style="dim", markup=False, highlight=False)
-    md += [f"### {title}", "", "| " + " | ".join(columns) + " |",
-           "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
-    md += ["| " + " | ".join(row) + " |" for row in rows] + [""] + [f"- {n}" for n in notes] + [""]
 
 
 def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
@@ -176,7 +160,7 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
     header = f"{time.strftime('%Y-%m-%d %H:%M')}; `{command}`; X {gib:g} GiB, limit {limit} MiB; {threads}; {versions}"
     console.print(header, markup=False, highlight=False)
     md = ["## dask backend: out-of-core memmap (issue 18)", "", header, ""]
-    _emit(console, md, title, COLUMNS, rows, notes)
+    md.append(emit_table(console, title, COLUMNS, rows, notes))
 
     rows, notes = [], []
     if over is None:
@@ -195,8 +179,8 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
                  "dask.optimize; threads = dask's threaded scheduler, LocalCluster 2 x 1 as above.",
                  "graph built per call: a compiled chain of K multiply/add/tanh ops on a (4000, 256) array in 10 "
                  "chunks, called with result='dask' (nothing computed), vs the same chain in dask.array; µs per op."]
-    _emit(console, md, f"Overhead: per task and per op (median of {repeat})",
-          ["measure", "size", "tasks", "median s", "µs per task or op", "vs hand-written"], rows, notes)
+    md.append(emit_table(console, f"Overhead: per task and per op (median of {repeat})",
+                         ["measure", "size", "tasks", "median s", "µs per task or op", "vs hand-written"], rows, notes))
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text("\n".join(md))
     console.print(f"written: {RESULTS}")
