@@ -216,29 +216,41 @@ def _logsumexp(info: OpInfo) -> Callable[..., Any]:
     return run
 
 
+def _acc(dt: np.dtype) -> Any:
+    """The dtype partial products over chunks are summed in: float16 ones in float32, as NumPy's kernels
+    accumulate them (dask sums the partials of a chunked contraction axis in their own dtype)."""
+    return np.float32 if dt == np.float16 else dt
+
+
 @rule("matmul")
 def _matmul(info: OpInfo) -> Callable[..., Any]:
     dt = info.out_dtype
-    return lambda a, b: da.matmul(a, b).astype(dt)
+    acc = _acc(dt)
+    return lambda a, b: da.matmul(a.astype(acc), b.astype(acc)).astype(dt)
 
 
 @rule("matmul_t")
 def _matmul_t(info: OpInfo) -> Callable[..., Any]:
     ta, tb, dt = bool(info.attrs["transpose_a"]), bool(info.attrs["transpose_b"]), info.out_dtype
-    return lambda a, b: da.matmul(da.swapaxes(a, -1, -2) if ta else a, da.swapaxes(b, -1, -2) if tb else b).astype(dt)
+    acc = _acc(dt)
+
+    def run(a: Any, b: Any) -> Any:
+        a, b = a.astype(acc), b.astype(acc)
+        return da.matmul(da.swapaxes(a, -1, -2) if ta else a, da.swapaxes(b, -1, -2) if tb else b).astype(dt)
+    return run
 
 
 @rule("einsum")
 def _einsum(info: OpInfo) -> Callable[..., Any]:
     subscripts, dt = str(info.attrs["subscripts"]), info.out_dtype
-    return lambda *xs: da.einsum(subscripts, *xs).astype(dt)
+    acc = _acc(dt)
+    return lambda *xs: da.einsum(subscripts, *[x.astype(acc) for x in xs]).astype(dt)
 
 
 @rule("tensordot")
 def _tensordot(info: OpInfo) -> Callable[..., Any]:
     axes, dt = info.attrs["axes"], info.out_dtype
-    # partial products are summed in the block's dtype: float16 ones in float32, as NumPy accumulates them
-    acc = np.float32 if dt == np.float16 else dt
+    acc = _acc(dt)
     return lambda a, b: da.tensordot(a.astype(acc), b.astype(acc), axes=axes).astype(dt)
 
 
