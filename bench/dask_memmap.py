@@ -22,7 +22,8 @@ graph and computing ``y`` on the cluster:
   threaded scheduler and on the 2-worker cluster; and opgraph's cost per op of building the dask graph for a chain
   of K elementwise ops, next to the same chain written in ``dask.array``.
 
-Every worker's peak RSS is its VmHWM at the end (``client.run``), read against its ``memory_limit``.
+Every worker's peak RSS is read at the end by ``opgraph.backends.dask.worker_memory`` (its VmHWM), against its
+``memory_limit``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ os.environ.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 import tempfile
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from scale_common import peak_rss_bytes  # bench/: this script's folder is on sys.path
 
 COLS, K_OUT, DTYPE = 256, 32, "float32"
 DIR = Path(os.environ.get("OPGRAPH_BENCH_DASK_DIR", "/tmp/opgraph-bench-dask"))
@@ -159,20 +160,10 @@ def start_cluster(limit_mib: int) -> tuple[Any, Any]:
     return cluster, Client(cluster)
 
 
-def peak_rss() -> int:
-    """This process's peak resident bytes: VmHWM, which starts afresh at exec (a spawned worker's ``ru_maxrss``
-    starts at its parent's, the client's), else ``ru_maxrss``."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _worker_facts() -> dict[str, Any]:
     from threadpoolctl import threadpool_info
 
-    return {"maxrss": peak_rss(), "env": {k: os.environ.get(k) for k in THREAD_VARS},
+    return {"env": {k: os.environ.get(k) for k in THREAD_VARS},
             "blas_threads": sorted({i.get("num_threads") for i in threadpool_info()})}
 
 
@@ -184,10 +175,12 @@ def worker_report(client: Any, first_workers: set[str]) -> dict[str, Any]:
     except TimeoutError:
         pass
     info = client.scheduler_info()["workers"]
+    from opgraph.backends.dask import worker_memory
+
     facts = client.run(_worker_facts, on_error="ignore")
     added = {e.get("worker") for _, e in client.get_events("all") if e.get("action") == "add-worker"}
-    return {"workers": [{"peak_mib": facts[a]["maxrss"] / 2**20, "limit_mib": w["memory_limit"] / 2**20}
-                        for a, w in sorted(info.items()) if a in facts],
+    return {"workers": [{"peak_mib": peak / 2**20, "limit_mib": limit / 2**20}
+                        for peak, limit in worker_memory(client).values()],
             "worker_env": next(iter(facts.values()), {}).get("env"),
             "worker_blas_threads": sorted({t for f in facts.values() for t in f["blas_threads"]}),
             "workers_replaced": len((added | set(info)) - first_workers)}
@@ -221,7 +214,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
             return acc.astype(DTYPE)
         times, y = timed(numpy_run, args.repeat)
         out.update(times=times, median_s=statistics.median(times), y=y.tolist(), chunk_rows=step,
-                   peak_mib=peak_rss() / 2**20)
+                   peak_mib=peak_rss_bytes() / 2**20)
         return out
     size, free = Path(path).stat().st_size, psutil.virtual_memory().available
     if args.variant == "dask_mmap" and (size > args.limit_mib * 2**20 or 8 * size > free):
@@ -261,7 +254,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         except Exception as exc:  # e.g. KilledWorker: reported in the JSON with the workers' state
             out["error"] = f"{type(exc).__name__}: {exc}"[:400]
         out.update(worker_report(client, first),
-                   client_peak_mib=peak_rss() / 2**20)
+                   client_peak_mib=peak_rss_bytes() / 2**20)
     finally:
         client.close()
         cluster.close()

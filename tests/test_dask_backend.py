@@ -75,13 +75,6 @@ def save_npy(path: Path, rows: int, cols: int, dtype: str, block_rows: int = 1 <
     return np.load(path, mmap_mode="r")
 
 
-def peak_rss() -> int:
-    """This process's peak resident memory in bytes (VmHWM: unlike ru_maxrss, not inherited from the process
-    that started it, here the nanny in the test process)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
-
-
 # ---------------------------------------------------------------- results on the cluster
 def test_cluster_matches_numpy(client: Any) -> None:
     """Every family the backend chunks, on two worker processes, against the NumPy engine."""
@@ -220,10 +213,10 @@ def test_input_larger_than_worker_memory(client: Any, tmp_path: Path) -> None:
                                                                                   for k, v in p.items()})
     np.testing.assert_allclose(got, want, rtol=1e-4)
     assert workers(client) == first, "a worker was restarted (memory)"
-    peaks = client.run(peak_rss)
-    limits = {w: info["memory_limit"] for w, info in client.scheduler_info()["workers"].items()}
-    for w, peak in peaks.items():
-        assert peak < limits[w], f"worker {w} peaked at {peak >> 20} MiB over its {limits[w] >> 20} MiB limit"
+    memory = dask_backend.worker_memory(client)
+    assert len(memory) == 2
+    for w, (peak, limit) in memory.items():
+        assert 0 < peak < limit == WORKER_LIMIT, f"worker {w} peaked at {peak >> 20} MiB, its limit {limit >> 20} MiB"
     budget, threads = dask_backend.worker_budget(client)
     assert budget == WORKER_LIMIT and threads == 1
 

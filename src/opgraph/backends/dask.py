@@ -472,6 +472,16 @@ WHOLE.update({
 })
 
 
+def chunked_rule(kind: str) -> Rule | None:
+    """The rule factory chunking ``kind`` (its entry in :data:`RULES`, or the block map of an elementwise op);
+    None for a kind that runs as one task on whole inputs.
+
+    >>> chunked_rule("det") is None, chunked_rule("exp") is not None
+    (True, True)
+    """
+    return RULES.get(kind) or (_elementwise if get_op(kind).elementwise else None)
+
+
 def plan(info: OpInfo) -> tuple[Callable[..., Any], str | None]:
     """The callable computing one op on dask arrays, and None when it is chunked, or why it runs as one task
     on its whole inputs (:func:`whole_block`).
@@ -483,10 +493,8 @@ def plan(info: OpInfo) -> tuple[Callable[..., Any], str | None]:
     ts = (*info.in_types, *info.out_types)
     if any(0 in (getattr(t, "shape", None) or ()) for t in ts):
         return whole_block(info), "an input or result has no elements"
-    factory = RULES.get(info.kind)
-    if get_op(info.kind).elementwise:
-        factory = factory or _elementwise
-    elif factory is not None and getattr(info.in_types[0], "shape", None) == ():
+    factory = chunked_rule(info.kind)
+    if factory is not None and not get_op(info.kind).elementwise and getattr(info.in_types[0], "shape", None) == ():
         return whole_block(info), "a 0-d input is one block already"
     if factory is None:
         return whole_block(info), WHOLE.get(info.kind, "no chunked rule for this kind")
@@ -625,6 +633,34 @@ def worker_budget(client: Any = None, num_workers: int | None = None) -> tuple[i
     return machine_memory(), int(num_workers or os.cpu_count() or 1)
 
 
+def peak_rss() -> int:
+    """This process's peak resident bytes: Linux's VmHWM, which starts afresh at exec (``ru_maxrss`` does not:
+    a worker a nanny spawns would report the nanny's process's peak), else ``ru_maxrss``.
+
+    >>> peak_rss() > 0
+    True
+    """
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+
+
+def worker_memory(client: Any) -> dict[str, tuple[int, int]]:
+    """Each worker's peak resident bytes so far (:func:`peak_rss`, run on the worker) and its ``memory_limit``
+    (0: none), by worker address: how close a run came to the limits the default chunks are sized for.
+
+    >>> worker_memory  # doctest: +ELLIPSIS
+    <function worker_memory at ...>
+    """
+    peaks = client.run(peak_rss, on_error="ignore")
+    limits = {a: int(w.get("memory_limit") or 0) for a, w in client.scheduler_info()["workers"].items()}
+    return {a: (int(peaks[a]), limits.get(a, 0)) for a in sorted(peaks)}
+
+
 LIVE_DEFAULT = 4.0
 """Blocks a task holds at once when the graph cannot tell (:func:`live_blocks` of a dynamic-shape graph)."""
 
@@ -688,6 +724,9 @@ def chunk_bytes(budget: int, threads: int, live: float = 4.0) -> int:
     """
     per = budget / (max(threads, 1) * 2 * max(live, 1.0))
     return int(min(max(per, MIN_CHUNK_BYTES), MAX_CHUNK_BYTES))
+
+
+_budget_chunk_bytes = chunk_bytes  # compile_graph's chunk_bytes= option shadows the name
 
 
 def choose_chunks(shape: Sequence[int], dtype: Any, limit: int) -> tuple[tuple[int, ...], ...]:
@@ -870,7 +909,7 @@ class DaskBackend(Backend):
 
         if not NumpyBackend.has_kernel(kind):
             return None
-        return "chunked" if kind in RULES or get_op(kind).elementwise else "whole block"
+        return "whole block" if chunked_rule(kind) is None else "chunked"
 
     def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
         if not isinstance(t, TensorType):
@@ -899,7 +938,7 @@ class DaskBackend(Backend):
                                    f"take as inputs ({', '.join(names) or 'none'})")
         if chunk_bytes is None:
             nbytes, threads = worker_budget(client, num_workers)
-            chunk_bytes = globals()["chunk_bytes"](nbytes, threads, live_blocks(graph))
+            chunk_bytes = _budget_chunk_bytes(nbytes, threads, live_blocks(graph))
         return DaskExecutable(graph, chunks, int(chunk_bytes))
 
     def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any]) -> tuple[
