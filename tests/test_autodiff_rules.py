@@ -81,6 +81,7 @@ CASES.update({
     "scatter_nd": [C((3, 4), const(np.array([[0, 1], [2, -1], [0, 1]])), (3,)),
                    C((3, 4), const(np.array([[2], [2]])), (2, 4), reduction="add")],
     "topk": [C(S, k=2), C((3, 4), k=2, axis=0, largest=False)],
+    "sort": [C(S), C((3, 4), axis=0, descending=True)],
     "one_hot": [C(const(np.array([[0, 5, -1], [2, 1, 1]])), (2,), depth=3)],
     "trilu": [C((3, 4), k=1), C((2, 3, 3), upper=False)],
     "reverse_sequence": [C((4, 3, 2), const(np.array([4, 0, 2]))),
@@ -158,6 +159,7 @@ NO_RULE: dict[str, str] = {
     "resize": "no gradient rule yet (interpolation weights per mode)",
     "grid_sample": "no gradient rule yet",
     "bitcast": "reinterpreting bits is not differentiable (the new dtype's values are no smooth function of x)",
+    "eig": "no gradient rule yet (eigenvectors of a general matrix are defined up to a complex phase)",
 }
 # Whole families without rules, and why.
 NO_RULE_FAMILIES: dict[str, str] = {

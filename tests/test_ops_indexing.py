@@ -23,7 +23,8 @@ from opgraph.errors import ExecutionError, OpBuildError
 
 IDS = {
     "gather_elements": 1100, "scatter_elements": 1101, "gather_nd": 1102, "scatter_nd": 1103, "topk": 1104,
-    "one_hot": 1105, "trilu": 1106, "reverse_sequence": 1107,
+    "one_hot": 1105, "trilu": 1106, "reverse_sequence": 1107, "sort": 1108, "unique": 1109, "nonzero": 1110,
+    "searchsorted": 1111,
 }
 DTYPES = ["bool", "int8", "uint16", "int64", "float32", "float64", "complex128"]
 REDUCTIONS = ["none", "add", "mul", "max", "min"]
@@ -736,3 +737,139 @@ def test_compiled_runtime_matches_executor() -> None:
     for _ in range(2):
         for got, w in zip(f(feeds), want, strict=True):
             np.testing.assert_array_equal(got, w)
+
+
+# ---------------------------------------------------------------- sort, unique, nonzero, searchsorted
+def ref_sort(x: np.ndarray, axis: int = -1, descending: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A loop reference: each lane's positions ordered by (value, position), or (-value, position); NaN largest."""
+    ax = axis % x.ndim
+    moved = np.moveaxis(x, ax, -1)
+    order = np.empty(moved.shape, dtype=np.int64)
+    for lane in np.ndindex(moved.shape[:-1]):
+        row = moved[lane]
+
+        def key(i: int, row: np.ndarray = row) -> tuple[Any, ...]:
+            v = row[i].item()  # a Python number: negating it neither wraps (uint) nor fails (bool)
+            nan = v != v
+            rank = (1, 0) if nan else (0, v)
+            if descending:
+                rank = (-rank[0], -rank[1]) if not nan else (-1, 0)
+            return (*rank, i)
+
+        order[lane] = sorted(range(row.shape[0]), key=key)
+    order = np.moveaxis(order, -1, ax)
+    return np.take_along_axis(x, order, axis=ax), order
+
+
+SORT_CASES: list[tuple[tuple[int, ...], dict[str, Any]]] = [
+    ((7,), {}), ((3, 5), {}), ((3, 5), {"axis": 0}), ((3, 5), {"descending": True}),
+    ((2, 3, 4), {"axis": 1, "descending": True}), ((0, 3), {}), ((3, 0), {"axis": 0}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int64", "float16", "float32", "float64"])
+@pytest.mark.parametrize(("shape", "attrs"), SORT_CASES)
+def test_sort(shape: tuple[int, ...], attrs: dict[str, Any], dtype: str) -> None:
+    x = rand(_rng(), shape, dtype, -2, 3)  # few distinct values: stability matters
+    check_op("sort", [x], functools.partial(ref_sort, **attrs), **attrs)
+
+
+def test_sort_nan_and_stability_vs_torch() -> None:
+    torch = pytest.importorskip("torch")
+    x = np.array([[1.0, np.nan, -np.inf, 1.0, 0.0, -0.0, np.nan, 2.0]])
+    for descending in (False, True):
+        vals, idx = run_op("sort", x, descending=descending)
+        tv, ti = torch.sort(torch.from_numpy(x), dim=-1, descending=descending, stable=True)
+        np.testing.assert_array_equal(vals, tv.numpy())
+        np.testing.assert_array_equal(idx, ti.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int64", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (0,), (2, 0, 3), ()])
+def test_unique(shape: tuple[int, ...], dtype: str) -> None:
+    x = rand(_rng(), shape, dtype, -2, 3)
+    if dtype == "float64" and x.size:
+        x.flat[0] = x.flat[-1] = np.nan  # each NaN is its own value (the Array API)
+
+    def ref(a: np.ndarray) -> list[np.ndarray]:
+        flat = a.ravel()
+        values: list[Any] = []
+        first: list[int] = []
+        inverse = np.empty(flat.shape, dtype=np.int64)
+        for i, v in enumerate(flat):
+            hit = [j for j, u in enumerate(values) if u == v]  # NaN != NaN: a new entry
+            if hit:
+                inverse[i] = hit[0]
+            else:
+                inverse[i] = len(values)
+                values.append(v)
+                first.append(i)
+        order = sorted(range(len(values)), key=lambda j: (np.isnan(values[j]) if a.dtype.kind in "fc" else False,
+                                                          values[j].real if a.dtype.kind == "c" else values[j],
+                                                          values[j].imag if a.dtype.kind == "c" else 0, j))
+        rank = np.empty(len(values), dtype=np.int64)
+        rank[order] = np.arange(len(values))
+        counts = np.bincount(inverse, minlength=len(values)).astype(np.int64)
+        return [np.array([values[j] for j in order], dtype=a.dtype), np.array(first, dtype=np.int64)[order],
+                rank[inverse].reshape(a.shape) if len(values) else inverse.reshape(a.shape), counts[order]]
+
+    check_op("unique", [x], ref, check_out=False)
+
+
+def test_unique_has_a_dynamic_dim() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("int64", (5,)))
+    values, first, inverse, counts = b.op("unique", x)
+    assert (values.type, first.type, inverse.type, counts.type) == (
+        TensorType("int64", (None,)), TensorType("int64", (None,)), TensorType("int64", (5,)),
+        TensorType("int64", (None,)))
+    for data in (np.array([1, 1, 1, 1, 1]), np.array([5, 4, 3, 2, 1])):  # one graph, outputs of sizes 1 and 5
+        got = b.run({x: data}, [values, counts])
+        np.testing.assert_array_equal(got[0], np.unique(data))
+        np.testing.assert_array_equal(got[1], np.unique(data, return_counts=True)[1])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float64", "complex64"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 0, 3), (2, 3, 2)])
+def test_nonzero(shape: tuple[int, ...], dtype: str) -> None:
+    x = rand(_rng(), shape, dtype, -1, 2)
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        hits = [pos for pos in np.ndindex(a.shape) if a[pos] != 0]
+        return np.array(hits, dtype=np.int64).reshape(len(hits), a.ndim).T
+
+    check_op("nonzero", [x], ref, check_out=False)
+
+
+def test_nonzero_of_0d_is_an_error() -> None:
+    b = opgraph.GraphBuilder()
+    with pytest.raises(OpBuildError, match="0-d"):
+        b.op("nonzero", b.input(("float64", ())))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float32", "float64"])
+def test_searchsorted(side: str, dtype: str) -> None:
+    table = np.sort(rand(_rng(), (9,), dtype, -3, 4))
+    values = rand(np.random.default_rng(3), (3, 4), dtype, -4, 5)
+
+    def ref(a: np.ndarray, v: np.ndarray) -> np.ndarray:
+        out = np.empty(v.shape, dtype=np.int64)
+        for pos in np.ndindex(v.shape):
+            out[pos] = sum(1 for t in a if (t < v[pos] if side == "left" else t <= v[pos]))
+        return out
+
+    check_op("searchsorted", [table, values], ref, side=side)
+
+
+def test_searchsorted_needs_a_1d_table() -> None:
+    b = opgraph.GraphBuilder()
+    with pytest.raises(OpBuildError, match="1-D"):
+        b.op("searchsorted", b.input(("float64", (2, 2))), b.input(("float64", (3,))))
+    with pytest.raises(OpBuildError, match="side"):
+        b.op("searchsorted", b.input(("float64", (2,))), b.input(("float64", (3,))), side="middle")
+
+
+@pytest.mark.parametrize("attrs", [{}, {"axis": 0, "descending": True}])
+def test_sort_grad(attrs: dict[str, Any]) -> None:
+    _check_grad("sort", [_x(3, 4)], [], **attrs)

@@ -235,8 +235,33 @@ def test_pinv_attrs(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(p_spd, np.linalg.inv(spd), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eig(rng: np.random.Generator, dtype: str, batch: tuple[int, ...]) -> None:
+    a = rand(rng, (*batch, 4, 4), dtype)  # general (non-symmetric): complex eigenvalues
+    w, v = run_op("eig", a)
+    want = np.complex64 if a.dtype in (np.float32, np.complex64) else np.complex128
+    assert w.dtype == v.dtype == want and w.shape == (*batch, 4) and v.shape == (*batch, 4, 4)
+    tol = close(dtype)
+    a_c = a.astype(want)
+    # A v = v diag(w) (LAPACK's order is not fixed, so check the decomposition, not the order) ...
+    np.testing.assert_allclose(a_c @ v, v * w[..., None, :], rtol=tol["rtol"] * 10, atol=tol["atol"] * 100)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=-2), np.ones((*batch, 4)), **tol)
+    # ... and the eigenvalues are NumPy's as a multiset
+    ref = np.linalg.eigvals(a.astype(np.complex128))
+    key = lambda z: np.sort_complex(np.round(z, 4))  # noqa: E731
+    np.testing.assert_allclose(key(w.astype(np.complex128)), key(ref), rtol=1e-3, atol=1e-3)
+
+
+def test_eig_real_spectrum_is_complex() -> None:
+    w, _ = run_op("eig", np.array([[2.0, 1.0], [0.0, 3.0]]))
+    assert w.dtype == np.complex128
+    np.testing.assert_allclose(np.sort(w.real), [2.0, 3.0])
+    np.testing.assert_array_equal(w.imag, 0.0)
+
+
 # ---------------------------------------------------------------- type rules
-SQUARE_OPS = ["eigh", "eigvalsh", "cholesky", "inv", "det", "slogdet"]
+SQUARE_OPS = ["eigh", "eigvalsh", "cholesky", "inv", "det", "slogdet", "eig"]
 ALL_ONE_INPUT = [*SQUARE_OPS, "qr", "svd", "svdvals", "pinv"]
 
 
@@ -260,10 +285,10 @@ def test_rank_and_dtype_errors(kind: str) -> None:
     types = out_type(kind, TensorType("float32", None))
     types = types if isinstance(types, tuple) else (types,)
     assert all(t.shape is None for t in types)
-    # bool and integers are computed in float64, as numpy.linalg does.
+    # bool and integers are computed in float64, as numpy.linalg does (eig's results are complex).
     types = out_type(kind, TensorType("bool", (3, 3)))
     types = types if isinstance(types, tuple) else (types,)
-    assert all(t.dtype == np.float64 for t in types)
+    assert all(t.dtype == (np.complex128 if kind == "eig" else np.float64) for t in types)
 
 
 @pytest.mark.parametrize("kind, attrs", [

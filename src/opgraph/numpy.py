@@ -13,10 +13,12 @@ import sys
 from opgraph.frontend import lazy as _lazy
 from opgraph.frontend.api import *  # noqa: F403
 from opgraph.frontend.api import __all__ as _api_all
+from opgraph.frontend.array_api import *  # noqa: F403
+from opgraph.frontend.array_api import __all__ as _array_api_all
 from opgraph.frontend.lazy import TracingError, to_graph
 
-__array_api_version__ = "2023.12"
-__all__ = [*_api_all, "TracingError", "to_graph"]  # placeholder is in api's list already
+__array_api_version__ = "2025.12"
+__all__ = [*_api_all, *_array_api_all, "TracingError", "to_graph"]  # placeholder is in api's list already
 
 # LazyArray.__array_namespace__ returns this module; the frontend sits below this façade and cannot import it.
 _lazy.ARRAY_NAMESPACE.set(sys.modules[__name__])

@@ -38,7 +38,29 @@ float16, float32, float64 = np.float16, np.float32, np.float64
 complex64, complex128 = np.complex64, np.complex128
 e, pi, inf, nan = np.e, np.pi, np.inf, np.nan
 newaxis = None
-finfo, iinfo, result_type, can_cast = np.finfo, np.iinfo, np.result_type, np.can_cast
+iinfo, result_type, can_cast = np.iinfo, np.result_type, np.can_cast
+
+
+class FinfoResult(NamedTuple):
+    """Machine limits of a floating dtype, as Python floats (the Array API's ``finfo`` object)."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype
+
+
+def finfo(type: Any, /) -> FinfoResult:
+    """Machine limits of a real or complex floating dtype (or of an array's dtype), as Python floats.
+
+    >>> finfo(float32).eps == 2.0 ** -23
+    True
+    """
+    info = np.finfo(type.dtype if isinstance(type, LazyArray) else type)
+    return FinfoResult(int(info.bits), float(info.eps), float(info.max), float(info.min),
+                       float(info.smallest_normal), np.dtype(info.dtype))
 
 
 def isdtype(dtype: Any, kind: Any) -> Any:
@@ -58,7 +80,14 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = N
     dtype('int64')
     """
     if isinstance(obj, LazyArray):
-        return obj if dtype is None or np.dtype(dtype) == obj.dtype else obj.astype(dtype)
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            return obj.astype(dtype)
+        # copy=True: a new array object, so that x[key] = v on it (a functional update) leaves obj alone
+        return LazyArray(obj._node, obj._index) if copy else obj
+    if copy is False and not isinstance(obj, np.ndarray):
+        raise ValueError("asarray(copy=False): a lazy array cannot share memory with a Python object")
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray | np.generic):
+        obj = np.from_dlpack(obj)
     return constant(np.asarray(obj, dtype=dtype))
 
 
@@ -146,7 +175,9 @@ def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
     >>> arange(3).eval()
     array([0, 1, 2])
     """
-    return constant(np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, dtype=dtype))
+    if stop is None:  # arange(stop) and arange(stop, step=s) count from 0
+        start, stop = 0, start
+    return constant(np.arange(start, stop, step, dtype=dtype))
 
 
 def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: Any = None,
@@ -269,8 +300,13 @@ def _in_dtype(x: Any, dtype: Any) -> LazyArray:
 
 
 def _reduce_in(dtype: Any, kind: str, x: Any, axis: Any, keepdims: bool) -> LazyArray:
-    """Reduction ``kind`` computed in ``dtype`` when given."""
-    return apply(kind, _in_dtype(x, dtype), axis=axis, keepdims=keepdims)
+    """Reduction ``kind`` computed in ``dtype`` when given, and returned in it (NumPy's sum of int8 is int64
+    unless ``dtype=`` says otherwise)."""
+    return _result_in(dtype, apply(kind, _in_dtype(x, dtype), axis=axis, keepdims=keepdims))
+
+
+def _result_in(dtype: Any, out: LazyArray) -> LazyArray:
+    return out if dtype is None or out.dtype == np.dtype(dtype) else out.astype(dtype)
 
 
 def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> LazyArray:
@@ -357,7 +393,9 @@ def _cumulative(kind: str, x: Any, axis: int | None, dtype: Any, include_initial
     x = _in_dtype(x, dtype)
     if axis is None and x.ndim > 1:
         raise ValueError(f"cumulative_{kind[3:]} needs an axis for arrays of more than one dimension")
-    out = apply(kind, x, axis=0 if axis is None else axis)
+    if x.ndim == 0:
+        raise ValueError(f"cumulative_{kind[3:]} needs an array of at least one dimension")
+    out = _result_in(dtype, apply(kind, x, axis=0 if axis is None else axis))
     if include_initial:
         ax = 0 if axis is None else axis
         shape = list(out.shape)
@@ -537,8 +575,8 @@ def broadcast_to(x: Any, /, shape: Any) -> LazyArray:
     return apply("broadcast_to", x, shape=shape)
 
 
-def broadcast_arrays(*arrays: Any) -> list[LazyArray]:
-    """Broadcast arrays against each other.
+def broadcast_arrays(*arrays: Any) -> tuple[LazyArray, ...]:
+    """Broadcast arrays against each other (a tuple, as Array API 2025.12 says).
 
     >>> [a.shape for a in broadcast_arrays(ones((2, 1)), ones((3,)))]
     [(2, 3), (2, 3)]
@@ -547,7 +585,7 @@ def broadcast_arrays(*arrays: Any) -> list[LazyArray]:
 
     lazies = [as_lazy(a) for a in arrays]
     shape = broadcast_shapes(*(a.shape for a in lazies))
-    return [a if a.shape == shape else broadcast_to(a, shape) for a in lazies]
+    return tuple(a if a.shape == shape else broadcast_to(a, shape) for a in lazies)
 
 
 def expand_dims(x: Any, /, axis: Any = 0) -> LazyArray:
@@ -556,6 +594,11 @@ def expand_dims(x: Any, /, axis: Any = 0) -> LazyArray:
     >>> expand_dims(ones((2,)), axis=0).shape
     (1, 2)
     """
+    x = as_lazy(x)
+    n = x.ndim + (len(axis) if isinstance(axis, tuple | list) else 1)
+    for a in axis if isinstance(axis, tuple | list) else (axis,):
+        if not -n <= a < n:
+            raise IndexError(f"axis {a} is out of bounds for an array of dimension {n}")
     return apply("expand_dims", x, axis=axis)
 
 
@@ -608,6 +651,10 @@ def unstack(x: Any, /, *, axis: int = 0) -> tuple[LazyArray, ...]:
     [(3,), (3,)]
     """
     x = as_lazy(x)
+    if not -x.ndim <= axis < x.ndim:
+        raise IndexError(f"axis {axis} is out of bounds for an array of dimension {x.ndim}")
+    if x.shape[axis] == 0:
+        return ()
     return tuple(squeeze(p, axis=axis) for p in split(x, x.shape[axis], axis=axis))
 
 
@@ -656,13 +703,26 @@ def tile(x: Any, repetitions: Any, /) -> LazyArray:
     return apply("tile", x, reps=repetitions)
 
 
-def repeat(x: Any, repeats: int, /, *, axis: int | None = None) -> LazyArray:
-    """Repeat each element.
+def repeat(x: Any, repeats: Any, /, *, axis: int | None = None) -> LazyArray:
+    """Repeat each element: ``repeats`` times, or ``repeats[i]`` times for element ``i`` (an array of counts).
+
+    Counts given as an array must be known (a constant): the result's length depends on them.
 
     >>> repeat(asarray([1, 2]), 2).eval()
     array([1, 1, 2, 2])
+    >>> repeat(asarray([1, 2]), asarray([1, 3])).eval()
+    array([1, 2, 2, 2])
     """
-    return apply("repeat", x, repeats=repeats, axis=axis)
+    if isinstance(repeats, int | np.integer):
+        return apply("repeat", x, repeats=int(repeats), axis=axis)
+    x = as_lazy(x)
+    counts = np.asarray(repeats._value("repeat counts") if isinstance(repeats, LazyArray) else repeats)
+    if counts.ndim == 0 or counts.shape == (1,):
+        return apply("repeat", x, repeats=int(counts.reshape(())), axis=axis)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    positions = np.repeat(np.arange(x.shape[axis]), counts)
+    return take(x, constant(positions.astype(np.int64)), axis=axis)
 
 
 def moveaxis(x: Any, source: Any, destination: Any, /) -> LazyArray:
@@ -684,21 +744,14 @@ def ravel(x: Any, /) -> LazyArray:
 
 
 def getitem(x: Any, key: Any) -> LazyArray:
-    """``x[key]``: basic indexing becomes a getitem op, one integer array a take.
+    """``x[key]``: basic indexing, integer arrays and boolean masks (see :mod:`opgraph.frontend.indexing`).
 
     >>> getitem(arange(10), slice(None, None, -3)).eval()
     array([9, 6, 3, 0])
     """
-    from opgraph.ops.shape import normalize_index
+    from opgraph.frontend import indexing
 
-    x = as_lazy(x)
-    if isinstance(key, (LazyArray, np.ndarray, list)):
-        idx = as_lazy(np.asarray(key) if isinstance(key, list) else key)
-        if idx.dtype == np.bool_:
-            raise TypeError("boolean mask indexing has a data-dependent shape; use where() instead")
-        return take(x, idx, axis=0)
-    rank = x.type.rank
-    return apply("getitem", x, index=normalize_index(key, rank))
+    return indexing.getitem(x, key)
 
 
 # ---------------------------------------------------------------- linalg
@@ -722,6 +775,13 @@ class SVDResult(NamedTuple):
     U: LazyArray
     S: LazyArray
     Vh: LazyArray
+
+
+class EigResult(NamedTuple):
+    """Eigenvalues and eigenvectors (columns) of a general matrix, complex."""
+
+    eigenvalues: LazyArray
+    eigenvectors: LazyArray
 
 
 class SlogdetResult(NamedTuple):
@@ -844,9 +904,135 @@ class _Linalg:
         return SlogdetResult(*apply("slogdet", x))
 
     @staticmethod
-    def pinv(x: Any, /) -> LazyArray:
-        """Pseudo-inverse."""
-        return apply("pinv", x)
+    def pinv(x: Any, /, *, rtol: Any = None) -> LazyArray:
+        """Pseudo-inverse; singular values at most ``rtol`` times the largest count as zero (default
+        ``max(M, N) * eps``).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.pinv(onp.asarray([[2.0, 0.0], [0.0, 1e-20]]), rtol=1e-10).eval()
+        array([[0.5, 0. ],
+               [0. , 0. ]])
+        """
+        if rtol is None or isinstance(rtol, float | int | np.floating | np.integer):
+            return apply("pinv", x, rtol=None if rtol is None else float(rtol))
+        # one rtol per matrix: cut the SVD's singular values by hand
+        x = _inexact(x)
+        u, s, vh = apply("svd", x, full_matrices=False)
+        cutoff = apply("multiply", max(s, axis=-1, keepdims=True), expand_dims(astype(as_lazy(rtol), s.dtype), axis=-1))
+        keep = apply("greater", s, cutoff)
+        s_inv = where(keep, apply("divide", 1, where(keep, s, ones((), dtype=s.dtype))), zeros((), dtype=s.dtype))
+        vh_h = apply("conj", matrix_transpose(vh)) if vh.dtype.kind == "c" else matrix_transpose(vh)
+        u_h = apply("conj", matrix_transpose(u)) if u.dtype.kind == "c" else matrix_transpose(u)
+        return matmul(apply("multiply", vh_h, expand_dims(s_inv, axis=-2)), u_h)
+
+    @staticmethod
+    def eig(x: Any, /) -> EigResult:
+        """Eigenvalues and eigenvectors (columns) of general square matrices, always complex.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.eig(onp.asarray([[2.0, 0.0], [0.0, 3.0]])).eigenvalues.eval()
+        array([2.+0.j, 3.+0.j])
+        """
+        return EigResult(*apply("eig", x))
+
+    @staticmethod
+    def eigvals(x: Any, /) -> LazyArray:
+        """Eigenvalues of general square matrices (complex).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.eigvals(onp.asarray([[0.0, 1.0], [-1.0, 0.0]])).eval()
+        array([0.+1.j, 0.-1.j])
+        """
+        return apply("eig", x)[0]
+
+    @staticmethod
+    def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> LazyArray:
+        """Cross product of 3-vectors along ``axis`` (the other axes broadcast).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.cross(onp.asarray([1, 0, 0]), onp.asarray([0, 1, 0])).eval()
+        array([0, 0, 1])
+        """
+        a, b = as_lazy(x1, [x2]), as_lazy(x2, [x1])
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError("cross needs arrays of at least one dimension")
+        if not (-a.ndim <= axis < a.ndim and -b.ndim <= axis < b.ndim):
+            raise IndexError(f"axis {axis} is out of bounds")
+        if a.shape[axis] != 3 or b.shape[axis] != 3:
+            raise ValueError(f"cross needs vectors of size 3 along axis {axis}, got {a.shape[axis]} and "
+                             f"{b.shape[axis]}")
+        a, b = moveaxis(a, axis, -1), moveaxis(b, axis, -1)
+        c = [apply("subtract", apply("multiply", a[..., i], b[..., j]), apply("multiply", a[..., j], b[..., i]))
+             for i, j in ((1, 2), (2, 0), (0, 1))]
+        out = stack(c, axis=-1)
+        return moveaxis(out, -1, axis) if axis not in (-1, out.ndim - 1) else out
+
+    @staticmethod
+    def diagonal(x: Any, /, *, offset: int = 0) -> LazyArray:
+        """The ``offset`` diagonal of the last two axes (above the main one when ``offset > 0``).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.diagonal(onp.arange(9).reshape(3, 3), offset=1).eval()
+        array([1, 5])
+        """
+        x = as_lazy(x)
+        if x.ndim < 2:
+            raise ValueError("diagonal needs a matrix or a stack of matrices")
+        m, n = x.shape[-2], x.shape[-1]
+        rows = np.arange(_builtins.max(0, -offset), m)
+        cols = rows + offset
+        keep = (cols >= 0) & (cols < n)
+        rows, cols = rows[keep], cols[keep]
+        return getitem(x, (..., constant(rows.astype(np.int64)), constant(cols.astype(np.int64))))
+
+    @staticmethod
+    def matrix_power(x: Any, n: int, /) -> LazyArray:
+        """``x`` multiplied by itself ``n`` times (by squaring); ``n < 0`` powers the inverse, ``n = 0`` is I.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.matrix_power(onp.asarray([[1, 1], [0, 1]]), 3).eval()
+        array([[1, 3],
+               [0, 1]])
+        """
+        x = as_lazy(x)
+        n = int(n)
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise ValueError(f"matrix_power needs square matrices, got shape {x.shape}")
+        if n == 0:
+            eye_ = constant(np.eye(x.shape[-1], dtype=x.dtype))
+            return broadcast_to(eye_, x.shape) if x.ndim > 2 else eye_
+        if n < 0:
+            x, n = linalg.inv(x), -n
+        result = None
+        power = x
+        while n:
+            if n & 1:
+                result = power if result is None else matmul(result, power)
+            n >>= 1
+            if n:
+                power = matmul(power, power)
+        assert result is not None
+        return result
+
+    @staticmethod
+    def matrix_rank(x: Any, /, *, rtol: Any = None) -> LazyArray:
+        """Number of singular values above ``rtol`` times the largest (default ``max(M, N) * eps``).
+
+        >>> import opgraph.numpy as onp
+        >>> onp.linalg.matrix_rank(onp.asarray([[1.0, 2.0], [2.0, 4.0]])).eval()
+        array(1)
+        """
+        x = _inexact(x)
+        if x.ndim < 2:
+            raise ValueError("matrix_rank needs a matrix or a stack of matrices")
+        s = linalg.svdvals(x)
+        if rtol is None:
+            rtol = _builtins.max(x.shape[-2], x.shape[-1]) * np.finfo(s.dtype).eps
+        rtol = as_lazy(rtol, [s])
+        if rtol.ndim:
+            rtol = expand_dims(rtol, axis=-1)
+        tol = apply("multiply", max(s, axis=-1, keepdims=True), rtol)
+        return sum(apply("greater", s, tol).astype(np.int64), axis=-1)
 
     @staticmethod
     def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> LazyArray:

@@ -89,10 +89,21 @@ class LazyArray:
 
     @property
     def shape(self) -> tuple[int | None, ...]:
-        """The inferred shape; ``None`` entries are unknown until evaluation."""
+        """The inferred shape. A dim that depends on data (``unique``, ``nonzero``, a boolean mask) is
+        ``None`` while the array depends on placeholders; an array computable now is evaluated to tell it.
+
+        >>> import opgraph.numpy as onp
+        >>> onp.nonzero(onp.asarray([0, 3, 0, 4]))[0].shape
+        (2,)
+        >>> onp.nonzero(onp.placeholder((4,), "int64"))[0].shape
+        (None,)
+        """
         shape = self.type.shape
-        if shape is None:
-            raise GraphError("this array's rank is unknown until it is evaluated")
+        if shape is None or None in shape:
+            if not _TRACING and _computable(self._node):
+                return self._value("shape").shape
+            if shape is None:
+                raise GraphError("this array's rank is unknown until it is evaluated")
         return shape
 
     @property
@@ -120,6 +131,26 @@ class LazyArray:
         if device != "cpu":
             raise ValueError(f"unsupported device {device!r}")
         return self
+
+    def __dlpack__(self, /, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[Any, int] | None = None, copy: bool | None = None) -> Any:
+        """DLPack export of the (evaluated) value, NumPy's capsule: ``torch.from_dlpack(x)`` and
+        ``np.from_dlpack(x)`` take lazy arrays.
+
+        >>> import numpy as np, opgraph.numpy as onp
+        >>> np.from_dlpack(onp.arange(3) * 2)
+        array([0, 2, 4])
+        """
+        kwargs: dict[str, Any] = {"stream": stream, "copy": copy}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        return self._value("__dlpack__()").__dlpack__(**kwargs)
+
+    def __dlpack_device__(self, /) -> tuple[Any, int]:
+        """DLPack device: the CPU (kDLCPU, 0)."""
+        return (1, 0)
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
         """Array API: the namespace of lazy arrays, :mod:`opgraph.numpy`."""
@@ -296,9 +327,24 @@ class LazyArray:
     __hash__ = None  # type: ignore[assignment]
 
     def __getitem__(self, key: Any) -> LazyArray:
-        from opgraph.frontend import api
+        from opgraph.frontend import indexing
 
-        return api.getitem(self, key)
+        return indexing.getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any, /) -> None:
+        """A functional update: this array now names a copy with ``self[key]`` replaced (see
+        :mod:`opgraph.frontend.indexing`); arrays computed from it before keep their values.
+
+        >>> import opgraph.numpy as onp
+        >>> x = onp.zeros(3)
+        >>> x[1] = 2.0
+        >>> x.eval()
+        array([0., 2., 0.])
+        """
+        from opgraph.frontend import indexing
+
+        updated = indexing.setitem(self, key, value)
+        self._node, self._index = updated._node, updated._index
 
     # ------------------------------------------------------------ methods
     @property
@@ -413,7 +459,8 @@ def apply(kind: str | OpDef, *args: Any, **attrs: Any) -> Any:
     >>> apply("add", onp.asarray([1, 2]), 3).eval()
     array([4, 5])
     """
-    inputs = tuple(as_lazy(a, args) for a in args)
+    # Fresh handles: x[key] = v rebinds the user's handle x, which must not change ops already built on x.
+    inputs = tuple(LazyArray(a._node, a._index) for a in (as_lazy(a, args) for a in args))
     r: Resolved = resolve(kind, [a.type for a in inputs], attrs)
     node = _Node(r.opdef, r.attrs, inputs, r.out_types)  # type: ignore[arg-type]
     if len(r.out_types) == 1:
@@ -555,6 +602,11 @@ def _cheap_to_evaluate(target: _Node) -> bool:
     return True
 
 
+def _computable(target: _Node) -> bool:
+    """Whether ``target`` depends on no placeholder (so it can be evaluated now)."""
+    return not any(n.is_input and n.value is None for n in _collect([target], stop_at_values=True))
+
+
 def _evaluate(target: _Node, why: str = "x.eval()") -> None:
     nodes = _collect([target], stop_at_values=True)
     pending = [n for n in nodes if n.is_input and n.value is None]
@@ -583,3 +635,6 @@ def _evaluate(target: _Node, why: str = "x.eval()") -> None:
         where = user_location()
         raise ExecutionError(f"{exc}" + (f" (evaluating the array built at {where})" if where else "")) from exc
     target.value = tuple(results)
+    # The value is fixed now, so dims that were data-dependent are known: ops built on it get static types.
+    target.types = tuple(t if t.is_static else TensorType(t.dtype, np.shape(r))
+                         for t, r in zip(target.types, target.value, strict=True))

@@ -46,7 +46,7 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
     },
     "opgraph.ops.linalg": {
         "eigh": 900, "qr": 901, "svd": 902, "cholesky": 903, "solve": 904, "inv": 905, "det": 906, "slogdet": 907,
-        "eigvalsh": 908, "svdvals": 909, "pinv": 910,
+        "eigvalsh": 908, "svdvals": 909, "pinv": 910, "eig": 911,
     },
     "opgraph.ops.fused": {
         "fma": 1000, "matmul_t": 1001, "fused_elementwise": 1002, "sgd_momentum_update": 1010, "adagrad_update": 1011,
@@ -54,7 +54,8 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
     },
     "opgraph.ops.indexing": {
         "gather_elements": 1100, "scatter_elements": 1101, "gather_nd": 1102, "scatter_nd": 1103, "topk": 1104,
-        "one_hot": 1105, "trilu": 1106, "reverse_sequence": 1107,
+        "one_hot": 1105, "trilu": 1106, "reverse_sequence": 1107, "sort": 1108, "unique": 1109, "nonzero": 1110,
+        "searchsorted": 1111,
     },
     "opgraph.ops.signal": {
         "fft": 1200, "rfft": 1201, "irfft": 1202,

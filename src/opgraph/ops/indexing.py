@@ -41,7 +41,7 @@ from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, re
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
-from opgraph.ops.grad_helpers import is_float, mask, static_shape, zeros_like
+from opgraph.ops.grad_helpers import is_float, mask, no_grad, static_shape, zeros_like
 
 FAMILY = "indexing"
 
@@ -584,3 +584,113 @@ _register("reverse_sequence", 1107, _reverse_sequence_infer, _reverse_sequence_k
           arity=2, version=version_of_first, grad=_g_reverse_sequence,
           attrs={"batch_axis": Attr(attr_int, 1, doc="axis of the batch (lengths has its size)"),
                  "time_axis": Attr(attr_int, 0, doc="axis of the sequence steps")})
+
+
+# ---------------------------------------------------------------- sort 1108
+def _g_sort(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    g = cots[0]
+    if g is None:
+        return [None]
+    return [b.op("scatter_elements", zeros_like(b, ins[0]), outs[1], g, axis=attrs["axis"], reduction="add")]
+
+
+def _sort_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    if x.dtype.kind == "c":
+        raise OpTypeError(f"complex values have no order, got {x.dtype}")
+    if x.shape is not None:
+        if not x.shape:
+            raise OpTypeError("x must have rank >= 1")
+        normalize_axis(attrs["axis"], len(x.shape))
+    return (x, TensorType("int64", x.shape))
+
+
+def _sort_kernel(x: np.ndarray, out: Any = None, *, axis: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    ax = axis % x.ndim
+    if descending:
+        # Stable descending (equal values keep their order; NaN first): a stable ascending sort of the reversed
+        # axis, read backwards, as topk does.
+        n = x.shape[ax]
+        order = (n - 1) - np.flip(np.argsort(np.flip(x, axis=ax), axis=ax, kind="stable"), axis=ax)
+    else:
+        order = np.argsort(x, axis=ax, kind="stable")
+    order = order.astype(np.int64, copy=False)
+    return write_out((np.take_along_axis(x, order, axis=ax), order), out)
+
+
+_register("sort", 1108, _sort_infer, _sort_kernel,
+          "sort(x, axis=-1, descending=False) -> (values, int64 indices): a stable sort along axis (equal values "
+          "keep their order; NaN sorts as the largest: last ascending, first descending); indices are "
+          "np.argsort's (x's positions of the sorted values), so take_along_axis(x, indices) == values",
+          arity=1, grad=_g_sort,
+          attrs={"axis": Attr(attr_int, -1, doc="axis to sort along"),
+                 "descending": Attr(attr_bool, False, doc="largest first")})
+
+
+# ---------------------------------------------------------------- unique 1109
+def _unique_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    return (x.with_shape((None,)), TensorType("int64", (None,)), TensorType("int64", x.shape),
+            TensorType("int64", (None,)))
+
+
+def _unique_kernel(x: np.ndarray, out: Any = None) -> tuple[np.ndarray, ...]:
+    values, first, inverse, counts = np.unique(x.ravel(), return_index=True, return_inverse=True,
+                                               return_counts=True, equal_nan=False)
+    return write_out((values, first.astype(np.int64), inverse.reshape(x.shape).astype(np.int64),
+                      counts.astype(np.int64)), out)
+
+
+_register("unique", 1109, _unique_infer, _unique_kernel,
+          "unique(x) -> (values, first_indices, inverse, counts): the distinct values of the flattened x in "
+          "ascending order (each NaN is distinct, as the Array API says), the flat index of each one's first "
+          "occurrence, for every element of x the index of its value (x's shape), and how often each occurs; "
+          "the length of values is data-dependent (a dynamic dim)",
+          arity=1, grad=no_grad)
+
+
+# ---------------------------------------------------------------- nonzero 1110
+def _nonzero_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    if x.shape is not None and not x.shape:
+        raise OpTypeError("nonzero of a 0-d array is not defined (index it with x[None] first)")
+    return (TensorType("int64", (None if x.shape is None else len(x.shape), None)),)
+
+
+def _nonzero_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
+    if x.ndim == 0:
+        raise ValueError("nonzero of a 0-d array is not defined")
+    return write_out(np.stack(np.nonzero(x)).astype(np.int64, copy=False).reshape(x.ndim, -1), out)
+
+
+_register("nonzero", 1110, _nonzero_infer, _nonzero_kernel,
+          "nonzero(x) -> int64[rank, n]: the indices of x's non-zero (True) elements in row-major order, one row "
+          "per axis (ONNX NonZero; np.nonzero stacked); n is data-dependent (a dynamic dim)",
+          arity=1, grad=no_grad)
+
+
+# ---------------------------------------------------------------- searchsorted 1111
+def _searchsorted_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, v = tensor(in_types[0], "sorted"), tensor(in_types[1], "values")
+    if a.shape is not None and len(a.shape) != 1:
+        raise OpTypeError(f"sorted must be 1-D, got rank {len(a.shape)}")
+    if a.dtype.kind == "c" or v.dtype.kind == "c":
+        raise OpTypeError("complex values have no order")
+    return (TensorType("int64", v.shape),)
+
+
+def _searchsorted_kernel(a: np.ndarray, v: np.ndarray, out: Any = None, *, side: str) -> np.ndarray:
+    return write_out(np.searchsorted(a, v, side=side).astype(np.int64, copy=False), out)
+
+
+def _attr_side(v: Any) -> str:
+    if v not in ("left", "right"):
+        raise OpTypeError(f"side must be 'left' or 'right', got {v!r}")
+    return str(v)
+
+
+_register("searchsorted", 1111, _searchsorted_infer, _searchsorted_kernel,
+          "searchsorted(sorted, values, side='left') -> int64 (values' shape): where each value would be inserted "
+          "into the ascending 1-D sorted to keep it sorted (np.searchsorted): before equal entries ('left') or "
+          "after them ('right')",
+          arity=2, grad=no_grad, attrs={"side": Attr(_attr_side, "left", doc="'left' or 'right'")})

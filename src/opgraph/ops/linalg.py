@@ -507,3 +507,29 @@ def _solve_kernel(a: np.ndarray, b: np.ndarray, out: Any = None) -> np.ndarray:
 
 _op("solve", 904, _solve_infer, _solve_kernel, arity=2,
     doc="solve(a, b): x with a @ x = b; b is (M,) or (..., M, K) as in NumPy 2, batch dims broadcast")
+
+
+# ---------------------------------------------------------------- eig
+def _complex_of(work: np.dtype) -> np.dtype:
+    return np.dtype(np.complex64 if work in (np.float32, np.complex64) else np.complex128)
+
+
+def _eig_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    a, work, _real = _one_input(in_types)
+    parts = _matrix(a, square=True)
+    c = _complex_of(work)
+    return TensorType(c, _shape(parts, "m")), TensorType(c, _shape(parts, "m", "m"))
+
+
+def _eig_kernel(a: np.ndarray, out: Any = None) -> tuple[np.ndarray, ...]:
+    work, _real = linalg_dtypes(a.dtype)
+    c = _complex_of(work)
+    # numpy.linalg.eig returns real arrays when every eigenvalue is real; the Array API's are always complex.
+    w, v = np.linalg.eig(a.astype(work, copy=False))
+    return write_out((w.astype(c, copy=False), v.astype(c, copy=False)), out)
+
+
+_op("eig", 911, _eig_infer, _eig_kernel,
+    doc="eig(a) -> (eigenvalues (..., M), eigenvectors (..., M, M)): eigen-decomposition of general square "
+        "matrices, always complex (complex64 for float32/complex64 input, else complex128); eigenvectors are "
+        "the columns, normalised to unit length (numpy.linalg.eig); the order of the eigenvalues is LAPACK's")
