@@ -3,6 +3,10 @@
 A :class:`LazyArray` knows its ``shape`` and ``dtype`` at once (types are
 inferred when each op is built) but computes its value only when asked
 (``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.item()``, ``x.eval()``).
+The exception is constant folding: an elementwise, reduction, shape or
+indexing op on arrays whose values are already known, of at most 4096
+elements, is computed as it is built, since that costs less than recording
+it (reading an array element by element, ``x[i] == y[i]``, stays fast).
 Every lazy expression is a graph: ``x.graph`` is the same core
 :class:`Graph` the explicit builder makes for the same program.
 
@@ -25,6 +29,7 @@ has no op for raises one ``TypeError`` line naming what to use instead
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
@@ -463,9 +468,40 @@ def apply(kind: str | OpDef, *args: Any, **attrs: Any) -> Any:
     inputs = tuple(LazyArray(a._node, a._index) for a in (as_lazy(a, args) for a in args))
     r: Resolved = resolve(kind, [a.type for a in inputs], attrs)
     node = _Node(r.opdef, r.attrs, inputs, r.out_types)  # type: ignore[arg-type]
+    _fold_small(node, r)
     if len(r.out_types) == 1:
         return LazyArray(node, 0)
     return tuple(LazyArray(node, i) for i in range(len(r.out_types)))
+
+
+def _fold_small(node: _Node, r: Resolved) -> None:
+    """Compute a small op on known values at once (constant folding), with the kernel the NumPy engine runs.
+
+    Interactive use reads arrays element by element (``x[i] == y[i]``); building and running a graph for each
+    would cost a millisecond. Anything the fold cannot do quietly (a kernel error, a warning, a result of
+    another type) is left for evaluation, which reports it as usual.
+    """
+    if node.opdef is None or node.opdef.family not in _FOLD_FAMILIES or not node.inputs:
+        return
+    if any(a._node.value is None or a.type.size is None or a.type.size > _FOLD_MAX_ELEMENTS for a in node.inputs):
+        return
+    if any(t.size is not None and t.size > _FOLD_MAX_ELEMENTS for t in r.out_types if isinstance(t, TensorType)):
+        return
+    try:
+        fn = node.opdef.kernel_for("numpy", r.version)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = fn(*(a._value("fold") for a in node.inputs), **dict(r.attrs))
+    except Exception:  # evaluation reports it, with the user's line
+        return
+    results = (result,) if len(r.out_types) == 1 else tuple(result)
+    arrays = tuple(np.asarray(v) for v in results)
+    if len(arrays) != len(r.out_types) or not all(
+            isinstance(t, TensorType) and t.accepts(a) for t, a in zip(r.out_types, arrays, strict=True)):
+        return
+    node.value = arrays
+    node.types = tuple(t if t.is_static else TensorType(t.dtype, a.shape)  # type: ignore[union-attr]
+                       for t, a in zip(r.out_types, arrays, strict=True))
 
 
 def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
@@ -572,6 +608,10 @@ _TRACED_DEFAULT_HINT = ("the value is only known when the function runs; keep it
 # elements they read and write), so printing never starts a long computation.
 _REPR_MAX_OPS = 64
 _REPR_MAX_ELEMENTS = 1 << 16
+# Ops on known values up to this many elements (each input and output) are computed when built, for the families
+# whose cost is about linear in that size (no contractions, linear algebra or convolutions: those wait for eval()).
+_FOLD_MAX_ELEMENTS = 1 << 12
+_FOLD_FAMILIES = frozenset({"elementwise", "reduction", "shape", "indexing"})
 
 
 def _cheap_to_evaluate(target: _Node) -> bool:
