@@ -1126,8 +1126,8 @@ def _unsupported(what: str, instead: str | None = None, why: str = "opgraph has 
 
 
 def _no_out(what: str) -> TypeError:
-    return TypeError(f"{what}(..., out=...) is not supported on opgraph lazy arrays: they are immutable; "
-                     "use the returned array")
+    return TypeError(f"{what}(..., out=...) is not supported on opgraph lazy arrays: their values are immutable "
+                     "(x[key] = v makes x name an updated copy); use the returned array")
 
 
 def _ufunc_lambda(fn: Any, name: str) -> Any:
@@ -1235,7 +1235,8 @@ def _array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: 
     if method == "reduce" and ufunc.__name__ in ("bitwise_and", "bitwise_or", "bitwise_xor", "logical_xor"):
         raise _unsupported(what)
     instead = {"reduce": "a reduction such as onp.sum / onp.prod / onp.max",
-               "accumulate": "onp.cumsum / onp.cumprod", "at": "onp.where(mask, new, x) (lazy arrays are immutable)",
+               "accumulate": "onp.cumsum / onp.cumprod",
+               "at": "x[idx] = new or onp.where(mask, new, x) (values are immutable)",
                "outer": "broadcasting: f(x[:, None], y)", "reduceat": None}.get(method)
     raise _unsupported(what, instead)
 
@@ -1327,7 +1328,7 @@ _FUNCTION_SPECS: list[tuple[str, Any, tuple[str, ...], dict[str, str]]] = [
     ("where", _np_where, ("*",), {}), ("clip", clip, ("a",), {"a_min": "min", "a_max": "max"}),
     ("round", _np_round, ("*",), {}), ("around", _np_round, ("*",), {}),
     ("real", "real", ("val",), {}), ("imag", "imag", ("val",), {}), ("astype", astype, ("x", "dtype"), {}),
-    ("copy", lambda a: as_lazy(a), ("a",), {}),  # lazy arrays are immutable: a copy is the array itself
+    ("copy", lambda a: asarray(a, copy=True), ("a",), {}),  # a new handle: x[k] = v on it leaves a alone
     # creation from an array
     ("zeros_like", zeros_like, ("a",), {}), ("ones_like", ones_like, ("a",), {}),
     ("empty_like", empty_like, ("prototype",), {}), ("full_like", full_like, ("a",), {}),
@@ -1343,14 +1344,25 @@ _FUNCTION_SPECS: list[tuple[str, Any, tuple[str, ...], dict[str, str]]] = [
     ("linalg.vector_norm", _Linalg.vector_norm, ("x",), {}),
     ("linalg.matrix_norm", _Linalg.matrix_norm, ("x",), {}),
     ("linalg.trace", _Linalg.trace, ("x",), {}),
+    # eig and eigvals give complex results always (the Array API's rule): NumPy's dtype depends on the values
+    ("linalg.eig", _Linalg.eig, ("a",), {}), ("linalg.eigvals", _Linalg.eigvals, ("a",), {}),
+    ("linalg.matrix_rank", _Linalg.matrix_rank, ("A",), {}),
+    ("linalg.matrix_power", _Linalg.matrix_power, ("a", "n"), {}), ("linalg.cross", _Linalg.cross, ("x1", "x2"), {}),
+    ("linalg.diagonal", _Linalg.diagonal, ("x",), {}),
+]
+# Array API functions of opgraph.frontend.array_api that NumPy also has (added there, which imports this module).
+_LATE_SPECS: list[tuple[str, str, tuple[str, ...], dict[str, str]]] = [
+    ("sort", "sort", ("a",), {}), ("argsort", "argsort", ("a",), {}), ("nonzero", "nonzero", ("a",), {}),
+    ("count_nonzero", "count_nonzero", ("a",), {}), ("searchsorted", "searchsorted", ("a", "v"), {}),
+    ("isin", "isin", ("element", "test_elements"), {}), ("diff", "diff", ("a",), {}),
+    ("meshgrid", "meshgrid", ("xi",), {}), ("take_along_axis", "take_along_axis", ("arr", "indices"), {}),
+    ("broadcast_shapes", "broadcast_shapes", ("args",), {}),
 ]
 # What to write instead of a NumPy function opgraph has no op for (the others say to evaluate first).
 _FUNCTION_HINTS = {
     "np.isclose": "onp.abs(a - b) <= atol + rtol * onp.abs(b)",
     "np.nansum": "onp.sum(onp.where(onp.isnan(x), 0.0, x))",
     "np.average": "onp.sum(x * w) / onp.sum(w)",
-    "np.linalg.eig": "onp.linalg.eigh for symmetric matrices",
-    "np.linalg.eigvals": "onp.linalg.eigvalsh for symmetric matrices",
     "np.linalg.lstsq": "onp.linalg.pinv(a) @ b",
     "np.trapezoid": "onp.sum((y[1:] + y[:-1]) / 2 * dx)",
 }
@@ -1397,6 +1409,8 @@ def _array_function(func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[s
     """
     if not _builtins.all(issubclass(t, (LazyArray, np.ndarray)) for t in types):
         return NotImplemented  # NEP 18: another array type may know how to mix with lazy arrays
+    from opgraph.frontend import array_api  # noqa: F401  (adds its NumPy functions to the table when imported)
+
     name = _np_name(func)
     entry = _FUNCTION_TABLE.get(func)
     if entry is None:
