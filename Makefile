@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Benchmarks and tests run with one BLAS/OpenMP thread for every library compared.
 THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1
 
-.PHONY: demo test lint bench docs clean fuzz
+.PHONY: demo test lint bench docs clean fuzz array-api
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,19 @@ $(VENV)/.installed-fuzz: pyproject.toml | $(BIN)/python
 
 fuzz: $(VENV)/.installed-test $(VENV)/.installed-fuzz
 	$(THREADS) $(BIN)/python tools/fuzz.py $(FUZZ_N) --out fuzz-out
+
+# The Array API standard's own test suite against opgraph.numpy, from a clone of data-apis/array-api-tests (with
+# its array-api submodule) kept outside this repository: make array-api ARRAY_API_TESTS=/path/to/array-api-tests
+# (docs/array-api.md: the commit used and the counts). The xfails are NumPy's special cases, as array-api-strict's.
+ARRAY_API_TESTS ?=
+MAX_EXAMPLES ?= 100
+array-api: $(VENV)/.installed-test
+	@test -d "$(ARRAY_API_TESTS)/array_api_tests" || { \
+		echo "set ARRAY_API_TESTS=/path/to/a/clone/of/data-apis/array-api-tests (with its array-api submodule)"; exit 2; }
+	$(BIN)/python -m pip install -q ndindex
+	cd "$(ARRAY_API_TESTS)" && $(THREADS) ARRAY_API_TESTS_MODULE=opgraph.numpy ARRAY_API_TESTS_VERSION=2025.12 \
+		$(abspath $(BIN))/python -m pytest array_api_tests -p no:cacheprovider -n 2 -q \
+		--max-examples $(MAX_EXAMPLES) --hypothesis-seed 0 --xfails-file $(abspath tools/array-api-xfails.txt)
 
 docs: $(VENV)/.installed-test
 	$(BIN)/python tools/gen_ops_doc.py
