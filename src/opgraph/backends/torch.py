@@ -1699,6 +1699,25 @@ def _topk_rule(info: OpInfo) -> Fn:
     return topk
 
 
+def _sort_rule(info: OpInfo) -> Fn:
+    axis, descending = info.attrs["axis"], bool(info.attrs["descending"])
+
+    def sort(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # stable in both directions, NaN largest: the NumPy kernel's order
+        return torch.sort(x, dim=axis % x.ndim, descending=descending, stable=True)
+
+    return sort
+
+
+def _searchsorted_rule(info: OpInfo) -> Fn:
+    right = info.attrs["side"] == "right"
+
+    def searchsorted(table: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return torch.searchsorted(table, values.contiguous(), right=right)
+
+    return searchsorted
+
+
 def _one_hot_rule(info: OpInfo) -> Fn:
     depth, axis = info.attrs["depth"], info.attrs["axis"]
     signed = _kind(info.in_dtypes[0]) == "i"
@@ -1801,6 +1820,7 @@ RULES: dict[str, RuleFactory] = {
     "adam_update_t": _adam_rule,
     "gather_elements": _gather_elements_rule, "scatter_elements": _scatter_elements_rule,
     "gather_nd": _gather_nd_rule, "scatter_nd": _scatter_nd_rule, "topk": _topk_rule, "one_hot": _one_hot_rule,
+    "sort": _sort_rule, "searchsorted": _searchsorted_rule,
     "trilu": _trilu_rule, "reverse_sequence": _reverse_sequence_rule,
     "fft": _fft_rule, "rfft": _rfft_rule, "irfft": _irfft_rule,
 }
@@ -1863,6 +1883,9 @@ _OWN_LIMITS: dict[str, Limit] = {
     "power": _no_complex_loop("NumPy's complex power multiplies out integer exponents (torch: exp(b log a)), "
                               "which differ at infinities and NaN"),
     "fused_elementwise": _fused_limit,
+    "searchsorted": lambda info: ("torch's searchsorted has no unsigned kernels (uint16/32/64)"
+                                  if any(np.dtype(d).kind == "u" and np.dtype(d).itemsize > 1
+                                         for d in info.in_dtypes) else None),
 }
 LIMITS: dict[str, Limit] = {kind: _limit(kind, _OWN_LIMITS.get(kind)) for kind in RULES}
 """op kind -> why the torch backend cannot run a particular op of that kind (None: it can)."""
