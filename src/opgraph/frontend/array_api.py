@@ -302,8 +302,9 @@ class _Info:
     """What ``__array_namespace_info__()`` returns: the namespace's devices, dtypes and capabilities."""
 
     def capabilities(self) -> dict[str, Any]:
-        """Boolean-mask indexing and data-dependent shapes are supported (dynamic dims); no rank limit."""
-        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": None}
+        """Boolean-mask indexing and data-dependent shapes are supported (dynamic dims); at most 64 dimensions,
+        NumPy's limit, which its kernels (the reference engine) share."""
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
 
     def default_device(self) -> str:
         """The only device, ``"cpu"``."""
