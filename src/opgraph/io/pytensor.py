@@ -1232,7 +1232,8 @@ class _Importer:
 
         for item in _order(fgraph):
             if isinstance(item, Constant):
-                self.get(item)
+                if hasattr(item.type, "dtype"):  # not NoneConst (SpecifyShape's unknown dims, slices' gaps)
+                    self.get(item)
                 continue
             try:
                 outs = self.node(item)
