@@ -31,6 +31,29 @@ reduction, ``stack`` a ``Join`` of ``ExpandDims``); :func:`from_pytensor`
 recognises those patterns, so such graphs come back op for op. Graph update
 edges have no FunctionGraph counterpart (PyTensor keeps updates on shared
 variables of compiled functions): :func:`to_pytensor` refuses them.
+
+Unknown dims stay unknown: PyTensor's ``Shape``/``Shape_i`` become the
+``shape`` op (a constant where the dims are static), ``ARange`` ``arange``,
+``Alloc``/``AllocEmpty`` and ``Reshape`` to computed shapes ``alloc`` and
+``reshape_to``, run-time slice bounds ``slice``, and ``Assert`` /
+``CheckAndRaise`` ``assert_all``, which keeps the check: running the graph
+raises :class:`~opgraph.errors.ExecutionError` with the assertion's message.
+Several integer index arrays (``x[pt.arange(n), labels]``) become
+``gather_nd``; ``IncSubtensor`` (``set_subtensor``/``inc_subtensor`` of basic
+indices) ``slice_update`` and ``AdvancedIncSubtensor(1)`` ``scatter_nd``
+(repeated indices accumulate, as ``np.add.at``). So the graph of a model
+trained on batches of any size, raw or after PyTensor's rewrites, runs on
+batches of any size:
+
+    >>> import numpy as np, pytensor, pytensor.tensor as pt
+    >>> from pytensor.graph.fg import FunctionGraph
+    >>> logp, y = pt.matrix("logp"), pt.ivector("y")
+    >>> nll = -pt.mean(logp[pt.arange(y.shape[0]), y])
+    >>> g = from_pytensor(FunctionGraph([logp, y], [nll, pytensor.grad(nll, logp)]))
+    >>> float(g.run({"logp": -np.arange(6.0).reshape(3, 2), "y": np.int32([1, 1, 1])})[0])  # -(-1 - 3 - 5) / 3
+    3.0
+    >>> g.run({"logp": np.zeros((1, 4)), "y": np.int32([3])})[1]
+    array([[ 0.,  0.,  0., -1.]])
 """
 
 from __future__ import annotations
@@ -1256,7 +1279,9 @@ def from_pytensor(fgraph: Any) -> Graph:
     come back in their op order). ``Elemwise`` nodes (fused ``Composite``
     ones too), reductions, ``DimShuffle``, ``Reshape``, ``Subtensor``,
     ``Join``, ``Split``, ``Alloc``, ``Dot`` and the BLAS nodes of compiled
-    graphs, softmax, einsum and the linalg ops map to op kinds; where
+    graphs, softmax, einsum, the linalg ops, shapes, ``ARange``, ``Assert``
+    and (advanced, incrementing) indexing map to op kinds (see the module
+    doc for unknown dims); where
     PyTensor's dtype rules differ from NumPy's a ``cast`` makes the result
     match PyTensor's type. Other ops raise :class:`~opgraph.errors.GraphError`
     naming the op. Inputs (shared variables too) are not fed values.
