@@ -853,20 +853,16 @@ class _Importer:
         msg = str(getattr(op, "msg", "") or "")
         return self.op("assert_all", *[self.get(v) for v in node.inputs], message=msg)
 
-    def int64(self, var: Any) -> Value:
-        """A run-time 1-D integer PyTensor variable (a shape) as an int64 value."""
-        v = self.get(var)
-        return v if v.dtype == np.int64 else self.op("cast", v, dtype="int64")
-
     def shape_vector(self, parts: Sequence[Any]) -> Value:
         """Scalars (PyTensor variables) as one 1-D int64 value: a constant when they are all known."""
         known = self.static_ints(parts)
         if known is not None:
             return self.b.constant(np.array(known, dtype=np.int64).reshape(len(known)))
-        pieces = [self.op("reshape", self.scalar_int64(v), shape=(1,)) for v in parts]
+        pieces = [self.op("reshape", self.int64(v), shape=(1,)) for v in parts]
         return pieces[0] if len(pieces) == 1 else self.op("concat", *pieces, axis=0)
 
-    def scalar_int64(self, var: Any) -> Value:
+    def int64(self, var: Any) -> Value:
+        """An integer PyTensor variable (an index, a shape) as an int64 value: opgraph's shape dtype."""
         v = self.get(var)
         return v if v.dtype == np.int64 else self.op("cast", v, dtype="int64")
 
@@ -889,7 +885,7 @@ class _Importer:
         # run-time bounds: slice the slice entries, then take the int entries (last first, so axes stay put)
         x = self.run_time_slices(x, [(i, e) for i, e in enumerate(idx) if isinstance(e, slice)], op)
         for i in reversed([i for i, e in enumerate(idx) if not isinstance(e, slice)]):
-            x = self.op("take", x, self.scalar_int64(idx[i]), axis=i)
+            x = self.op("take", x, self.int64(idx[i]), axis=i)
         return x
 
     def static_key(self, idx: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -928,7 +924,7 @@ class _Importer:
 
     def vector(self, parts: Sequence[Any]) -> Value:
         """PyTensor scalars and opgraph values as one 1-D int64 value."""
-        conv = [p if isinstance(p, Value) else self.scalar_int64(p) for p in parts]
+        conv = [p if isinstance(p, Value) else self.int64(p) for p in parts]
         pieces = [self.op("reshape", v if v.dtype == np.int64 else self.op("cast", v, dtype="int64"), shape=(1,))
                   for v in conv]
         return pieces[0] if len(pieces) == 1 else self.op("concat", *pieces, axis=0)
@@ -966,7 +962,7 @@ class _Importer:
                 entries.append((i, slice(self.b.constant(np.int64(k)), self.b.constant(np.int64(k + 1 if k != -1
                                                                                               else hi)))))
             else:
-                start = self.scalar_int64(e)
+                start = self.int64(e)
                 minus1 = self.op("equal", start, self.b.constant(np.int64(-1)))
                 stop = self.op("where", minus1, self.b.constant(np.int64(hi)),
                                self.op("add", start, self.b.constant(np.int64(1))))
@@ -991,7 +987,7 @@ class _Importer:
             if idx[i].type.dtype[0] not in "iu":
                 raise GraphError(f"{op}: a {idx[i].type.dtype} index array has no opgraph counterpart "
                                  "(only integer index arrays)")
-        return arrays, [self.scalar_int64(idx[i]) for i in arrays]
+        return arrays, [self.int64(idx[i]) for i in arrays]
 
     def nd_index(self, vals: list[Value]) -> Value:
         """Index arrays broadcast together and stacked on a last axis: gather_nd's and scatter_nd's indices."""
@@ -1050,7 +1046,7 @@ class _Importer:
 
     def _n_AdvancedIncSubtensor1(self, node: Any, op: Any) -> Value:
         x, y, i = node.inputs
-        return self.scatter(op, self.get(x), self.get(y), [0], [self.scalar_int64(i)])
+        return self.scatter(op, self.get(x), self.get(y), [0], [self.int64(i)])
 
     def _n_AdvancedIncSubtensor(self, node: Any, op: Any) -> Value:
         from pytensor.tensor.subtensor import indices_from_subtensor
