@@ -16,12 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from pytensor.graph.fg import FunctionGraph
 
+import opgraph
 from opgraph import GraphBuilder
 from opgraph.core.graph import Graph
-from opgraph.errors import GraphError
+from opgraph.errors import ExecutionError, GraphError
 from opgraph.io import pytensor as opt
 from opgraph.io.pytensor import TO_PYTENSOR, from_pytensor, to_pytensor
 from opgraph.passes.dce import dce
+from opgraph.passes.pipeline import optimize
 from test_io_dag import graphs
 
 MODE = "FAST_COMPILE"
@@ -197,7 +199,7 @@ def test_names_static_shapes_and_unknown_dims():
 
 # ---------------------------------------------------------------- hand-written PyTensor graphs
 def test_logistic_regression_and_its_gradient():
-    # static shapes: opgraph has no shape op, so the element count of pt.mean must be known statically
+    # static shapes (see test_logistic_regression_with_unknown_batch for run-time ones)
     x = pt.matrix("x", shape=(5, 3))
     y = pt.vector("y", shape=(5,))
     w = pt.vector("w", shape=(3,))
@@ -274,8 +276,10 @@ def test_unknown_pytensor_op_is_named():
     with pytest.raises(GraphError, match="Sort"):
         from_pytensor(FunctionGraph([x], [pt.sort(x)]))
     m = pt.matrix("m")
-    with pytest.raises(GraphError, match="Shape"):
-        from_pytensor(FunctionGraph([m], [pt.mean(m)]))  # the element count is only known at run time
+    with pytest.raises(GraphError, match=r"AdvancedSubtensor.*bool index array"):
+        from_pytensor(FunctionGraph([m], [m[m > 0]]))  # the result's length depends on the values
+    with pytest.raises(GraphError, match=r"AdvancedIncSubtensor.*partial slices"):
+        from_pytensor(FunctionGraph([m], [pt.inc_subtensor(m[1:, pt.as_tensor([0, 1])], 1.0)]))
 
 
 def test_dead_untranslatable_nodes_do_not_matter():
@@ -310,3 +314,195 @@ def test_blas_nodes():
     want = pytensor.function([x, w, z, v, u], outs, mode=MODE)(*feeds.values())
     for got, exp in zip(g.run(feeds), want, strict=True):
         np.testing.assert_allclose(got, exp, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- unknown dims (issue 19)
+FAST_RUN_PY = pytensor.compile.mode.Mode(linker="py", optimizer="fast_run")  # PyTensor's rewrites, no compiler
+
+
+def _agree(inputs: list[Any], outputs: list[Any], feeds: list[list[np.ndarray]], *, rtol: float = 1e-10,
+           round_trip: bool = True) -> list[Graph]:
+    """The raw FunctionGraph and the compiled one (after fast_run's rewrites) convert and compute what
+    PyTensor computes on every feed list (several shapes: the dims stay dynamic), and so does PyTensor on
+    to_pytensor's FunctionGraph of each conversion."""
+    f = pytensor.function(inputs, outputs, mode=FAST_RUN_PY, on_unused_input="ignore")
+    graphs = [from_pytensor(FunctionGraph(inputs, outputs, clone=True)), from_pytensor(f.maker.fgraph)]
+    backs = [to_pytensor(g) for g in graphs] if round_trip else []
+    fbacks = [pytensor.function(b.inputs, b.outputs, mode=MODE, on_unused_input="ignore") for b in backs]
+    for args in feeds:
+        want = [np.asarray(w) for w in f(*args)]
+        for g in graphs:
+            got = g.run(dict(zip(g.inputs.tolist(), args, strict=True)))
+            for a, w in zip(got, want, strict=True):
+                assert a.shape == w.shape and a.dtype == w.dtype, (a.shape, w.shape, a.dtype, w.dtype)
+                np.testing.assert_allclose(a, w, rtol=rtol, atol=rtol)
+        for fb in fbacks:
+            for a, w in zip(fb(*args), want, strict=True):
+                np.testing.assert_allclose(a, w, rtol=rtol, atol=rtol)
+    return graphs
+
+
+@pytest.mark.parametrize("x_shape", [(None, None), (None, 4)])
+@pytest.mark.parametrize("out", ["softmax", "log_softmax"])
+def test_mlp_nll_with_unknown_batch(out: str, x_shape: tuple[int | None, ...]):
+    x, y = pt.matrix("x", shape=x_shape), pt.ivector("y")
+    w1, b1, w2, b2 = pt.matrix("W1"), pt.vector("b1"), pt.matrix("W2"), pt.vector("b2")
+    params = [w1, b1, w2, b2]
+    h = pt.tanh(x @ w1 + b1)
+    logits = h @ w2 + b2
+    logp = pt.log(pt.special.softmax(logits, axis=-1)) if out == "softmax" else pt.special.log_softmax(logits, axis=-1)
+    nll = -pt.mean(logp[pt.arange(y.shape[0]), y])
+    grads = pytensor.grad(nll, params)
+    outs = [nll, *[p - 0.1 * g for p, g in zip(params, grads, strict=True)]]
+    rng = np.random.default_rng(19)
+    ps = [rng.standard_normal((4, 5)), rng.standard_normal(5), rng.standard_normal((5, 3)), rng.standard_normal(3)]
+    feeds = [[rng.standard_normal((n, 4)), rng.integers(0, 3, n).astype(np.int32), *ps] for n in (7, 2)]
+    raw, compiled = _agree([x, y, *params], outs, feeds)
+    # opgraph's own optimiser and compiled runtime (memory plan included) keep the dims dynamic too
+    f = pytensor.function([x, y, *params], outs, mode=FAST_RUN_PY)
+    for g in (raw, compiled):
+        prog = opgraph.compile(optimize(g, level=3))
+        for args in feeds:
+            for a, w in zip(prog.run(dict(zip(g.inputs.tolist(), args, strict=True))), f(*args), strict=True):
+                np.testing.assert_allclose(a, w, rtol=1e-10, atol=1e-10)
+    assert raw.type_of(int(raw.inputs[0])).shape == x_shape
+    kinds = {op.kind for op in compiled.ops()}
+    assert {"shape", "arange", "gather_nd", "scatter_nd", "assert_all"} <= kinds, kinds
+    # the compiled graph's Assert (b2 must match W2's columns) still checks
+    with pytest.raises(ExecutionError, match="broadcast"):
+        compiled.run(dict(zip(compiled.inputs.tolist(), [*feeds[0][:5], np.zeros(4)], strict=True)))
+
+
+def test_logistic_regression_with_unknown_batch():
+    x, y = pt.matrix("x"), pt.vector("y")
+    w, c = pt.vector("w"), pt.scalar("c")
+    p = pt.sigmoid(pt.dot(x, w) + c)
+    loss = -pt.mean(y * pt.log(p) + (1 - y) * pt.log1p(-p)) + 0.01 * pt.sum(w ** 2)
+    gw, gc = pytensor.grad(loss, [w, c])
+    rng = np.random.default_rng(3)
+    wv, cv = rng.standard_normal(3), np.array(0.3)
+    feeds = [[rng.standard_normal((n, 3)), (rng.random(n) > 0.5).astype(float), wv, cv] for n in (5, 11)]
+    _agree([x, y, w, c], [loss, w - 0.5 * gw, c - 0.5 * gc], feeds)
+
+
+def test_softmax_regression_with_integer_labels():
+    x, y, w, b = pt.matrix("x"), pt.lvector("y"), pt.matrix("w"), pt.vector("b")
+    p = pt.special.softmax(x @ w + b, axis=1)
+    nll = -pt.mean(pt.log(p)[pt.arange(x.shape[0]), y])
+    gw, gb = pytensor.grad(nll, [w, b])
+    pred = pt.argmax(p, axis=1)
+    rng = np.random.default_rng(4)
+    wv, bv = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    feeds = [[rng.standard_normal((n, 3)), rng.integers(0, 4, n), wv, bv] for n in (6, 1)]
+    _agree([x, y, w, b], [nll, w - 0.1 * gw, b - 0.1 * gb, pred, pt.mean(pt.neq(pred, y))], feeds)
+
+
+def _ind(*vals: Any) -> Any:
+    return pt.as_tensor(np.array(vals, dtype=np.int64))
+
+
+# (name, build(m, t3, i, j, n) -> output): m (r, c) and t3 (r, r, c) of unknown dims, i and j int vectors of
+# length r indexing rows and columns, n an int scalar (c - 1)
+INDEXING: list[tuple[str, Any]] = [
+    ("rows_and_labels", lambda m, t, i, j, n: m[pt.arange(m.shape[0]), j]),
+    ("adjacent_inner", lambda m, t, i, j, n: t[:, i, j]),
+    ("not_adjacent", lambda m, t, i, j, n: t[i, :, j]),
+    ("broadcast_arrays", lambda m, t, i, j, n: m[i[:, None], j[None, :]]),
+    ("scalar_and_array", lambda m, t, i, j, n: t[1, :, j]),
+    ("slice_then_arrays", lambda m, t, i, j, n: t[1:, i, j]),
+    ("slice_then_one_array", lambda m, t, i, j, n: m[::-1, j]),
+    ("negative_constants", lambda m, t, i, j, n: m[_ind(-1, 0, -2), _ind(0, -1, 1)]),
+    ("one_array", lambda m, t, i, j, n: m[i]),
+    ("set_pairs", lambda m, t, i, j, n: pt.set_subtensor(m[i, j], 7.0)),
+    ("inc_pairs_repeated", lambda m, t, i, j, n: pt.inc_subtensor(m[_ind(0, 1, 0, 0), _ind(1, 1, 1, -1)], m[0, 0])),
+    ("inc_rows", lambda m, t, i, j, n: pt.inc_subtensor(m[i], m[0])),
+    ("advanced_inc1", lambda m, t, i, j, n: pt.subtensor.advanced_inc_subtensor1(m, m[i] * 2, i)),
+    ("set_adjacent_inner", lambda m, t, i, j, n: pt.set_subtensor(t[:, i, j], t[:, 0, 0][:, None])),
+    ("inc_not_adjacent", lambda m, t, i, j, n: pt.inc_subtensor(t[i, :, j], 1.5)),
+    ("set_basic", lambda m, t, i, j, n: pt.set_subtensor(m[1:, -1], 3.0)),
+    ("inc_basic_step", lambda m, t, i, j, n: pt.inc_subtensor(m[::-2, 0], m[::-2, 1])),
+    ("inc_run_time_int", lambda m, t, i, j, n: pt.inc_subtensor(m[n - 1], m[0])),
+    ("set_run_time_last", lambda m, t, i, j, n: pt.set_subtensor(t[-1, n - 2:], 0.5)),
+    ("set_all", lambda m, t, i, j, n: pt.set_subtensor(m[:], m[0])),
+    ("run_time_bounds", lambda m, t, i, j, n: t[:n, n - 1, ::-1]),
+    ("run_time_reshape", lambda m, t, i, j, n: t.reshape((t.shape[0], -1)).sum(axis=1) + m.reshape((-1,))[-1]),
+    ("zeros_like_run_time", lambda m, t, i, j, n: pt.zeros((m.shape[0], n)) + pt.ones_like(m)[:, 0][:, None]),
+    ("mean_and_shape", lambda m, t, i, j, n: pt.mean(t, axis=(0, 2)) * pt.cast(m.shape[1], "float64")),
+]
+
+
+@pytest.mark.parametrize(("name", "build"), INDEXING, ids=[n for n, _ in INDEXING])
+def test_indexing_with_unknown_dims(name: str, build: Any):
+    m, t = pt.matrix("m"), pt.tensor3("t")
+    i, j, n = pt.lvector("i"), pt.ivector("j"), pt.lscalar("n")
+    out = build(m, t, i, j, n)
+    rng = np.random.default_rng(len(name))
+    feeds = []
+    for r, c in ((3, 4), (5, 3)):
+        iv = rng.integers(-r, r, r)
+        jv = rng.integers(-c, c, r).astype(np.int32)
+        feeds.append([rng.standard_normal((r, c)), rng.standard_normal((r, r, c)), iv, jv, np.int64(c - 1)])
+    _agree([m, t, i, j, n], [out], feeds)
+
+
+def test_alloc_empty_and_arange():
+    from pytensor.tensor.basic import AllocEmpty
+
+    x = pt.matrix("x")
+    n = pt.lscalar("n")
+    e = AllocEmpty("float32")(x.shape[0], n)  # unspecified content: only its type and shape are compared
+    r = pt.arange(n, x.shape[0] * 3, 2, dtype="int32")
+    g = from_pytensor(FunctionGraph([x, n], [e, r, pt.arange(0.5, pt.cast(n, "float64"), 0.25)]))
+    f = pytensor.function([x, n], [e, r, pt.arange(0.5, pt.cast(n, "float64"), 0.25)], mode=MODE)
+    for rows, k in ((2, 3), (4, 5)):
+        got = g.run({"x": np.zeros((rows, 2)), "n": np.int64(k)})
+        want = f(np.zeros((rows, 2)), k)
+        assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype
+        for a, w in zip(got[1:], want[1:], strict=True):
+            assert a.dtype == w.dtype
+            np.testing.assert_array_equal(a, w)
+
+
+def test_assert_keeps_its_check():
+    from pytensor.raise_op import Assert
+
+    x = pt.vector("x")
+    y = Assert("x needs more than two elements")(x, pt.gt(x.shape[0], 2)) * 2.0
+    g = from_pytensor(FunctionGraph([x], [y]))
+    assert "assert_all" in [op.kind for op in g.ops()]
+    np.testing.assert_allclose(g.run({"x": np.arange(4.0)})[0], np.arange(4.0) * 2)
+    with pytest.raises(ExecutionError, match="x needs more than two elements"):
+        g.run({"x": np.arange(2.0)})
+    back = to_pytensor(g)
+    f = pytensor.function(back.inputs, back.outputs, mode=MODE)
+    np.testing.assert_allclose(f(np.arange(4.0))[0], np.arange(4.0) * 2)
+    with pytest.raises(AssertionError, match="x needs more than two elements"):
+        f(np.arange(2.0))
+
+
+def test_run_time_shape_kinds_round_trip():
+    b = GraphBuilder()
+    x = b.input(("float64", (None, 3)), name="x")
+    k = b.input(("int64", ()), name="k")
+    s = b.op("shape", x)
+    rows = b.op("arange", b.constant(np.int64(0)), b.op("getitem", s, index=(0,)), b.constant(np.int64(1)))
+    picked = b.op("gather_nd", x, b.op("stack", rows, b.op("remainder", rows, b.constant(np.int64(3))), axis=-1))
+    column = b.op("alloc", b.op("expand_dims", picked, axis=-1), s)
+    filled = b.op("scatter_nd", x, b.op("expand_dims", rows, axis=-1), column, reduction="add")
+    flat = b.op("reshape_to", filled, b.op("reshape", b.op("multiply", b.op("getitem", s, index=(0,)),
+                                                           b.constant(np.int64(3))), shape=(1,)))
+    part = b.op("slice", flat, b.op("reshape", k, shape=(1,)), b.constant(np.array([-1])))
+    upd = b.op("slice_update", x, b.constant(np.float64(9.0)), b.constant(np.array([1, 0])),
+               b.op("stack", k, k), b.constant(np.array([1, 2])))
+    checked = b.op("assert_all", upd, b.op("greater", k, b.constant(np.int64(0))), message="k > 0")
+    b.output(s, rows, picked, filled, flat, part, checked)
+    g = b.freeze()
+    fg = to_pytensor(g)
+    f = pytensor.function(fg.inputs, fg.outputs, mode=MODE)
+    back = from_pytensor(fg)
+    for n in (2, 5):
+        feeds = {"x": RNG.standard_normal((n, 3)), "k": np.int64(n - 1 or 1)}
+        want = g.run(feeds)
+        for got in (f(*feeds.values()), back.run(feeds)):
+            for a, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(a, w, rtol=1e-12)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opgraph
-from opcheck import RNG_SEED, check_op, rand, run_op
+from opcheck import RNG_SEED, check_op, out_type, rand, run_op
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, OpBuildError, OpTypeError
@@ -24,6 +24,7 @@ IDS = {
     "reshape": 700, "permute_dims": 701, "broadcast_to": 702, "expand_dims": 703, "squeeze": 704,
     "concat": 705, "stack": 706, "split": 707, "getitem": 708, "take": 709, "pad": 710, "flip": 711,
     "roll": 712, "tile": 713, "repeat": 714, "moveaxis": 715, "copy": 716, "slice": 718, "slice_update": 719,
+    "shape": 720, "arange": 721, "alloc": 722, "reshape_to": 723, "assert_all": 724,
 }
 
 
@@ -814,3 +815,143 @@ def test_slice_results_own_their_memory() -> None:
                     lambda a, *_: np.concatenate([a[:1], np.zeros(3), a[4:]]))
     assert not np.shares_memory(x, z)
     np.testing.assert_array_equal(x, np.arange(6.0))  # x itself is left alone
+
+
+# ---------------------------------------------------------------- run-time shapes: shape 720, arange 721, alloc 722,
+# reshape_to 723, assert_all 724
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 0, 4), (1, 2, 3, 4)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shape_matches_numpy(shape: tuple[int, ...], dtype: str) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), shape, dtype)
+    check_op("shape", [x], lambda a: np.array(np.shape(a), dtype=np.int64))
+
+
+def test_shape_types_and_dynamic_dims() -> None:
+    assert out_type("shape", TensorType("float32", (None, 3))) == TensorType("int64", (2,))
+    assert out_type("shape", TensorType("float32", None)) == TensorType("int64", (None,))
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (None, 3)))
+    s = b.op("shape", x)
+    for n in (1, 5):  # the same graph, two run-time sizes
+        np.testing.assert_array_equal(b.run({x: np.zeros((n, 3))}, [s])[0], np.shape(np.zeros((n, 3))))
+
+
+ARANGES = [(0, 5, 1), (2, 11, 3), (5, 0, -1), (5, 0, 1), (-3.0, 2.5, 0.5), (1, 2.0, 0.25), (0, 0, 1), (10, -10, -7)]
+
+
+@pytest.mark.parametrize("dtype", [None, "int32", "float32", "float64"])
+@pytest.mark.parametrize(("start", "stop", "step"), ARANGES)
+def test_arange_matches_numpy(start: Any, stop: Any, step: Any, dtype: Any) -> None:
+    args = [np.asarray(v) for v in (start, stop, step)]
+    check_op("arange", args, lambda *a: np.arange(*a, dtype=dtype), dtype=dtype)
+
+
+def test_arange_types_and_errors() -> None:
+    i64, f32 = TensorType("int64", ()), TensorType("float32", ())
+    assert out_type("arange", i64, i64, i64) == TensorType("int64", (None,))
+    assert out_type("arange", i64, f32, i64) == TensorType(np.result_type(np.int64, np.float32), (None,))
+    assert out_type("arange", i64, i64, i64, dtype="float32") == TensorType("float32", (None,))
+    with pytest.raises(OpBuildError, match="must be 0-d"):
+        out_type("arange", TensorType("int64", (2,)), i64, i64)
+    with pytest.raises(OpBuildError, match="real number"):
+        out_type("arange", TensorType("complex128", ()), i64, i64)
+    with pytest.raises(ExecutionError, match="step cannot be zero"):
+        run_op("arange", np.int64(0), np.int64(3), np.int64(0))
+
+
+ALLOCS = [((), (2, 3)), ((3,), (2, 3)), ((2, 1), (2, 4)), ((1, 3), (0, 3)), ((4,), (4,)), ((), ()),
+          ((2, 1, 3), (5, 2, 4, 3))]
+
+
+@pytest.mark.parametrize(("x_shape", "target"), ALLOCS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alloc_matches_numpy_broadcast(x_shape: tuple[int, ...], target: tuple[int, ...], dtype: str) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), x_shape, dtype)
+    (y,) = check_op("alloc", [x, np.array(target, dtype=np.int64)], lambda a, s: np.broadcast_to(a, tuple(s)).copy())
+    assert y.flags.writeable and not np.shares_memory(x, y)
+
+
+def test_alloc_types_and_errors() -> None:
+    shape2 = TensorType("int64", (2,))
+    assert out_type("alloc", TensorType("float32", (3,)), shape2) == TensorType("float32", (None, 3))
+    assert out_type("alloc", TensorType("float32", (1,)), shape2) == TensorType("float32", (None, None))
+    assert out_type("alloc", TensorType("float32", ()), TensorType("int32", (None,))) == TensorType("float32", None)
+    with pytest.raises(OpBuildError, match="lower rank"):
+        out_type("alloc", TensorType("float32", (2, 3, 4)), shape2)
+    with pytest.raises(OpBuildError, match="integer dtype"):
+        out_type("alloc", TensorType("float32", ()), TensorType("float32", (2,)))
+    with pytest.raises(ExecutionError, match="broadcast"):
+        run_op("alloc", np.ones(3), np.array([2, 4]))
+
+
+RESHAPES = [((2, 3), (3, 2)), ((2, 3), (-1,)), ((2, 3, 4), (4, -1)), ((6,), (1, 2, 1, 3)), ((0, 3), (-1, 3)),
+            ((), (1,)), ((1,), ()), ((2, 3), (6,))]
+
+
+@pytest.mark.parametrize(("x_shape", "target"), RESHAPES)
+@pytest.mark.parametrize("dtype", ["int8", "float64", "complex128"])
+def test_reshape_to_matches_numpy(x_shape: tuple[int, ...], target: tuple[int, ...], dtype: str) -> None:
+    x = rand(np.random.default_rng(RNG_SEED), x_shape, dtype)
+    check_op("reshape_to", [x, np.array(target, dtype=np.int32)], lambda a, s: np.reshape(a, tuple(s)))
+
+
+def test_reshape_to_types_and_errors() -> None:
+    assert out_type("reshape_to", TensorType("float32", (2, 3)), TensorType("int64", (1,))) == \
+        TensorType("float32", (6,))
+    assert out_type("reshape_to", TensorType("float32", (None, 3)), TensorType("int64", (3,))) == \
+        TensorType("float32", (None, None, None))
+    with pytest.raises(OpBuildError, match="into shape"):
+        out_type("reshape_to", TensorType("float32", (2, 3)), TensorType("int64", (0,)))
+    with pytest.raises(OpBuildError, match="1-D"):
+        out_type("reshape_to", TensorType("float32", (2, 3)), TensorType("int64", (1, 2)))
+    with pytest.raises(ExecutionError, match="reshape"):
+        run_op("reshape_to", np.ones((2, 3)), np.array([4, 2]))
+
+
+def test_assert_all_passes_x_through_or_raises_its_message() -> None:
+    x = np.arange(6.0).reshape(2, 3)
+    (y,) = check_op("assert_all", [x, np.array(True), np.array([1, 2])], lambda a, *c: a.copy(), message="m")
+    assert not np.shares_memory(x, y)
+    check_op("assert_all", [x], lambda a: a.copy())
+    with pytest.raises(ExecutionError, match="x must be positive"):
+        run_op("assert_all", x, np.array([True, False]), message="x must be positive")
+    with pytest.raises(ExecutionError, match="assertion failed"):
+        run_op("assert_all", x, np.array(0))
+
+
+def test_assert_all_checks_on_every_run_of_a_compiled_graph() -> None:
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (None,)), name="x")
+    y = b.op("assert_all", x, b.op("all", b.op("greater", x, 0.0)), message="x > 0")
+    b.output(b.op("log", y))
+    prog = opgraph.compile(b.freeze())
+    np.testing.assert_allclose(prog.run({"x": np.ones(3)})[0], np.log(np.ones(3)))
+    with pytest.raises(ExecutionError, match="x > 0"):
+        prog.run({"x": -np.ones(3)})
+
+
+def test_run_time_shape_ops_compose_with_dynamic_dims() -> None:
+    # x.reshape(x.shape[0], -1) and zeros of x's shape, run at two batch sizes from one compiled graph
+    b = opgraph.GraphBuilder()
+    x = b.input(("float32", (None, 2, 3)), name="x")
+    s = b.op("shape", x)
+    n = b.op("getitem", s, index=(slice(0, 1),))
+    flat = b.op("reshape_to", x, b.op("concat", n, b.constant(np.array([-1], np.int64))))
+    rows = b.op("arange", b.constant(np.int64(0)), b.op("getitem", s, index=(0,)), b.constant(np.int64(1)))
+    z = b.op("alloc", b.constant(np.float32(0)), s)
+    b.output(flat, rows, z)
+    prog = opgraph.compile(b.freeze())
+    for k in (1, 4):
+        a = np.random.default_rng(k).standard_normal((k, 2, 3)).astype(np.float32)
+        got = prog.run({"x": a})
+        for g, w in zip(got, [a.reshape(k, -1), np.arange(k), np.zeros_like(a)], strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+
+
+def test_run_time_shape_gradients_match_finite_differences() -> None:
+    x = np.random.default_rng(3).standard_normal((2, 3))
+    _fd_check(lambda b, v: b.op("reshape_to", v[0], b.op("shape", b.op("permute_dims", v[0]))), [x])
+    _fd_check(lambda b, v: b.op("alloc", v[0], b.constant(np.array([4, 2, 3]))), [x])
+    _fd_check(lambda b, v: b.op("assert_all", v[0], b.op("greater", v[0], -100.0)), [x])
+    _fd_check(lambda b, v: b.op("arange", v[0], b.constant(4.0), v[1]), [np.array(0.5), np.array(0.75)])

@@ -31,6 +31,29 @@ reduction, ``stack`` a ``Join`` of ``ExpandDims``); :func:`from_pytensor`
 recognises those patterns, so such graphs come back op for op. Graph update
 edges have no FunctionGraph counterpart (PyTensor keeps updates on shared
 variables of compiled functions): :func:`to_pytensor` refuses them.
+
+Unknown dims stay unknown: PyTensor's ``Shape``/``Shape_i`` become the
+``shape`` op (a constant where the dims are static), ``ARange`` ``arange``,
+``Alloc``/``AllocEmpty`` and ``Reshape`` to computed shapes ``alloc`` and
+``reshape_to``, run-time slice bounds ``slice``, and ``Assert`` /
+``CheckAndRaise`` ``assert_all``, which keeps the check: running the graph
+raises :class:`~opgraph.errors.ExecutionError` with the assertion's message.
+Several integer index arrays (``x[pt.arange(n), labels]``) become
+``gather_nd``; ``IncSubtensor`` (``set_subtensor``/``inc_subtensor`` of basic
+indices) ``slice_update`` and ``AdvancedIncSubtensor(1)`` ``scatter_nd``
+(repeated indices accumulate, as ``np.add.at``). So the graph of a model
+trained on batches of any size, raw or after PyTensor's rewrites, runs on
+batches of any size:
+
+    >>> import numpy as np, pytensor, pytensor.tensor as pt
+    >>> from pytensor.graph.fg import FunctionGraph
+    >>> logp, y = pt.matrix("logp"), pt.ivector("y")
+    >>> nll = -pt.mean(logp[pt.arange(y.shape[0]), y])
+    >>> g = from_pytensor(FunctionGraph([logp, y], [nll, pytensor.grad(nll, logp)]))
+    >>> float(g.run({"logp": -np.arange(6.0).reshape(3, 2), "y": np.int32([1, 1, 1])})[0])  # -(-1 - 3 - 5) / 3
+    3.0
+    >>> g.run({"logp": np.zeros((1, 4)), "y": np.int32([3])})[1]
+    array([[ 0.,  0.,  0., -1.]])
 """
 
 from __future__ import annotations
@@ -239,8 +262,64 @@ def _table() -> dict[str, Emit]:
         "fma": lambda xs, a, it, ot: xs[0] * xs[1] + xs[2],
         "matmul_t": lambda xs, a, it, ot: pt.matmul(_mt(xs[0]) if a["transpose_a"] else xs[0],
                                                     _mt(xs[1]) if a["transpose_b"] else xs[1]),
+        "shape": lambda xs, a, it, ot: pt.cast(xs[0].shape, "int64"),
+        "arange": lambda xs, a, it, ot: pt.arange(*xs, dtype=str(ot[0].dtype)),
+        "alloc": lambda xs, a, it, ot: pt.alloc(xs[0], *_entries(xs[1], it[1], "alloc's shape")),
+        "reshape_to": lambda xs, a, it, ot: pt.reshape(xs[0], xs[1], ndim=len(ot[0].shape)),
+        "assert_all": lambda xs, a, it, ot: _assert(xs, a["message"]),
+        "slice": lambda xs, a, it, ot: xs[0][_slice_key(xs, it, a["axes"])],
+        "slice_update": lambda xs, a, it, ot: pt.set_subtensor(xs[0][_slice_key([xs[0], *xs[2:]], [it[0], *it[2:]],
+                                                                                 a["axes"])], xs[1]),
+        "gather_nd": lambda xs, a, it, ot: xs[0][_nd_key(xs[1], it[1], a["batch_dims"])],
+        "scatter_nd": lambda xs, a, it, ot: _scatter_nd(xs, it, a["reduction"]),
     })
     return t
+
+
+def _entries(vec: Any, t: TensorType, what: str) -> list[Any]:
+    """The scalars of a 1-D tensor whose length the static type gives."""
+    if t.shape is None or t.shape[0] is None:
+        raise GraphError(f"{what} has an unknown length: PyTensor needs one scalar per dim")
+    return [vec[i] for i in range(t.shape[0])]
+
+
+def _assert(xs: list[Any], message: str) -> Any:
+    from pytensor.raise_op import Assert
+
+    pt = _pt()
+    conds = [c if c.ndim == 0 else pt.all(c) for c in xs[1:]]  # PyTensor's conditions are scalars
+    return Assert(message)(xs[0], *conds) if conds else pt.identity(xs[0])
+
+
+def _slice_key(xs: list[Any], it: list[TensorType], axes: tuple[int, ...] | None) -> tuple[Any, ...]:
+    x, starts, ends = xs[:3]
+    steps = xs[3] if len(xs) > 3 else None
+    k = _entries(starts, it[1], "slice's starts")
+    key: list[Any] = [slice(None)] * x.ndim
+    for j, ax in enumerate(range(len(k)) if axes is None else axes):
+        key[ax] = slice(starts[j], ends[j], None if steps is None else steps[j])
+    return tuple(key)
+
+
+def _nd_key(idx: Any, t: TensorType, batch_dims: int) -> tuple[Any, ...]:
+    """gather_nd's index rows as NumPy's advanced index: one index array per indexed axis."""
+    if batch_dims:
+        raise GraphError("gather_nd with batch_dims: PyTensor's advanced indexing has no batch dims")
+    m = None if t.shape is None else t.shape[-1]
+    if m is None:
+        raise GraphError("gather_nd's index rows have an unknown length: PyTensor needs one index array per axis")
+    return tuple(idx[..., j] for j in range(m))
+
+
+def _scatter_nd(xs: list[Any], it: list[TensorType], reduction: str) -> Any:
+    pt = _pt()
+    x, idx, u = xs
+    key = _nd_key(idx, it[1], 0)
+    if reduction == "none":
+        return pt.set_subtensor(x[key], u)
+    if reduction == "add":
+        return pt.inc_subtensor(x[key], u)
+    raise GraphError(f"scatter_nd with reduction {reduction!r}: PyTensor only sets or increments")
 
 
 def _roll(x: Any, shift: Any, axis: Any) -> Any:
@@ -582,10 +661,7 @@ class _Importer:
         elif name == "Cast":
             out = self.op("cast", args[0], dtype=out_dtypes[0])
         elif name == "Second":  # fill: b broadcast to the shape of a and b together
-            shape = broadcast_shapes(args[0].type.shape, args[1].type.shape)
-            if shape is None or any(d is None for d in shape):
-                raise GraphError("second/fill with unknown dims: the broadcast shape is not known statically")
-            out = self.op("broadcast_to", args[1], shape=shape)
+            out = self.fill(args[0], args[1])
         elif name == "Softplus":  # log(1 + exp(x)), stably
             out = self.op("logaddexp", args[0], self.b.constant(np.zeros((), args[0].dtype)))
         elif name == "Log1mexp":  # log(1 - exp(x))
@@ -595,6 +671,20 @@ class _Importer:
         if out.dtype != np.dtype(out_dtypes[0]):
             out = self.op("cast", out, dtype=out_dtypes[0])
         return [out]
+
+    def fill(self, a: Value, b: Value) -> Value:
+        """``b`` broadcast against ``a`` (PyTensor's second/fill)."""
+        shape = broadcast_shapes(a.type.shape, b.type.shape)
+        if shape is not None and all(d is not None for d in shape):
+            return self.op("broadcast_to", b, shape=shape)
+        if a.type.rank is None or b.type.rank is None:
+            raise GraphError("second/fill of tensors of unknown rank has no opgraph counterpart")
+        r = max(a.type.rank, b.type.rank)
+        sa, sb = (self.op("shape", v if v.type.rank == r else self.op(
+            "expand_dims", v, axis=tuple(range(r - v.type.rank)))) for v in (a, b))
+        # broadcasting takes b's dim where a's is 1 (also 0 against 1), a's everywhere else
+        one = self.b.constant(np.int64(1))
+        return self.op("alloc", b, self.op("where", self.op("equal", sa, one), sb, sa))
 
     def composite(self, sop: Any, args: list[Value]) -> list[Value]:
         from pytensor.graph.basic import Constant
@@ -738,19 +828,43 @@ class _Importer:
         return self.op("cumsum" if op.mode == "add" else "cumprod", self.get(node.inputs[0]), axis=op.axis)
 
     def _n_Reshape(self, node: Any, op: Any) -> Value:
-        return self.op("reshape", self.get(node.inputs[0]), shape=self.ints(node.inputs[1], "a reshape's shape"))
+        shape = self.static(node.inputs[1])
+        if shape is not None:
+            return self.op("reshape", self.get(node.inputs[0]), shape=tuple(int(i) for i in np.ravel(shape)))
+        return self.op("reshape_to", self.get(node.inputs[0]), self.int64(node.inputs[1]))
 
     def _n_Shape(self, node: Any, op: Any) -> Value:
         shape = node.inputs[0].type.shape
-        if any(d is None for d in shape):
-            raise GraphError(f"Shape of {node.inputs[0]}: opgraph has no shape op, and the dims are not static")
-        return self.b.constant(np.array(shape, dtype=np.int64))
+        if all(d is not None for d in shape):  # static dims: a constant, as PyTensor's own rewrites fold it
+            return self.b.constant(np.array(shape, dtype=np.int64))
+        return self.op("shape", self.get(node.inputs[0]))
 
     def _n_Shape_i(self, node: Any, op: Any) -> Value:
         d = node.inputs[0].type.shape[op.i]
-        if d is None:
-            raise GraphError(f"Shape_i of {node.inputs[0]}: opgraph has no shape op, and the dim is not static")
-        return self.b.constant(np.int64(d))
+        if d is not None:
+            return self.b.constant(np.int64(d))
+        return self.op("getitem", self.op("shape", self.get(node.inputs[0])), index=(int(op.i),))
+
+    def _n_ARange(self, node: Any, op: Any) -> Value:
+        return self.op("arange", *[self.get(v) for v in node.inputs], dtype=str(op.dtype))
+
+    def _n_CheckAndRaise(self, node: Any, op: Any) -> Value:
+        # Assert (and CheckAndRaise): the check stays in the graph and raises ExecutionError with its message
+        msg = str(getattr(op, "msg", "") or "")
+        return self.op("assert_all", *[self.get(v) for v in node.inputs], message=msg)
+
+    def shape_vector(self, parts: Sequence[Any]) -> Value:
+        """Scalars (PyTensor variables) as one 1-D int64 value: a constant when they are all known."""
+        known = self.static_ints(parts)
+        if known is not None:
+            return self.b.constant(np.array(known, dtype=np.int64).reshape(len(known)))
+        pieces = [self.op("reshape", self.int64(v), shape=(1,)) for v in parts]
+        return pieces[0] if len(pieces) == 1 else self.op("concat", *pieces, axis=0)
+
+    def int64(self, var: Any) -> Value:
+        """An integer PyTensor variable (an index, a shape) as an int64 value: opgraph's shape dtype."""
+        v = self.get(var)
+        return v if v.dtype == np.int64 else self.op("cast", v, dtype="int64")
 
     def _n_MakeVector(self, node: Any, op: Any) -> Value:
         vals = [self.static(v) for v in node.inputs]
@@ -759,30 +873,224 @@ class _Importer:
         parts = [self.op("reshape", self.get(v), shape=(1,)) for v in node.inputs]
         return self.op("concat", *parts, axis=0) if parts else self.b.constant(np.zeros(0, op.dtype))
 
+    # indexing: basic (Subtensor, IncSubtensor) and advanced (integer index arrays)
     def _n_Subtensor(self, node: Any, op: Any) -> Value:
         from pytensor.tensor.subtensor import indices_from_subtensor
 
+        idx = list(indices_from_subtensor(node.inputs[1:], op.idx_list))
+        x = self.get(node.inputs[0])
+        key = self.static_key(idx)
+        if key is not None:
+            return self.op("getitem", x, index=key)
+        # run-time bounds: slice the slice entries, then take the int entries (last first, so axes stay put)
+        x = self.run_time_slices(x, [(i, e) for i, e in enumerate(idx) if isinstance(e, slice)], op)
+        for i in reversed([i for i, e in enumerate(idx) if not isinstance(e, slice)]):
+            x = self.op("take", x, self.int64(idx[i]), axis=i)
+        return x
+
+    def static_key(self, idx: Sequence[Any]) -> tuple[Any, ...] | None:
+        """A basic index whose ints and slice bounds are all known before run time (else None)."""
         key: list[Any] = []
-        for e in indices_from_subtensor(node.inputs[1:], op.idx_list):
+        for e in idx:
             if isinstance(e, slice):
-                key.append(slice(*[None if p is None else self.ints(p, "a slice bound")[0]
-                                   for p in (e.start, e.stop, e.step)]))
+                parts = [None if p is None else self.static(p) for p in (e.start, e.stop, e.step)]
+                if any(p is None and q is not None for p, q in zip(parts, (e.start, e.stop, e.step), strict=True)):
+                    return None
+                key.append(slice(*[None if p is None else int(np.asarray(p).item()) for p in parts]))
             else:
-                key.append(self.ints(e, "an index")[0])
-        return self.op("getitem", self.get(node.inputs[0]), index=tuple(key))
+                v = self.static(e)
+                if v is None:
+                    return None
+                key.append(int(np.asarray(v).item()))
+        return tuple(key)
+
+    def bounds(self, entries: Sequence[tuple[int, slice]], op: Any) -> tuple[Value, Value, Value]:
+        """1-D int64 starts, ends and steps of ``slice`` ops for the slices ``(axis, slice)``.
+
+        A missing bound is the sentinel Python's slicing gives it (0 or the largest int64 for a positive
+        step, the largest or smallest for a negative one), which needs the step's sign before run time."""
+        hi, lo = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        cols: list[list[Any]] = [[], [], []]
+        for _, e in entries:
+            step = 1 if e.step is None else self.static(e.step)
+            if step is None and (e.start is None or e.stop is None):
+                raise GraphError(f"{op}: a slice with a run-time step and a missing bound has no opgraph "
+                                 "counterpart (the bound's default depends on the step's sign)")
+            neg = step is not None and int(np.asarray(step).item()) < 0
+            for col, bound, default in ((0, e.start, hi if neg else 0), (1, e.stop, lo if neg else hi),
+                                        (2, e.step, 1)):
+                cols[col].append(self.b.constant(np.int64(default)) if bound is None else bound)
+        return tuple(self.vector(c) for c in cols)  # type: ignore[return-value]
+
+    def vector(self, parts: Sequence[Any]) -> Value:
+        """PyTensor scalars and opgraph values as one 1-D int64 value."""
+        conv = [p if isinstance(p, Value) else self.int64(p) for p in parts]
+        pieces = [self.op("reshape", v if v.dtype == np.int64 else self.op("cast", v, dtype="int64"), shape=(1,))
+                  for v in conv]
+        return pieces[0] if len(pieces) == 1 else self.op("concat", *pieces, axis=0)
+
+    def run_time_slices(self, x: Value, entries: Sequence[tuple[int, slice]], op: Any) -> Value:
+        entries = [(i, e) for i, e in entries if e != slice(None)]
+        if not entries:
+            return x
+        return self.op("slice", x, *self.bounds(entries, op), axes=tuple(i for i, _ in entries))
+
+    def _n_IncSubtensor(self, node: Any, op: Any) -> Value:
+        """``x[idx] = y`` or ``x[idx] += y`` (basic indices): a slice_update, ints as length-1 slices."""
+        from pytensor.tensor.subtensor import indices_from_subtensor
+
+        idx = list(indices_from_subtensor(node.inputs[2:], op.idx_list))
+        x, y = self.get(node.inputs[0]), self.get(node.inputs[1])
+        if y.dtype != x.dtype:
+            y = self.op("cast", y, dtype=str(x.dtype))
+        ints = [i for i, e in enumerate(idx) if not isinstance(e, slice)]
+        # y lines up with x[idx]: put back the axes the ints removed (after the leading ones broadcasting adds)
+        out_rank = x.type.rank - len(ints)
+        if y.type.rank < out_rank:
+            y = self.op("expand_dims", y, axis=tuple(range(out_rank - y.type.rank)))
+        if ints:
+            y = self.op("expand_dims", y, axis=tuple(ints))
+        entries: list[tuple[int, slice]] = []
+        hi = np.iinfo(np.int64).max
+        for i, e in enumerate(idx):
+            if isinstance(e, slice):
+                entries.append((i, e))
+                continue
+            k = self.static(e)
+            if k is not None:  # x[-1] is x[-1:], not x[-1:0]
+                k = int(np.asarray(k).item())
+                entries.append((i, slice(self.b.constant(np.int64(k)), self.b.constant(np.int64(k + 1 if k != -1
+                                                                                              else hi)))))
+            else:
+                start = self.int64(e)
+                minus1 = self.op("equal", start, self.b.constant(np.int64(-1)))
+                stop = self.op("where", minus1, self.b.constant(np.int64(hi)),
+                               self.op("add", start, self.b.constant(np.int64(1))))
+                entries.append((i, slice(start, stop)))
+        entries = [(i, e) for i, e in entries if e != slice(None)]
+        if not entries:  # x[...] = y: y broadcast to x's shape
+            if not op.set_instead_of_inc:
+                return self.op("add", x, y)
+            if x.type.shape is not None and None not in x.type.shape:
+                return self.op("broadcast_to", y, shape=x.type.shape)
+            return self.op("alloc", y, self.op("shape", x))
+        bounds = self.bounds(entries, op)
+        axes = tuple(i for i, _ in entries)
+        if not op.set_instead_of_inc:
+            y = self.op("add", self.op("slice", x, *bounds, axes=axes), y)
+        return self.op("slice_update", x, y, *bounds, axes=axes)
+
+    def advanced(self, op: Any, idx: list[Any]) -> tuple[list[int], list[Value]]:
+        """The positions and int64 values of the index arrays (advanced indices) of ``idx``."""
+        arrays = [i for i, e in enumerate(idx) if not isinstance(e, slice)]
+        for i in arrays:
+            if idx[i].type.dtype[0] not in "iu":
+                raise GraphError(f"{op}: a {idx[i].type.dtype} index array has no opgraph counterpart "
+                                 "(only integer index arrays)")
+        return arrays, [self.int64(idx[i]) for i in arrays]
+
+    def nd_index(self, vals: list[Value]) -> Value:
+        """Index arrays broadcast together and stacked on a last axis: gather_nd's and scatter_nd's indices."""
+        shapes = {v.type.shape for v in vals}
+        if len(shapes) > 1 or None in next(iter(shapes)):  # broadcast at run time: add zeros of every shape
+            zero = self.b.constant(np.int64(0))
+            z = self.op("multiply", vals[0], zero)
+            for v in vals[1:]:
+                z = self.op("add", z, self.op("multiply", v, zero))
+            vals = [self.op("add", v, z) for v in vals]
+        return self.op("stack", *vals, axis=-1)
+
+    def front(self, x: Value, arrays: list[int]) -> tuple[Value, list[int]]:
+        """``x`` with the indexed axes moved to the front, and the permutation used."""
+        perm = arrays + [i for i in range(x.type.rank) if i not in arrays]
+        if perm != list(range(len(perm))):
+            x = self.op("permute_dims", x, axes=tuple(perm))
+        return x, perm
 
     def _n_AdvancedSubtensor1(self, node: Any, op: Any) -> Value:
         return self.op("take", self.get(node.inputs[0]), self.get(node.inputs[1]), axis=0)
 
     def _n_AdvancedSubtensor(self, node: Any, op: Any) -> Value:
+        """NumPy's advanced indexing: ``take`` for one index array, ``gather_nd`` for several."""
         from pytensor.tensor.subtensor import indices_from_subtensor
 
         idx = list(indices_from_subtensor(node.inputs[1:], op.idx_list))
-        arrays = [i for i, e in enumerate(idx) if not isinstance(e, slice)]
-        full = all(e == slice(None) for i, e in enumerate(idx) if i not in arrays)
-        if len(arrays) != 1 or not full or idx[arrays[0]].type.dtype[0] not in "iu":
-            raise GraphError(f"{op}: only x[:, ..., integer array] (take along one axis) has an opgraph counterpart")
-        return self.op("take", self.get(node.inputs[0]), self.get(idx[arrays[0]]), axis=arrays[0])
+        arrays, vals = self.advanced(op, idx)
+        x = self.apply_slices(self.get(node.inputs[0]), idx, op)  # slices keep their axes: first
+        if len(arrays) == 1:
+            return self.op("take", x, vals[0], axis=arrays[0])
+        xf, _ = self.front(x, arrays)
+        nd = self.nd_index(vals)
+        return self.numpy_layout(self.op("gather_nd", xf, nd), arrays, nd.type.rank - 1)
+
+    def apply_slices(self, x: Value, idx: list[Any], op: Any) -> Value:
+        """``x`` sliced by the slice entries of an advanced index (the array entries left whole)."""
+        if not [e for e in idx if isinstance(e, slice) and e != slice(None)]:
+            return x
+        key = self.static_key([e if isinstance(e, slice) else slice(None) for e in idx])
+        if key is not None:
+            return self.op("getitem", x, index=key)
+        return self.run_time_slices(x, [(i, e) for i, e in enumerate(idx) if isinstance(e, slice)], op)
+
+    @staticmethod
+    def adjacent(arrays: list[int]) -> bool:
+        return arrays == list(range(arrays[0], arrays[-1] + 1))
+
+    def numpy_layout(self, out: Value, arrays: list[int], nb: int) -> Value:
+        """gather_nd's layout (index dims, then the other axes) as NumPy's: the index dims where the index
+        arrays were when they are adjacent, first otherwise."""
+        if self.adjacent(arrays) and arrays[0] > 0 and nb:
+            out = self.op("moveaxis", out, source=tuple(range(nb)),
+                          destination=tuple(range(arrays[0], arrays[0] + nb)))
+        return out
+
+    def _n_AdvancedIncSubtensor1(self, node: Any, op: Any) -> Value:
+        x, y, i = node.inputs
+        return self.scatter(op, self.get(x), self.get(y), [0], [self.int64(i)])
+
+    def _n_AdvancedIncSubtensor(self, node: Any, op: Any) -> Value:
+        from pytensor.tensor.subtensor import indices_from_subtensor
+
+        idx = list(indices_from_subtensor(node.inputs[2:], op.idx_list))
+        if any(isinstance(e, slice) and e != slice(None) for e in idx):
+            raise GraphError(f"{op}: index arrays together with partial slices have no opgraph counterpart yet")
+        arrays, vals = self.advanced(op, idx)
+        return self.scatter(op, self.get(node.inputs[0]), self.get(node.inputs[1]), arrays, vals)
+
+    def scatter(self, op: Any, x: Value, y: Value, arrays: list[int], vals: list[Value]) -> Value:
+        """``x[arrays] = y`` or ``+= y`` (repeated indices accumulate, as np.add.at): one scatter_nd."""
+        if getattr(op, "ignore_duplicates", False) and not op.set_instead_of_inc:
+            raise GraphError(f"{op}: incrementing with ignore_duplicates has no opgraph counterpart")
+        if y.dtype != x.dtype:
+            y = self.op("cast", y, dtype=str(x.dtype))
+        xf, perm = self.front(x, arrays)
+        nd = self.nd_index(vals)
+        nb = nd.type.rank - 1
+        # y broadcasts to NumPy's x[arrays]; scatter_nd wants exactly that, in gather_nd's layout
+        y = self.broadcast_like_index(y, xf, nd, arrays, nb)
+        if self.adjacent(arrays) and arrays[0] > 0 and nb:
+            y = self.op("moveaxis", y, source=tuple(range(arrays[0], arrays[0] + nb)), destination=tuple(range(nb)))
+        out = self.op("scatter_nd", xf, nd, y, reduction="none" if op.set_instead_of_inc else "add")
+        if perm != list(range(len(perm))):
+            out = self.op("permute_dims", out, axes=tuple(int(i) for i in np.argsort(perm)))
+        return out
+
+    def broadcast_like_index(self, y: Value, xf: Value, nd: Value, arrays: list[int], nb: int) -> Value:
+        """``y`` broadcast to the shape of NumPy's ``x[arrays]`` (``xf`` is x with those axes in front)."""
+        k = len(arrays)
+        lead = (nd.type.shape or (None,))[:-1]
+        rest = (xf.type.shape or ())[k:]
+        ours = (*lead, *rest)
+        a0 = arrays[0] if self.adjacent(arrays) else 0
+        static = None if None in ours else ours[nb:nb + a0] + ours[:nb] + ours[nb + a0:]
+        if static is not None:
+            return y if y.type.shape == static else self.op("broadcast_to", y, shape=static)
+        s = self.op("concat", self.op("getitem", self.op("shape", nd), index=(slice(None, -1),)),
+                    self.op("getitem", self.op("shape", xf), index=(slice(k, None),)), axis=0)
+        if a0 and nb:
+            s = self.op("concat", *[self.op("getitem", s, index=(sl,))
+                                    for sl in (slice(nb, nb + a0), slice(None, nb), slice(nb + a0, None))], axis=0)
+        return self.op("alloc", y, s)
 
     def _n_Join(self, node: Any, op: Any) -> Value:
         axis = self.ints(node.inputs[0], "a join's axis")[0]
@@ -806,8 +1114,23 @@ class _Importer:
         return res if isinstance(res, tuple) else (res,)
 
     def _n_Alloc(self, node: Any, op: Any) -> Value:
-        shape = tuple(self.ints(v, "an alloc's shape")[0] for v in node.inputs[1:])
-        return self.op("broadcast_to", self.get(node.inputs[0]), shape=shape)
+        return self.alloc(self.get(node.inputs[0]), node.inputs[1:])
+
+    def _n_AllocEmpty(self, node: Any, op: Any) -> Value:
+        # the content of an empty allocation is unspecified: zeros are one valid content
+        return self.alloc(self.b.constant(np.zeros((), dtype=op.dtype)), node.inputs)
+
+    def alloc(self, x: Value, dims: Sequence[Any]) -> Value:
+        known = self.static_ints(dims)
+        if known is not None:
+            return self.op("broadcast_to", x, shape=known)
+        return self.op("alloc", x, self.shape_vector(dims))
+
+    def static_ints(self, parts: Sequence[Any]) -> tuple[int, ...] | None:
+        vals = [self.static(v) for v in parts]
+        if any(v is None for v in vals):
+            return None
+        return tuple(int(np.asarray(v).item()) for v in vals)
 
     def _n_Softmax(self, node: Any, op: Any) -> Value:
         return self.op("softmax", self.get(node.inputs[0]), axis=self._one_axis(op, node))
@@ -928,7 +1251,8 @@ class _Importer:
 
         for item in _order(fgraph):
             if isinstance(item, Constant):
-                self.get(item)
+                if hasattr(item.type, "dtype"):  # not NoneConst (SpecifyShape's unknown dims, slices' gaps)
+                    self.get(item)
                 continue
             try:
                 outs = self.node(item)
@@ -951,7 +1275,9 @@ def from_pytensor(fgraph: Any) -> Graph:
     come back in their op order). ``Elemwise`` nodes (fused ``Composite``
     ones too), reductions, ``DimShuffle``, ``Reshape``, ``Subtensor``,
     ``Join``, ``Split``, ``Alloc``, ``Dot`` and the BLAS nodes of compiled
-    graphs, softmax, einsum and the linalg ops map to op kinds; where
+    graphs, softmax, einsum, the linalg ops, shapes, ``ARange``, ``Assert``
+    and (advanced, incrementing) indexing map to op kinds (see the module
+    doc for unknown dims); where
     PyTensor's dtype rules differ from NumPy's a ``cast`` makes the result
     match PyTensor's type. Other ops raise :class:`~opgraph.errors.GraphError`
     naming the op. Inputs (shared variables too) are not fed values.
@@ -986,7 +1312,8 @@ TO_PYTENSOR: tuple[str, ...] = tuple(sorted({*_UNARY, *_BINARY, *_REDUCE, "posit
                                              "getitem", "take", "pad", "flip", "roll", "tile", "repeat", "moveaxis",
                                              "copy", "relu", "softmax", "log_softmax", "eigh", "eigvalsh", "qr",
                                              "svd", "svdvals", "cholesky", "solve", "inv", "det", "slogdet", "pinv",
-                                             "fma", "matmul_t"}))
+                                             "fma", "matmul_t", "shape", "arange", "alloc", "reshape_to",
+                                             "assert_all", "slice", "slice_update", "gather_nd", "scatter_nd"}))
 """The op kinds :func:`to_pytensor` writes (plus ``const``)."""
 
 __all__ = ["TO_PYTENSOR", "from_pytensor", "to_pytensor"]

@@ -37,7 +37,8 @@ BUILTIN_OPS: dict[str, dict[str, int]] = {
     "opgraph.ops.shape": {
         "reshape": 700, "permute_dims": 701, "broadcast_to": 702, "expand_dims": 703, "squeeze": 704, "concat": 705,
         "stack": 706, "split": 707, "getitem": 708, "take": 709, "pad": 710, "flip": 711, "roll": 712, "tile": 713,
-        "repeat": 714, "moveaxis": 715, "copy": 716, "bitcast": 717, "slice": 718, "slice_update": 719,
+        "repeat": 714, "moveaxis": 715, "copy": 716, "bitcast": 717, "slice": 718, "slice_update": 719, "shape": 720,
+        "arange": 721, "alloc": 722, "reshape_to": 723, "assert_all": 724,
     },
     "opgraph.ops.nn": {
         "relu": 800, "softmax": 801, "log_softmax": 802, "conv2d": 803, "max_pool2d": 804, "avg_pool2d": 805,

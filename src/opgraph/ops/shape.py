@@ -56,7 +56,7 @@ from opgraph.ops._common import (
     with_out,
     write_out,
 )
-from opgraph.ops.grad_helpers import dilate, rank, static_shape, unbroadcast, zeros_like
+from opgraph.ops.grad_helpers import dilate, no_grad, rank, static_shape, unbroadcast, zeros_like
 
 FAMILY = "shape"
 
@@ -1046,3 +1046,168 @@ _register("slice_update", 719, _slice_update_infer, _slice_update_kernel,
           "x[slices] = update (update broadcast to the slice, x's dtype), the slices as in slice",
           arity=None, min_inputs=4, version=version_of_first,
           attrs={"axes": Attr(_attr_slice_axes, None, doc=_SLICE_AXES_DOC)})
+
+
+# ---------------------------------------------------------------- run-time shapes: 720-724
+# Shapes known only at run time (PyTensor's Shape, ARange, Alloc, Reshape and Assert nodes of graphs with
+# unknown batch sizes): the shape is a 1-D integer input, so the dims it sets are None in the result's type
+# except where the other inputs' static types decide them.
+def _shape_vector(t: ValueType, what: str) -> int | None:
+    """The length of a 1-D integer shape input (None when unknown)."""
+    s = tensor(t, what)
+    if s.dtype.kind not in "iu":
+        raise OpTypeError(f"{what} must have an integer dtype, got {s.dtype}")
+    if s.shape is None:
+        return None
+    if len(s.shape) != 1:
+        raise OpTypeError(f"{what} must be 1-D (one entry per dim), got shape {shape_str(s.shape)}")
+    return s.shape[0]
+
+
+def _shape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    t = _one(in_types)
+    return (TensorType("int64", (None if t.shape is None else len(t.shape),)),)
+
+
+def _shape_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
+    return write_out(np.array(np.shape(x), dtype=np.int64), out)
+
+
+def _scalar_input(t: ValueType, what: str) -> TensorType:
+    s = tensor(t, what)
+    if s.dtype.kind not in "iuf":
+        raise OpTypeError(f"{what} must be a real number, got {s.dtype}")
+    if s.shape is not None and len(s.shape) != 0:
+        raise OpTypeError(f"{what} must be 0-d, got shape {shape_str(s.shape)}")
+    return s
+
+
+def _arange_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    if len(in_types) != 3:
+        raise OpTypeError(f"takes start, stop and step, got {len(in_types)} inputs")
+    ts = [_scalar_input(t, w) for t, w in zip(in_types, ("start", "stop", "step"), strict=True)]
+    dtype = np.dtype(attrs["dtype"]) if attrs["dtype"] is not None else np.result_type(*(t.dtype for t in ts))
+    if dtype.kind not in "iuf":
+        raise OpTypeError(f"arange gives real numbers, not {dtype}")
+    return (TensorType(dtype, (None,)),)
+
+
+def _arange_kernel(start: np.ndarray, stop: np.ndarray, step: np.ndarray, out: Any = None, *,
+                   dtype: str | None) -> np.ndarray:
+    if step == 0:
+        raise ValueError("arange step cannot be zero")
+    dt = dtype if dtype is not None else np.result_type(start, stop, step)
+    return write_out(np.arange(start[()], stop[()], step[()], dtype=dt), out)
+
+
+def _alloc_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    k = _shape_vector(in_types[1], "shape")
+    if k is None:
+        return (x.with_shape(None),)
+    if x.shape is not None and len(x.shape) > k:
+        raise OpTypeError(f"cannot broadcast {shape_str(x.shape)} to a shape of lower rank {k}")
+    dims: list[Dim] = [None] * k
+    if x.shape is not None:  # a known dim other than 1 is what the target must have there
+        for i, d in enumerate(x.shape):
+            if d is not None and d != 1:
+                dims[k - len(x.shape) + i] = d
+    return (x.with_shape(tuple(dims)),)
+
+
+def _alloc_kernel(x: np.ndarray, shape: np.ndarray, out: Any = None) -> np.ndarray:
+    target = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    if out is None:
+        out = np.empty(target, dtype=x.dtype)
+    out[...] = np.broadcast_to(x, target)
+    return out
+
+
+def _reshape_to_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    x = tensor(in_types[0], "x")
+    k = _shape_vector(in_types[1], "shape")
+    if k is None:
+        return (x.with_shape(None),)
+    if k == 1:  # one dim holds every element
+        return (x.with_shape((num_elements(x.shape),)),)
+    if k == 0 and num_elements(x.shape) not in (None, 1):
+        raise OpTypeError(f"cannot reshape {shape_str(x.shape)} into shape ()")
+    return (x.with_shape((None,) * k),)
+
+
+def _reshape_to_kernel(x: np.ndarray, shape: np.ndarray, out: Any = None) -> np.ndarray:
+    return write_out(np.reshape(x, tuple(int(d) for d in np.asarray(shape).reshape(-1))), out)
+
+
+def _assert_all_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    for i, t in enumerate(in_types[1:]):
+        tensor(t, f"condition {i}")
+    return (tensor(in_types[0], "x"),)
+
+
+def _assert_all_kernel(x: np.ndarray, *conds: np.ndarray, out: Any = None, message: str) -> np.ndarray:
+    from opgraph.errors import ExecutionError
+
+    for c in conds:
+        if not np.all(c):
+            raise ExecutionError(message or "assertion failed")
+    # a copy, not x itself: the compiled runtime keeps a view op's result made once, so a view would skip
+    # the check on later runs
+    return write_out(x, out) if out is not None else np.array(x, copy=True)
+
+
+def _g_arange(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # out[i] = start + i * step: d/dstart = 1, d/dstep = i; the length moves in jumps with stop (zero a.e.)
+    g = cots[0]
+    start, _, step = ins
+    if g.type.dtype.kind != "f":
+        return [None, None, None]
+    n = b.op("getitem", b.op("shape", g), index=(0,))
+    i = b.op("arange", b.constant(np.int64(0)), n, b.constant(np.int64(1)), dtype=g.type.dtype)
+
+    def back(s: Any, v: Any) -> Any:
+        if v.type.dtype.kind != "f":
+            return None
+        return s if s.type.dtype == v.type.dtype else b.op("cast", s, dtype=v.type.dtype)
+
+    return [back(b.op("sum", g), start), None, back(b.op("sum", b.op("multiply", g, i)), step)]
+
+
+def _g_alloc(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    if x.type.shape is None or None in x.type.shape:  # which axes were broadcast is only known at run time
+        static_shape(x.type, "alloc gradient")
+    return [unbroadcast(b, cots[0], x.type), None]
+
+
+def _g_reshape_to(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("reshape_to", cots[0], b.op("shape", ins[0])), None]
+
+
+def _g_assert_all(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [cots[0], *[None] * (len(ins) - 1)]
+
+
+_SHAPE_GRADS.update({"shape": no_grad, "arange": _g_arange, "alloc": _g_alloc, "reshape_to": _g_reshape_to,
+                     "assert_all": _g_assert_all})
+
+_register("shape", 720, _shape_infer, _shape_kernel,
+          "shape(x): x's run-time shape as a 1-D int64 tensor (NumPy's np.shape), one entry per dim")
+_register("arange", 721, _arange_infer, _arange_kernel,
+          "arange(start, stop, step, dtype=None): NumPy's arange with the bounds given at run time as 0-d "
+          "tensors (a step of 0 is an error); dtype None is the inputs' promoted dtype; the length is unknown "
+          "until run time",
+          arity=3, attrs={"dtype": Attr(optional(attr_dtype), None, doc="result dtype; None: the inputs' one")})
+_register("alloc", 722, _alloc_infer, _alloc_kernel,
+          "alloc(x, shape): a fresh array of the run-time shape `shape` (a 1-D integer tensor) filled with x "
+          "broadcast to it, as NumPy's broadcast_to(x, shape) copied (PyTensor's Alloc)",
+          arity=2, version=version_of_first)
+_register("reshape_to", 723, _reshape_to_infer, _reshape_to_kernel,
+          "reshape_to(x, shape): NumPy's reshape to the run-time shape `shape` (a 1-D integer tensor; one "
+          "entry may be -1)",
+          arity=2, version=version_of_first)
+_register("assert_all", 724, _assert_all_infer, _assert_all_kernel,
+          "assert_all(x, *conds, message=''): a copy of x, after checking that every element of every "
+          "condition is true; raises ExecutionError(message) otherwise (PyTensor's Assert / CheckAndRaise)",
+          arity=None, min_inputs=1, version=version_of_first,
+          attrs={"message": Attr(attr_str, "", doc="the error message when a condition is false")})
