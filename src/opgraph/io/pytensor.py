@@ -272,8 +272,35 @@ def _table() -> dict[str, Emit]:
                                                                                  a["axes"])], xs[1]),
         "gather_nd": lambda xs, a, it, ot: xs[0][_nd_key(xs[1], it[1], a["batch_dims"])],
         "scatter_nd": lambda xs, a, it, ot: _scatter_nd(xs, it, a["reduction"]),
+        "sort": lambda xs, a, it, ot: _sort(xs[0], a["axis"], a["descending"]),
+        "searchsorted": lambda xs, a, it, ot: pt.cast(pt.searchsorted(xs[0], xs[1], side=a["side"]), "int64"),
+        "nonzero": lambda xs, a, it, ot: pt.stack([pt.cast(i, "int64") for i in pt.nonzero(xs[0])]),
+        "unique": lambda xs, a, it, ot: _unique(xs[0], a["equal_nan"]),
     })
     return t
+
+
+def _sort(x: Any, axis: int, descending: bool) -> tuple[Any, Any]:
+    """opgraph's stable sort: PyTensor's stable argsort, of the reversed axis when descending (as the kernel)."""
+    pt = _pt()
+    ax = axis % x.ndim
+    if descending:
+        flipped = pt.argsort(pt.flip(x, axis=ax), axis=ax, kind="stable")
+        idx = x.shape[ax] - 1 - pt.flip(flipped, axis=ax)
+    else:
+        idx = pt.argsort(x, axis=ax, kind="stable")
+    idx = pt.cast(idx, "int64")
+    return pt.take_along_axis(x, idx, axis=ax), idx
+
+
+def _unique(x: Any, equal_nan: bool) -> tuple[Any, ...]:
+    if not equal_nan:
+        raise GraphError("unique with equal_nan=False (each NaN distinct, the Array API's rule) has no PyTensor "
+                         "counterpart: PyTensor's Unique merges NaNs")
+    pt = _pt()
+    values, first, inverse, counts = pt.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    return (values, pt.cast(first, "int64"), pt.cast(pt.reshape(inverse, x.shape, ndim=x.ndim), "int64"),
+            pt.cast(counts, "int64"))
 
 
 def _entries(vec: Any, t: TensorType, what: str) -> list[Any]:
@@ -980,14 +1007,28 @@ class _Importer:
             y = self.op("add", self.op("slice", x, *bounds, axes=axes), y)
         return self.op("slice_update", x, y, *bounds, axes=axes)
 
+    def expand_masks(self, op: Any, idx: list[Any]) -> list[Any]:
+        """``idx`` with each boolean mask replaced by the int64 rows of its ``nonzero`` (one per axis it covers):
+        NumPy's rule, which makes the result's length data-dependent (a dynamic dim)."""
+        out: list[Any] = []
+        for e in idx:
+            if isinstance(e, slice) or e.type.dtype != "bool":
+                out.append(e)
+                continue
+            if e.type.ndim == 0:
+                raise GraphError(f"{op}: a 0-d boolean index has no opgraph counterpart")
+            rows = self.op("nonzero", self.get(e))
+            out += [self.op("getitem", rows, index=(i,)) for i in range(e.type.ndim)]
+        return out
+
     def advanced(self, op: Any, idx: list[Any]) -> tuple[list[int], list[Value]]:
         """The positions and int64 values of the index arrays (advanced indices) of ``idx``."""
         arrays = [i for i, e in enumerate(idx) if not isinstance(e, slice)]
         for i in arrays:
-            if idx[i].type.dtype[0] not in "iu":
+            if not isinstance(idx[i], Value) and idx[i].type.dtype[0] not in "iu":
                 raise GraphError(f"{op}: a {idx[i].type.dtype} index array has no opgraph counterpart "
-                                 "(only integer index arrays)")
-        return arrays, [self.int64(idx[i]) for i in arrays]
+                                 "(only integer and boolean index arrays)")
+        return arrays, [idx[i] if isinstance(idx[i], Value) else self.int64(idx[i]) for i in arrays]
 
     def nd_index(self, vals: list[Value]) -> Value:
         """Index arrays broadcast together and stacked on a last axis: gather_nd's and scatter_nd's indices."""
@@ -1014,7 +1055,7 @@ class _Importer:
         """NumPy's advanced indexing: ``take`` for one index array, ``gather_nd`` for several."""
         from pytensor.tensor.subtensor import indices_from_subtensor
 
-        idx = list(indices_from_subtensor(node.inputs[1:], op.idx_list))
+        idx = self.expand_masks(op, list(indices_from_subtensor(node.inputs[1:], op.idx_list)))
         arrays, vals = self.advanced(op, idx)
         x = self.apply_slices(self.get(node.inputs[0]), idx, op)  # slices keep their axes: first
         if len(arrays) == 1:
@@ -1051,7 +1092,7 @@ class _Importer:
     def _n_AdvancedIncSubtensor(self, node: Any, op: Any) -> Value:
         from pytensor.tensor.subtensor import indices_from_subtensor
 
-        idx = list(indices_from_subtensor(node.inputs[2:], op.idx_list))
+        idx = self.expand_masks(op, list(indices_from_subtensor(node.inputs[2:], op.idx_list)))
         if any(isinstance(e, slice) and e != slice(None) for e in idx):
             raise GraphError(f"{op}: index arrays together with partial slices have no opgraph counterpart yet")
         arrays, vals = self.advanced(op, idx)
@@ -1209,6 +1250,42 @@ class _Importer:
             return self.op("svdvals", self.get(node.inputs[0]))
         return self.op("svd", self.get(node.inputs[0]), full_matrices=bool(op.full_matrices))
 
+    # sorting, searching and sets: opgraph's sort is stable, so ties keep their order whatever PyTensor's kind
+    def _sorted(self, node: Any) -> tuple[Value, Value]:
+        x = self.get(node.inputs[0])
+        known = self.static(node.inputs[1])
+        if known is None:
+            raise GraphError(f"{node.op}: the axis must be a constant")
+        axis = np.asarray(known).item()
+        if axis is None:  # PyTensor's axis=None sorts the flattened array
+            x, axis = self.op("reshape", x, shape=(-1,)), 0
+        return self.op("sort", x, axis=int(axis))
+
+    def _n_SortOp(self, node: Any, op: Any) -> Value:
+        return self._sorted(node)[0]
+
+    def _n_ArgSortOp(self, node: Any, op: Any) -> Value:
+        return self._sorted(node)[1]
+
+    def _n_SearchsortedOp(self, node: Any, op: Any) -> Value:
+        table, values = (self.get(v) for v in node.inputs[:2])
+        if len(node.inputs) > 2:  # a sorter: the table read in that order
+            table = self.op("take", table, self.int64(node.inputs[2]), axis=0)
+        return self.op("searchsorted", table, values, side=op.side)
+
+    def _n_Nonzero(self, node: Any, op: Any) -> tuple[Value, ...]:
+        rows = self.op("nonzero", self.get(node.inputs[0]))
+        return tuple(self.op("getitem", rows, index=(i,)) for i in range(node.inputs[0].type.ndim))
+
+    def _n_Unique(self, node: Any, op: Any) -> tuple[Value, ...]:
+        if op.axis is not None:
+            raise GraphError(f"{op}: unique along an axis (rows) has no opgraph counterpart")
+        values, first, inverse, counts = self.op("unique", self.get(node.inputs[0]), equal_nan=True)
+        if node.inputs[0].type.ndim > 1:  # PyTensor's inverse indexes the flattened input
+            inverse = self.op("reshape", inverse, shape=(-1,))
+        wanted = [(op.return_index, first), (op.return_inverse, inverse), (op.return_counts, counts)]
+        return (values, *(v for want, v in wanted if want))
+
     def _n_Pad(self, node: Any, op: Any) -> Value:
         mode = op.pad_mode
         reflect = getattr(op, "reflect_type", None)
@@ -1313,7 +1390,8 @@ TO_PYTENSOR: tuple[str, ...] = tuple(sorted({*_UNARY, *_BINARY, *_REDUCE, "posit
                                              "copy", "relu", "softmax", "log_softmax", "eigh", "eigvalsh", "qr",
                                              "svd", "svdvals", "cholesky", "solve", "inv", "det", "slogdet", "pinv",
                                              "fma", "matmul_t", "shape", "arange", "alloc", "reshape_to",
-                                             "assert_all", "slice", "slice_update", "gather_nd", "scatter_nd"}))
+                                             "assert_all", "slice", "slice_update", "gather_nd", "scatter_nd",
+                                             "sort", "searchsorted", "nonzero", "unique"}))
 """The op kinds :func:`to_pytensor` writes (plus ``const``)."""
 
 __all__ = ["TO_PYTENSOR", "from_pytensor", "to_pytensor"]

@@ -634,19 +634,21 @@ def _unique_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
             TensorType("int64", (None,)))
 
 
-def _unique_kernel(x: np.ndarray, out: Any = None) -> tuple[np.ndarray, ...]:
+def _unique_kernel(x: np.ndarray, out: Any = None, *, equal_nan: bool) -> tuple[np.ndarray, ...]:
     values, first, inverse, counts = np.unique(x.ravel(), return_index=True, return_inverse=True,
-                                               return_counts=True, equal_nan=False)
+                                               return_counts=True, equal_nan=equal_nan)
     return write_out((values, first.astype(np.int64), inverse.reshape(x.shape).astype(np.int64),
                       counts.astype(np.int64)), out)
 
 
 _register("unique", 1109, _unique_infer, _unique_kernel,
-          "unique(x) -> (values, first_indices, inverse, counts): the distinct values of the flattened x in "
-          "ascending order (each NaN is distinct, as the Array API says), the flat index of each one's first "
-          "occurrence, for every element of x the index of its value (x's shape), and how often each occurs; "
-          "the length of values is data-dependent (a dynamic dim)",
-          arity=1, grad=no_grad)
+          "unique(x, equal_nan=False) -> (values, first_indices, inverse, counts): the distinct values of the "
+          "flattened x in ascending order (each NaN is distinct, as the Array API says), the flat index of "
+          "each one's first occurrence, for every element of x the index of its value (x's shape), and how "
+          "often each occurs; the length of values is data-dependent (a dynamic dim); equal_nan=True makes "
+          "NaNs one value (NumPy's np.unique default, PyTensor's Unique)",
+          arity=1, grad=no_grad,
+          attrs={"equal_nan": Attr(attr_bool, False, doc="all NaNs count as one value (False: each is distinct)")})
 
 
 # ---------------------------------------------------------------- nonzero 1110
