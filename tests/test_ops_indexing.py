@@ -873,3 +873,13 @@ def test_searchsorted_needs_a_1d_table() -> None:
 @pytest.mark.parametrize("attrs", [{}, {"axis": 0, "descending": True}])
 def test_sort_grad(attrs: dict[str, Any]) -> None:
     _check_grad("sort", [_x(3, 4)], [], **attrs)
+
+
+def test_unique_equal_nan_merges_nans() -> None:
+    x = np.array([np.nan, 2.0, np.nan, 1.0, 2.0])
+    values, first, inverse, counts = run_op("unique", x, equal_nan=True)
+    np.testing.assert_array_equal(values, [1.0, 2.0, np.nan])
+    np.testing.assert_array_equal(first, [3, 1, 0])
+    np.testing.assert_array_equal(values[inverse], x)
+    np.testing.assert_array_equal(counts, [1, 2, 2])
+    assert run_op("unique", x)[0].shape == (4,)  # default: each NaN its own value
