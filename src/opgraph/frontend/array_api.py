@@ -379,6 +379,13 @@ def _axes_and_sizes(x: LazyArray, s: Sequence[int] | None, axes: Sequence[int] |
     return list(zip(axes, sizes, strict=True))
 
 
+def _fft_axes(x: LazyArray, plan: list[tuple[int, Any]], norm: str, *, inverse: bool) -> LazyArray:
+    """One complex ``fft`` op per (axis, length) of ``plan``."""
+    for ax, size in plan:
+        x = apply("fft", x, n=size, axis=ax, norm=_norm(norm), inverse=inverse)
+    return x
+
+
 class _FFT:
     """``opgraph.numpy.fft``: the Array API fft extension, recorded as opgraph's ``fft``/``rfft``/``irfft`` ops.
 
@@ -401,19 +408,13 @@ class _FFT:
     def fftn(x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
              norm: str = "backward") -> LazyArray:
         """n-dimensional discrete Fourier transform (one ``fft`` per axis)."""
-        out = _complex(x)
-        for ax, size in _axes_and_sizes(out, s, axes):
-            out = apply("fft", out, n=size, axis=ax, norm=_norm(norm), inverse=False)
-        return out
+        return _fft_axes(_complex(x), _axes_and_sizes(as_lazy(x), s, axes), norm, inverse=False)
 
     @staticmethod
     def ifftn(x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
               norm: str = "backward") -> LazyArray:
         """n-dimensional inverse discrete Fourier transform."""
-        out = _complex(x)
-        for ax, size in _axes_and_sizes(out, s, axes):
-            out = apply("fft", out, n=size, axis=ax, norm=_norm(norm), inverse=True)
-        return out
+        return _fft_axes(_complex(x), _axes_and_sizes(as_lazy(x), s, axes), norm, inverse=True)
 
     @staticmethod
     def rfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> LazyArray:
@@ -431,21 +432,17 @@ class _FFT:
         """n-dimensional Fourier transform of a real signal: ``rfft`` on the last axis, ``fft`` on the others."""
         plan = _axes_and_sizes(as_lazy(x), s, axes)
         last_ax, last_n = plan[-1]
-        out = apply("rfft", _real(x), n=last_n, axis=last_ax, norm=_norm(norm))
-        for ax, size in plan[:-1]:
-            out = apply("fft", out, n=size, axis=ax, norm=norm, inverse=False)
-        return out
+        return _fft_axes(apply("rfft", _real(x), n=last_n, axis=last_ax, norm=_norm(norm)), plan[:-1], norm,
+                         inverse=False)
 
     @staticmethod
     def irfftn(x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
                norm: str = "backward") -> LazyArray:
         """Inverse of :meth:`rfftn`: ``ifft`` on all but the last axis, then ``irfft``."""
-        out = _complex(x)
-        plan = _axes_and_sizes(out, s, axes)
-        for ax, size in plan[:-1]:
-            out = apply("fft", out, n=size, axis=ax, norm=_norm(norm), inverse=True)
+        plan = _axes_and_sizes(as_lazy(x), s, axes)
         last_ax, last_n = plan[-1]
-        return apply("irfft", out, n=last_n, axis=last_ax, norm=_norm(norm))
+        return apply("irfft", _fft_axes(_complex(x), plan[:-1], norm, inverse=True), n=last_n, axis=last_ax,
+                     norm=_norm(norm))
 
     @staticmethod
     def hfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> LazyArray:

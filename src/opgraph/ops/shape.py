@@ -905,22 +905,22 @@ def _attr_slice_axes(v: Any) -> tuple[int, ...] | None:
     return None if v is None else attr_ints(v)
 
 
-def _bound_len(t: ValueType, what: str) -> int | None:
-    """The length of a 1-D integer bounds input (None when unknown)."""
+def _int_vector_len(t: ValueType, what: str, entry: str = "sliced axis") -> int | None:
+    """The length of a 1-D integer input with one ``entry`` per element: bounds, a shape (None when unknown)."""
     b = tensor(t, what)
     if b.dtype.kind not in "iu":
         raise OpTypeError(f"{what} must have an integer dtype, got {b.dtype}")
     if b.shape is None:
         return None
     if len(b.shape) != 1:
-        raise OpTypeError(f"{what} must be 1-D (one entry per sliced axis), got shape {shape_str(b.shape)}")
+        raise OpTypeError(f"{what} must be 1-D (one entry per {entry}), got shape {shape_str(b.shape)}")
     return b.shape[0]
 
 
 def _sliced_axes(x: TensorType, bounds: Sequence[ValueType], axes: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """The (non-negative) axes of ``x`` the bounds slice; None when that is unknown before run time."""
     names = ("starts", "ends", "steps")
-    lens = {n for n in (_bound_len(t, names[i]) for i, t in enumerate(bounds)) if n is not None}
+    lens = {n for n in (_int_vector_len(t, names[i]) for i, t in enumerate(bounds)) if n is not None}
     if len(lens) > 1:
         raise OpTypeError(f"starts, ends and steps have different lengths {sorted(lens)}")
     k = lens.pop() if lens else None
@@ -1052,18 +1052,6 @@ _register("slice_update", 719, _slice_update_infer, _slice_update_kernel,
 # Shapes known only at run time (PyTensor's Shape, ARange, Alloc, Reshape and Assert nodes of graphs with
 # unknown batch sizes): the shape is a 1-D integer input, so the dims it sets are None in the result's type
 # except where the other inputs' static types decide them.
-def _shape_vector(t: ValueType, what: str) -> int | None:
-    """The length of a 1-D integer shape input (None when unknown)."""
-    s = tensor(t, what)
-    if s.dtype.kind not in "iu":
-        raise OpTypeError(f"{what} must have an integer dtype, got {s.dtype}")
-    if s.shape is None:
-        return None
-    if len(s.shape) != 1:
-        raise OpTypeError(f"{what} must be 1-D (one entry per dim), got shape {shape_str(s.shape)}")
-    return s.shape[0]
-
-
 def _shape_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     t = _one(in_types)
     return (TensorType("int64", (None if t.shape is None else len(t.shape),)),)
@@ -1102,7 +1090,7 @@ def _arange_kernel(start: np.ndarray, stop: np.ndarray, step: np.ndarray, out: A
 
 def _alloc_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x = tensor(in_types[0], "x")
-    k = _shape_vector(in_types[1], "shape")
+    k = _int_vector_len(in_types[1], "shape", "dim")
     if k is None:
         return (x.with_shape(None),)
     if x.shape is not None and len(x.shape) > k:
@@ -1125,7 +1113,7 @@ def _alloc_kernel(x: np.ndarray, shape: np.ndarray, out: Any = None) -> np.ndarr
 
 def _reshape_to_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x = tensor(in_types[0], "x")
-    k = _shape_vector(in_types[1], "shape")
+    k = _int_vector_len(in_types[1], "shape", "dim")
     if k is None:
         return (x.with_shape(None),)
     if k == 1:  # one dim holds every element
