@@ -318,6 +318,24 @@ def _take_limit(info: OpInfo) -> str | None:
 LIMITS["take"] = _take_limit
 
 
+@rule("sort")
+def _sort(info: OpInfo) -> Callable[..., Any]:
+    axis, descending = info.attrs["axis"], bool(info.attrs["descending"])
+
+    def sort(x: Any) -> tuple[Any, Any]:
+        # jnp.argsort is stable in both directions and sorts NaN last (first descending): the NumPy kernel's order
+        idx = jnp.argsort(x, axis=axis, stable=True, descending=descending).astype(jnp.int64)
+        return jnp.take_along_axis(x, idx, axis=axis), idx
+
+    return sort
+
+
+@rule("searchsorted")
+def _searchsorted(info: OpInfo) -> Callable[..., Any]:
+    side = info.attrs["side"]
+    return lambda table, values: jnp.searchsorted(table, values, side=side).astype(jnp.int64)
+
+
 @rule("slice")
 def _slice(info: OpInfo) -> Callable[..., Any]:
     # claimed only with a static result (see _slice_limit): then every sliced axis is empty, and so is x
