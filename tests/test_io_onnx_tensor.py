@@ -119,23 +119,39 @@ def test_reverse_sequence_batch_first() -> None:
     _run("ReverseSequence", {"x": x}, consts={"l": np.array([1, 4, 2], np.int64)}, batch_axis=0, time_axis=1)
 
 
-def test_compress_nonzero_unique_need_known_inputs() -> None:
+def test_compress_nonzero_unique_known_and_at_run_time() -> None:
     x = np.array([[1, 0, 2], [0, 3, 1]], dtype=np.float32)
     _run("Compress", {"x": x}, consts={"c": np.array([0, 1, 1], bool)}, axis=1)
     _run("Compress", {"x": x}, consts={"c": np.array([1, 0, 1, 1], bool)})
-    # the values decide the output shape: known (an initializer) they fold; fed at run time, the
-    # backend specialises the graph on them
+    # the values decide the output shape: known (an initializer) they fold; fed at run time, they become the
+    # nonzero / unique ops (a dynamic dim), except Unique along an axis or unsorted, which the backend specialises
     _run("NonZero", {"x": x})
+    _run("Compress", {"x": x, "c": np.array([1, 0, 1], bool)}, axis=1)
     u = np.array([[2, 1], [0, 1], [2, 1]], dtype=np.int64)
     _run("Unique", {"x": u}, ["y", "i", "inv", "c"], sorted=0, axis=0)
     _run("Unique", {"x": u}, ["y", "i", "inv", "c"], sorted=0)
+    _run("Unique", {"x": u}, ["y", "i", "inv", "c"])
 
 
-def test_nonzero_of_a_computed_value_is_an_error() -> None:
-    from opgraph.io.onnx import from_onnx
-
-    with pytest.raises(OnnxImportError, match=r"NonZero.*must be known"):
-        from_onnx(_model("NonZero", {"x": np.ones((2, 2), np.float32)}, ["y"]))
+def test_nonzero_compress_unique_of_computed_values_have_dynamic_dims() -> None:
+    # one graph for any input size: compared with ONNX Runtime at two batch sizes
+    f, b = TensorProto.FLOAT, TensorProto.BOOL
+    nodes = [helper.make_node("Greater", ["x", "z"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+             helper.make_node("Compress", ["x", "c"], ["cx"], axis=0),
+             helper.make_node("Unique", ["x"], ["u", "ui", "uinv", "uc"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [None, 3]), helper.make_tensor_value_info("c", b, [None])],
+        [helper.make_empty_tensor_value_info(o) for o in ("nz", "cx", "u", "ui", "uinv", "uc")],
+        initializer=[helper.make_tensor("z", f, [], [0.0])])
+    model = _finish(graph, 13)
+    g = from_onnx(model)
+    assert g.value("nz").type.shape == (2, None) and g.value("cx").type.shape == (None, 3)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (2, 5):
+        feeds = {"x": np.round(RNG.standard_normal((n, 3))).astype(np.float32), "c": RNG.random(n) > 0.5}
+        for got, want in zip(g.run(feeds), sess.run(None, feeds), strict=True):
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
 
 
 def test_col2im_3d_with_pads_strides_dilations() -> None:

@@ -5,9 +5,10 @@ while importing; they usually are, since ``Shape`` of a value with a static
 shape folds to a constant. A ``Slice`` whose starts, ends or steps only the
 run knows (a loop's iteration number) becomes the ``slice`` op, whose sliced
 dims are unknown until then. Ops whose output shape depends on
-their values (``NonZero``, ``Unique``, ``Compress``'s condition) need those
-values known too; the backend specialises the graph on them when they are
-graph inputs.
+their values (``NonZero``, ``Unique``, ``Compress``'s condition) fold to
+constants when those values are known, and otherwise become the ``nonzero``
+and ``unique`` ops, whose results have a dynamic dim (``Unique`` along an
+axis, or in first-occurrence order, still needs its input known).
 
     >>> from opgraph.io.onnx._core import TRANSLATORS
     >>> ("", "Reshape") in TRANSLATORS and ("", "Slice") in TRANSLATORS
@@ -431,15 +432,21 @@ def _space_to_depth(node: Node, x: Any) -> Any:
     return node.op("reshape", y, shape=(n, c * b * b, h // b, w // b))
 
 
-# ---------------------------------------------------------------- data-dependent shapes (inputs must be known)
+# ---------------------------------------------------------------- data-dependent shapes
+# Known values fold to constants; values only the run knows become the nonzero / unique ops, whose result has a
+# dynamic dim (Unique along an axis, or in first-occurrence order, still needs its input known).
 @translates("Compress")
 def _compress(node: Node, x: Any, condition: Any) -> Any:
-    cond = np.asarray(node.static(1, "condition")).reshape(-1).astype(bool)
     axis = node.attr("axis", None)
     if axis is None:
         x = node.op("reshape", x, shape=(-1,))
         axis = 0
-    axis = node.axis(axis, node.rank(x))
+    axis = node.axis(axis, x.type.rank)
+    known = node.known(condition)
+    if known is None:
+        rows = node.op("nonzero", node.op("reshape", condition, shape=(-1,)))
+        return node.op("take", x, node.op("getitem", rows, index=(0,)), axis=axis)
+    cond = np.asarray(known).reshape(-1).astype(bool)
     if cond.size > node.shape(x)[axis]:
         raise node.error(f"condition has {cond.size} entries, axis {axis} only {node.shape(x)[axis]}")
     return node.op("take", x, node.const(np.flatnonzero(cond).astype(np.int64)), axis=axis)
@@ -447,21 +454,29 @@ def _compress(node: Node, x: Any, condition: Any) -> Any:
 
 @translates("NonZero")
 def _nonzero(node: Node, x: Any) -> Any:
-    arr = np.asarray(node.static(0, "input"))
+    known = node.known(x)
+    if known is None:
+        return node.op("nonzero", node.op("reshape", x, shape=(1,)) if x.type.rank == 0 else x)
+    arr = np.asarray(known)
     return node.const(np.array(np.nonzero(arr if arr.ndim else arr.reshape(1)), dtype=np.int64).reshape(
         max(arr.ndim, 1), -1))
 
 
 @translates("Unique")
 def _unique(node: Node, x: Any) -> Any:
-    arr = np.asarray(node.static(0, "X"))
     axis = node.attr("axis", None)
+    sorted_ = node.attr("sorted", 1)
+    if node.known(x) is None and axis is None and sorted_:
+        # ONNX's inverse indexes the flattened input; NaNs are one value, as np.unique (ONNX's reference) has them
+        values, first, inverse, counts = node.op("unique", x, equal_nan=True)
+        return values, first, node.op("reshape", inverse, shape=(-1,)), counts
+    arr = np.asarray(node.static(0, "X"))
     if axis is not None:
         axis = node.axis(axis, arr.ndim)
     values, first, inverse, counts = np.unique(arr, return_index=True, return_inverse=True,
                                                return_counts=True, axis=axis)
     inverse = inverse.reshape(-1)
-    if not node.attr("sorted", 1):
+    if not sorted_:
         # ONNX's unsorted order is the order of first occurrence
         order = np.argsort(first, kind="stable")
         rank = np.empty_like(order)
