@@ -60,6 +60,7 @@ fuzz: $(VENV)/.installed-test $(VENV)/.installed-fuzz
 # The Array API standard's own test suite against opgraph.numpy, from a clone of data-apis/array-api-tests (with
 # its array-api submodule) kept outside this repository: make array-api ARRAY_API_TESTS=/path/to/array-api-tests
 # (docs/array-api.md: the commit used and the counts). The xfails are NumPy's special cases, as array-api-strict's.
+# A fresh Hypothesis database each run: examples saved by earlier runs would change what is drawn.
 ARRAY_API_TESTS ?=
 MAX_EXAMPLES ?= 100
 array-api: $(VENV)/.installed-test
@@ -67,6 +68,7 @@ array-api: $(VENV)/.installed-test
 		echo "set ARRAY_API_TESTS=/path/to/a/clone/of/data-apis/array-api-tests (with its array-api submodule)"; exit 2; }
 	$(BIN)/python -m pip install -q ndindex
 	cd "$(ARRAY_API_TESTS)" && $(THREADS) ARRAY_API_TESTS_MODULE=opgraph.numpy ARRAY_API_TESTS_VERSION=2025.12 \
+		HYPOTHESIS_STORAGE_DIRECTORY="$$(mktemp -d)" \
 		$(abspath $(BIN))/python -m pytest array_api_tests -p no:cacheprovider -n 2 -q \
 		--max-examples $(MAX_EXAMPLES) --hypothesis-seed 0 --xfails-file $(abspath tools/array-api-xfails.txt)
 
