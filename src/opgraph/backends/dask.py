@@ -49,6 +49,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import FeedError
+from opgraph.memory.limit import physical_memory
 
 Rule = Callable[[OpInfo], Callable[..., Any]]
 RULES: dict[str, Rule] = {}
@@ -608,12 +609,8 @@ def is_zarr(a: Any) -> bool:
 
 
 def machine_memory() -> int:
-    """This machine's physical memory in bytes.
-
-    >>> machine_memory() > 0
-    True
-    """
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    # memory.limit's reading (sysconf, else psutil); with neither, assume 4 GiB rather than no bound at all
+    return physical_memory() or 4 << 30
 
 
 def worker_budget(client: Any = None, num_workers: int | None = None) -> tuple[int, int]:

@@ -26,6 +26,7 @@ import numpy as np
 from opgraph.core.types import broadcast_shapes as _broadcast_type_shapes
 from opgraph.errors import OpTypeError
 from opgraph.frontend import api
+from opgraph.frontend.indexing import nonzero_rows
 from opgraph.frontend.lazy import LazyArray, apply, as_lazy, constant
 
 __all__ = [
@@ -148,8 +149,8 @@ def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> LazyArray:
     a, b = api.astype(a, common, copy=False), api.astype(b, common, copy=False)
     table = sort(api.reshape(b, (-1,)))
     pos = apply("searchsorted", table, a)
-    n = b.size if b.size is not None else api.reshape(b, (-1,)).shape[0]
-    found = apply("equal", apply("take", table, api.minimum(pos, n - 1), axis=0), a)
+    last = b.size - 1 if b.size is not None else apply("subtract", apply("shape", table)[0], 1)
+    found = apply("equal", apply("take", table, api.minimum(pos, last), axis=0), a)
     return apply("logical_not", found) if invert else found
 
 
@@ -164,8 +165,7 @@ def nonzero(x: Any, /) -> tuple[LazyArray, ...]:
     x = as_lazy(x)
     if x.ndim == 0:
         raise ValueError("nonzero of a 0-d array is not defined")
-    rows = apply("nonzero", x)
-    return tuple(apply("getitem", rows, index=(i,)) for i in range(x.ndim))
+    return nonzero_rows(x)
 
 
 def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> LazyArray:

@@ -139,8 +139,18 @@ def _mask_entries(x: LazyArray, mask: LazyArray, axis: int) -> list[_Entry]:
         if d is not None and size is not None and d != size and d != 0:
             raise IndexError(f"boolean index did not match indexed array along axis {axis + i}; size of axis is "
                              f"{size} but size of corresponding boolean axis is {d}")
-    rows = apply("nonzero", mask)
-    return [_Entry("array", apply("getitem", rows, index=(i,))) for i in range(mask.ndim)]
+    return [_Entry("array", row) for row in nonzero_rows(mask)]
+
+
+def nonzero_rows(x: LazyArray) -> tuple[LazyArray, ...]:
+    """The int64 indices of ``x``'s non-zero elements, one 1-D array per axis (a dynamic dim): NumPy's nonzero.
+
+    >>> import opgraph.numpy as onp
+    >>> [r.eval() for r in nonzero_rows(onp.asarray([[0, 1], [2, 0]]))]
+    [array([0, 1]), array([1, 0])]
+    """
+    rows = apply("nonzero", x)
+    return tuple(apply("getitem", rows, index=(i,)) for i in range(x.ndim))
 
 
 def _broadcast_together(arrays: list[LazyArray]) -> list[LazyArray]:
@@ -173,14 +183,7 @@ def getitem(x: Any, key: Any) -> LazyArray:
             index = normalize_index(basic, x.type.rank)
         except Exception as exc:
             raise IndexError(str(exc)) from None
-        out = apply("getitem", x, index=index)
-        if x._node.value is not None:
-            # A view of a known value costs nothing now, and reading arrays element by element (x[i, j]
-            # in a loop) would otherwise build and run a graph per element.
-            from opgraph.ops.shape import python_key
-
-            out._node.value = (x._value("getitem")[python_key(index)],)
-        return out
+        return apply("getitem", x, index=index)
     entries, advanced = _expand(x, key)
     if not advanced:
         return apply("getitem", x, index=tuple(_basic(e) for e in entries))
@@ -204,26 +207,40 @@ def _check_bounds(x_shape: tuple[int | None, ...], entries: list[_Entry]) -> Non
             axis += 1
 
 
+def _positions(entries: list[_Entry]) -> tuple[list[int], list[int], LazyArray]:
+    """The indexed entries, the other ones, and gather_nd's / scatter_nd's positions: the index arrays (ints
+    as 0-d index arrays, as NumPy has them) broadcast together and stacked on a last axis."""
+    picked = [i for i, e in enumerate(entries) if e.kind in ("int", "array")]
+    rest = [i for i in range(len(entries)) if i not in picked]
+    idx = [apply("cast", e.value if e.kind == "array" else constant(np.int64(e.value)), dtype=np.int64)
+           for e in (entries[i] for i in picked)]
+    return picked, rest, apply("stack", *_broadcast_together(idx), axis=-1)
+
+
+def _in_place_at(picked: list[int]) -> int:
+    """Where NumPy puts the index dims: at the first indexed axis when the indexed axes are adjacent, else first
+    (0 either way when they already lead)."""
+    return picked[0] if picked == list(range(picked[0], picked[0] + len(picked))) else 0
+
+
+def _to_front(x: LazyArray, picked: list[int], rest: list[int]) -> LazyArray:
+    order = (*picked, *rest)
+    return x if order == tuple(range(len(order))) else apply("permute_dims", x, axes=order)
+
+
 def _advanced_getitem(x: LazyArray, entries: list[_Entry]) -> LazyArray:
     _check_bounds(x.shape, entries)
     # 1. slices and new axes as one basic getitem; the indexed axes are kept whole (a 0-d mask's axis is new)
     view_key = tuple(None if e.kind == "newaxis" or e.new_axis else
                      slice(None) if e.kind in ("int", "array") else e.value for e in entries)
     view = apply("getitem", x, index=view_key)
-    picked = [i for i, e in enumerate(entries) if e.kind in ("int", "array")]
-    rest = [i for i in range(len(entries)) if i not in picked]
-    # 2. the indexed axes first, gathered by the broadcast index arrays (ints are 0-d index arrays, as in NumPy)
-    moved = view if picked == list(range(len(picked))) else apply("permute_dims", view, axes=(*picked, *rest))
-    idx = [apply("cast", e.value if e.kind == "array" else constant(np.int64(e.value)), dtype=np.int64)
-           for e in (entries[i] for i in picked)]
-    idx = _broadcast_together(idx)
-    out = apply("gather_nd", moved, apply("stack", *idx, axis=-1))
+    # 2. the indexed axes first, gathered by the broadcast index arrays
+    picked, rest, positions = _positions(entries)
+    out = apply("gather_nd", _to_front(view, picked, rest), positions)
     # 3. adjacent indexed axes: their broadcast dims go where the first one was
-    nb = out.ndim - len(rest)
-    first = picked[0]
-    if picked == list(range(first, first + len(picked))) and first > 0:
-        order = (*range(nb, nb + first), *range(nb), *range(nb + first, out.ndim))
-        out = apply("permute_dims", out, axes=order)
+    nb, at = positions.ndim - 1, _in_place_at(picked)
+    if at:
+        out = apply("permute_dims", out, axes=(*range(nb, nb + at), *range(nb), *range(nb + at, out.ndim)))
     return out
 
 
@@ -294,21 +311,17 @@ def _array_update(x: LazyArray, key: tuple[Any, ...], value: LazyArray) -> LazyA
         raise IndexError("x[key] = value with computed index arrays takes ints, index arrays and whole slices (:) "
                          "only; index with a constant key or use onp.where")
     _check_bounds(x.shape, entries)
-    picked = [i for i, e in enumerate(entries) if e.kind in ("int", "array")]
-    rest = [i for i in range(len(entries)) if i not in picked]
-    order = (*picked, *rest)
-    moved = x if order == tuple(range(len(order))) else apply("permute_dims", x, axes=order)
-    idx = _broadcast_together([apply("cast", e.value if e.kind == "array" else constant(np.int64(e.value)),
-                                     dtype=np.int64) for e in (entries[i] for i in picked)])
-    positions = apply("stack", *idx, axis=-1)
-    target = _advanced_getitem(x, entries)  # the shape value must broadcast to, in the user's axis order
-    value = apply("add", value, apply("multiply", target, 0)) if value.type.shape != target.type.shape else value
-    nb = positions.ndim - 1
-    first = picked[0]
-    if picked == list(range(first, first + len(picked))) and first > 0:  # undo getitem's move of the dims
-        value = apply("permute_dims", value, axes=(*range(first, first + nb), *range(first),
-                                                   *range(first + nb, value.ndim)))
+    picked, rest, positions = _positions(entries)
+    target = _advanced_getitem(x, entries)  # NumPy's x[key]: the shape value must broadcast to, in the user's order
+    if value.type.shape != target.type.shape:
+        # a static shape needs no run of the gather (its ops stay out of the graph); dynamic dims add its zeros
+        value = (apply("broadcast_to", value, shape=target.shape) if target.type.is_static
+                 else apply("add", value, apply("multiply", target, 0)))
+    nb, at = positions.ndim - 1, _in_place_at(picked)
+    if at:  # undo getitem's move of the index dims
+        value = apply("permute_dims", value, axes=(*range(at, at + nb), *range(at), *range(at + nb, value.ndim)))
+    moved = _to_front(x, picked, rest)
     updated = apply("scatter_nd", moved, positions, value)
     if moved is x:
         return updated
-    return apply("permute_dims", updated, axes=tuple(int(i) for i in np.argsort(order)))
+    return apply("permute_dims", updated, axes=tuple(int(i) for i in np.argsort((*picked, *rest))))

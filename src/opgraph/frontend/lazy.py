@@ -5,8 +5,9 @@ inferred when each op is built) but computes its value only when asked
 (``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.item()``, ``x.eval()``).
 The exception is constant folding: an elementwise, reduction, shape or
 indexing op on arrays whose values are already known, of at most 4096
-elements, is computed as it is built, since that costs less than recording
-it (reading an array element by element, ``x[i] == y[i]``, stays fast).
+elements (basic indexing, a view, at any size), is computed as it is
+built, since that costs less than recording it (reading an array element
+by element, ``x[i] == y[i]``, stays fast).
 Every lazy expression is a graph: ``x.graph`` is the same core
 :class:`Graph` the explicit builder makes for the same program.
 
@@ -57,7 +58,7 @@ class TracingError(GraphError):
 class _Node:
     """One recorded op (or input, or constant) with the types of its outputs."""
 
-    __slots__ = ("attrs", "const", "inputs", "name", "opdef", "seq", "types", "value")
+    __slots__ = ("attrs", "const", "free", "inputs", "name", "opdef", "seq", "types", "value")
 
     def __init__(self, opdef: OpDef | None, attrs: tuple[tuple[str, Any], ...], inputs: tuple[LazyArray, ...],
                  types: tuple[TensorType, ...], *, const: np.ndarray | None = None, name: str | None = None) -> None:
@@ -69,6 +70,8 @@ class _Node:
         self.name = name
         self.seq = next(_SEQ)
         self.value: tuple[np.ndarray, ...] | None = None
+        # depends on a placeholder (which never gets a value), so it cannot be evaluated outside a graph run
+        self.free: bool = self.is_input or any(a._node.free for a in inputs)
 
     @property
     def is_input(self) -> bool:
@@ -104,7 +107,7 @@ class LazyArray:
         """
         shape = self.type.shape
         if shape is None or None in shape:
-            if not _TRACING and _computable(self._node):
+            if not _TRACING and not self._node.free:
                 return self._value("shape").shape
             if shape is None:
                 raise GraphError("this array's rank is unknown until it is evaluated")
@@ -117,8 +120,11 @@ class LazyArray:
 
     @property
     def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
+        """Number of dimensions (known even where dims are not)."""
+        rank = self.type.rank
+        if rank is None:
+            raise GraphError("this array's rank is unknown until it is evaluated")
+        return rank
 
     @property
     def size(self) -> int | None:
@@ -482,9 +488,12 @@ def _fold_small(node: _Node, r: Resolved) -> None:
     """
     if node.opdef is None or node.opdef.family not in _FOLD_FAMILIES or not node.inputs:
         return
-    if any(a._node.value is None or a.type.size is None or a.type.size > _FOLD_MAX_ELEMENTS for a in node.inputs):
+    if any(a._node.value is None for a in node.inputs):
         return
-    if any(t.size is not None and t.size > _FOLD_MAX_ELEMENTS for t in r.out_types if isinstance(t, TensorType)):
+    limit = None if node.opdef.name == "getitem" else _FOLD_MAX_ELEMENTS  # a view costs nothing at any size
+    if limit is not None and (
+            any(a.type.size is None or a.type.size > limit for a in node.inputs)
+            or any(t.size is not None and t.size > limit for t in r.out_types if isinstance(t, TensorType))):
         return
     if node.opdef.name == "cast" and node.inputs[0].dtype.kind == "c" and r.out_types[0].dtype.kind != "c":
         return  # NumPy's ComplexWarning belongs to evaluation
@@ -501,9 +510,15 @@ def _fold_small(node: _Node, r: Resolved) -> None:
     if len(arrays) != len(r.out_types) or not all(
             isinstance(t, TensorType) and t.accepts(a) for t, a in zip(r.out_types, arrays, strict=True)):
         return
-    node.value = arrays
-    node.types = tuple(t if t.is_static else TensorType(t.dtype, a.shape)  # type: ignore[union-attr]
-                       for t, a in zip(r.out_types, arrays, strict=True))
+    _set_value(node, arrays)
+
+
+def _set_value(node: _Node, values: tuple[np.ndarray, ...]) -> None:
+    """Keep a computed value on ``node``; it is fixed now, so dims that were data-dependent become known (ops
+    built on it later get static types)."""
+    node.value = values
+    node.types = tuple(t if t.is_static else TensorType(t.dtype, np.shape(v))
+                       for t, v in zip(node.types, values, strict=True))
 
 
 def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
@@ -644,11 +659,6 @@ def _cheap_to_evaluate(target: _Node) -> bool:
     return True
 
 
-def _computable(target: _Node) -> bool:
-    """Whether ``target`` depends on no placeholder (so it can be evaluated now)."""
-    return not any(n.is_input and n.value is None for n in _collect([target], stop_at_values=True))
-
-
 def _evaluate(target: _Node, why: str = "x.eval()") -> None:
     nodes = _collect([target], stop_at_values=True)
     pending = [n for n in nodes if n.is_input and n.value is None]
@@ -676,7 +686,4 @@ def _evaluate(target: _Node, why: str = "x.eval()") -> None:
     except ExecutionError as exc:
         where = user_location()
         raise ExecutionError(f"{exc}" + (f" (evaluating the array built at {where})" if where else "")) from exc
-    target.value = tuple(results)
-    # The value is fixed now, so dims that were data-dependent are known: ops built on it get static types.
-    target.types = tuple(t if t.is_static else TensorType(t.dtype, np.shape(r))
-                         for t, r in zip(target.types, target.value, strict=True))
+    _set_value(target, tuple(results))

@@ -1017,9 +1017,13 @@ class _Importer:
                 continue
             if e.type.ndim == 0:
                 raise GraphError(f"{op}: a 0-d boolean index has no opgraph counterpart")
-            rows = self.op("nonzero", self.get(e))
-            out += [self.op("getitem", rows, index=(i,)) for i in range(e.type.ndim)]
+            out += self.nonzero_rows(e)
         return out
+
+    def nonzero_rows(self, var: Any) -> list[Value]:
+        """The int64 indices of ``var``'s non-zero elements, one 1-D value per axis (PyTensor's Nonzero)."""
+        rows = self.op("nonzero", self.get(var))
+        return [self.op("getitem", rows, index=(i,)) for i in range(var.type.ndim)]
 
     def advanced(self, op: Any, idx: list[Any]) -> tuple[list[int], list[Value]]:
         """The positions and int64 values of the index arrays (advanced indices) of ``idx``."""
@@ -1273,9 +1277,8 @@ class _Importer:
             table = self.op("take", table, self.int64(node.inputs[2]), axis=0)
         return self.op("searchsorted", table, values, side=op.side)
 
-    def _n_Nonzero(self, node: Any, op: Any) -> tuple[Value, ...]:
-        rows = self.op("nonzero", self.get(node.inputs[0]))
-        return tuple(self.op("getitem", rows, index=(i,)) for i in range(node.inputs[0].type.ndim))
+    def _n_Nonzero(self, node: Any, op: Any) -> list[Value]:
+        return self.nonzero_rows(node.inputs[0])
 
     def _n_Unique(self, node: Any, op: Any) -> tuple[Value, ...]:
         if op.axis is not None:

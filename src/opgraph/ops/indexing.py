@@ -207,7 +207,8 @@ def _g_gather_nd(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) 
     return [b.op("scatter_nd", zeros_like(b, x), idx, cots[0], reduction="add"), None]
 
 
-def _g_topk(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+def _g_selected(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
+    # topk and sort: the values are x gathered at the indices (output 1) along axis
     g = cots[0]
     if g is None:
         return [None]
@@ -431,6 +432,15 @@ _register("scatter_nd", 1103, _scatter_nd_infer, _scatter_nd_kernel,
           attrs={"reduction": Attr(attr_reduction, "none", doc="none, add, mul, max or min")})
 
 
+def _stable_order(x: np.ndarray, ax: int, *, descending: bool) -> np.ndarray:
+    """int64 positions ordering ``x`` along ``ax``, equal values in index order (NaN largest), either direction."""
+    if not descending:
+        return np.argsort(x, axis=ax, kind="stable").astype(np.int64, copy=False)
+    # a stable ascending sort of the reversed axis, read backwards: ties stay in index order
+    flipped = np.argsort(np.flip(x, axis=ax), axis=ax, kind="stable")
+    return ((x.shape[ax] - 1) - np.flip(flipped, axis=ax)).astype(np.int64, copy=False)
+
+
 # ---------------------------------------------------------------- topk 1104
 def _topk_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x = tensor(in_types[0], "x")
@@ -455,13 +465,7 @@ def _topk_kernel(x: np.ndarray, out: Any = None, *, k: int, axis: int, largest: 
     n = x.shape[ax]
     if k > n:
         raise ValueError(f"k={k} is larger than axis {ax} (size {n})")
-    if largest:
-        # Descending with ties by lower index: a stable ascending sort of the flipped axis, read backwards.
-        order = np.flip(np.argsort(np.flip(x, axis=ax), axis=ax, kind="stable"), axis=ax)
-        order = (n - 1) - order
-    else:
-        order = np.argsort(x, axis=ax, kind="stable")
-    idx = np.take(order, np.arange(k), axis=ax).astype(np.int64)
+    idx = np.take(_stable_order(x, ax, descending=largest), np.arange(k), axis=ax)
     vals = np.take_along_axis(x, idx, axis=ax)
     return write_out((vals, idx), out)
 
@@ -470,7 +474,7 @@ _register("topk", 1104, _topk_infer, _topk_kernel,
           "topk(x, k, axis=-1, largest=True, sorted=True) -> (values, int64 indices): ONNX TopK: the k largest "
           "(or smallest) entries along axis, in order, ties broken by the lower index; NaN counts as largest; "
           "sorted=False is accepted and gives the same (sorted) result",
-          arity=1, grad=_g_topk,
+          arity=1, grad=_g_selected,
           attrs={"k": Attr(_attr_nonneg, doc="how many entries to keep"),
                  "axis": Attr(attr_int, -1, doc="axis to select along"),
                  "largest": Attr(attr_bool, True, doc="True: the largest, False: the smallest"),
@@ -587,13 +591,6 @@ _register("reverse_sequence", 1107, _reverse_sequence_infer, _reverse_sequence_k
 
 
 # ---------------------------------------------------------------- sort 1108
-def _g_sort(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
-    g = cots[0]
-    if g is None:
-        return [None]
-    return [b.op("scatter_elements", zeros_like(b, ins[0]), outs[1], g, axis=attrs["axis"], reduction="add")]
-
-
 def _sort_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
     x = tensor(in_types[0], "x")
     if x.dtype.kind == "c":
@@ -607,14 +604,7 @@ def _sort_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 
 def _sort_kernel(x: np.ndarray, out: Any = None, *, axis: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:
     ax = axis % x.ndim
-    if descending:
-        # Stable descending (equal values keep their order; NaN first): a stable ascending sort of the reversed
-        # axis, read backwards, as topk does.
-        n = x.shape[ax]
-        order = (n - 1) - np.flip(np.argsort(np.flip(x, axis=ax), axis=ax, kind="stable"), axis=ax)
-    else:
-        order = np.argsort(x, axis=ax, kind="stable")
-    order = order.astype(np.int64, copy=False)
+    order = _stable_order(x, ax, descending=descending)
     return write_out((np.take_along_axis(x, order, axis=ax), order), out)
 
 
@@ -622,7 +612,7 @@ _register("sort", 1108, _sort_infer, _sort_kernel,
           "sort(x, axis=-1, descending=False) -> (values, int64 indices): a stable sort along axis (equal values "
           "keep their order; NaN sorts as the largest: last ascending, first descending); indices are "
           "np.argsort's (x's positions of the sorted values), so take_along_axis(x, indices) == values",
-          arity=1, grad=_g_sort,
+          arity=1, grad=_g_selected,
           attrs={"axis": Attr(attr_int, -1, doc="axis to sort along"),
                  "descending": Attr(attr_bool, False, doc="largest first")})
 
