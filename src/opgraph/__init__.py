@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from opgraph import viz as viz
     from opgraph.autodiff import grad, hessian, jacobian, value_and_grad, vjp
     from opgraph.frontend.control import call, cond, fori_loop, scan, subroutine, while_loop
+    from opgraph.frontend.tensor_algebra import OpGraph, tensor_expr
     from opgraph.frontend.trace import function, trace
     from opgraph.io import load, save
     from opgraph.passes import optimize
@@ -88,7 +89,7 @@ __all__ = [
     "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols",
     "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "call", "compile", "cond", "draw",
     "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "scan",
-    "subroutine", "trace", "value_and_grad", "vjp", "while_loop",
+    "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp", "while_loop",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.
@@ -103,10 +104,12 @@ _LAZY_NAMES = {
     "hessian": "opgraph.autodiff",
     "jacobian": "opgraph.autodiff",
     "load": "opgraph.io",
+    "OpGraph": "opgraph.frontend.tensor_algebra",
     "optimize": "opgraph.passes",
     "save": "opgraph.io",
     "scan": "opgraph.frontend.control",
     "subroutine": "opgraph.frontend.control",
+    "tensor_expr": "opgraph.frontend.tensor_algebra",
     "trace": "opgraph.frontend.trace",
     "value_and_grad": "opgraph.autodiff",
     "vjp": "opgraph.autodiff",

@@ -54,6 +54,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.errors import MissingDependencyError
+from opgraph.frontend.tensor_algebra import Elementwise, Multiply, Operation, OpGraph, Permute, Tensor
 
 if TYPE_CHECKING:
     import graphviz
@@ -352,8 +353,11 @@ def _legend(plan: MemoryPlan | None, slot_color: dict[tuple[int, int], str],
 
 
 # ----------------------------------------------------------------------------- public API
-def to_dot(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "TB") -> str:
+def to_dot(graph: Graph | OpGraph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "TB") -> str:
     """The DOT text of a drawing of ``graph`` (no Graphviz needed); see the module doc.
+
+    An :class:`~opgraph.frontend.tensor_algebra.OpGraph` is drawn in seed 004's notation
+    (:func:`opgraph_statements`).
 
     ``plan`` is None (no colours), True (plan with :func:`~opgraph.memory.plan_memory`)
     or a :class:`~opgraph.memory.MemoryPlan` of this graph. Node ids are ``v<id>``
@@ -367,9 +371,74 @@ def to_dot(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str =
     >>> print([line for line in dot.splitlines() if " -> " in line])
     ['  v0 -> o0', '  o0 -> v1', '  v0 -> o1 [label="0"]', '  v1 -> o1 [label="1"]', '  o1 -> v2']
     """
-    body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir) + _body_clusters(graph, max_ops,
-                                                                                              rankdir)
+    if isinstance(graph, OpGraph):
+        body = opgraph_statements(graph, rankdir)
+    else:
+        body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir) + _body_clusters(graph, max_ops,
+                                                                                                  rankdir)
     return "digraph opgraph {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
+
+
+def opgraph_statements(og: OpGraph, rankdir: str = "LR") -> list[str]:
+    """DOT statements drawing an OpGraph in seed 004's notation.
+
+    Tensors are squares and operations circles, each labelled with its name; edges carry their modes, with a
+    width that grows with the number of modes. A permutation is drawn on the edge that carries it (red, with
+    the ``permute_dims`` axes): an input edge of a label-aware operation (``*``, ``+``, element-wise ops) whose
+    modes are the output's in another order, and the output edge of a ``permute`` node. Source tensors have a
+    blue double border, results a red bold one.
+
+    >>> import numpy as np
+    >>> from opgraph.frontend.tensor_algebra import tensor_expr as T
+    >>> og = (T(np.ones((2, 2)), name="A")["j,i"] + T(np.ones((2, 2)), name="B")["i,j"]).opgraph("i,j")
+    >>> [line for line in opgraph_statements(og) if "->" in line][0]
+    'n0 -> n2 [label="j,i  ⟲ (1,0)", penwidth="2", color="#d62728", fontcolor="#d62728"]'
+    """
+    lines = [f"rankdir={rankdir}", 'node [fontname="Helvetica", fontsize=11]',
+             'edge [fontname="Helvetica", fontsize=10]']
+    results = set(og.result_tensors())
+    for u, node in enumerate(og.nodes()):
+        if isinstance(node, Tensor):
+            ty = f"\n{node.type}" if node.type is not None else ""
+            a = {"shape": "square", "label": f"{node.name or f't{u}'}{ty}"}
+            if not og.in_degree(u):
+                a.update(peripheries="2", color="#1f77b4")
+            if u in results:
+                a.update(color="#d62728", penwidth="2")
+        else:
+            assert isinstance(node, Operation)
+            extra = [f"{k}={_short(v)}" for k, v in list(node.attrs.items())[:_MAX_ATTRS]] if type(
+                node) is Operation else []
+            a = {"shape": "circle", "label": "\n".join([node.label, *extra]), "style": "filled",
+                 "fillcolor": "#e8e0f0"}
+        lines.append(f"n{u}{_attrs(a)}")
+    for e in og.edges():
+        a = {"label": e.modes or "(scalar)", "penwidth": str(max(1, len(e.labels)))}
+        perm = _edge_permutation(og, e)
+        if perm is not None:
+            a.update(label=f"{a['label']}  ⟲ ({','.join(map(str, perm))})", color="#d62728", fontcolor="#d62728")
+        lines.append(f"n{e.source} -> n{e.target}{_attrs(a)}")
+    return lines
+
+
+def _edge_permutation(og: OpGraph, e: Any) -> tuple[int, ...] | None:
+    """The axes permutation an edge carries (``permute_dims`` axes taking its modes to the output's), or None."""
+    node = og[e.target] if isinstance(og[e.target], Operation) else None
+    if isinstance(node, (Multiply, Elementwise)):
+        outs = og.out_edges(e.target)
+        if len(outs) != 1:
+            return None
+        mine, out = e.labels, outs[0].labels
+        kept = [c for c in out if c in mine]
+        if len(kept) == len(mine) and kept != list(mine):
+            return tuple(mine.index(c) for c in kept)
+        return None
+    source = og[e.source]
+    if isinstance(source, Permute):
+        (inp,) = og.in_edges(e.source)
+        if inp.labels != e.labels and sorted(inp.labels) == sorted(e.labels):
+            return tuple(inp.labels.index(c) for c in e.labels)
+    return None
 
 
 _NODE_ID = re.compile(r"\b([vo]\d+|collapsed)\b")
@@ -388,7 +457,7 @@ def _body_clusters(graph: Graph, max_ops: int, rankdir: str) -> list[str]:
     return lines
 
 
-def draw(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "TB") -> graphviz.Digraph:
+def draw(graph: Graph | OpGraph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "TB") -> graphviz.Digraph:
     """A :class:`graphviz.Digraph` of ``graph`` (same drawing as :func:`to_dot`).
 
     Needs the ``graphviz`` Python package (``pip install graphviz``); showing
@@ -405,7 +474,10 @@ def draw(graph: Graph, *, plan: Any = None, max_ops: int = 300, rankdir: str = "
     except ImportError:
         raise MissingDependencyError("graphviz", "opgraph.viz.draw (opgraph.viz.to_dot gives the DOT text "
                                      "without it)") from None
-    body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir)
+    if isinstance(graph, OpGraph):
+        body = opgraph_statements(graph, rankdir)
+    else:
+        body = _statements(graph, _resolve_plan(graph, plan), max_ops, rankdir)
     return graphviz.Digraph(name="opgraph", body=[f"\t{line}\n" for line in body])
 
 
@@ -426,7 +498,7 @@ def _run_dot(dot_text: str, fmt: str, timeout: float | None = 120) -> bytes:
     return proc.stdout
 
 
-def render(graph: Graph, path: str | os.PathLike[str], *, format: str | None = None, plan: Any = None,
+def render(graph: Graph | OpGraph, path: str | os.PathLike[str], *, format: str | None = None, plan: Any = None,
            max_ops: int = 300, rankdir: str = "TB") -> str:
     """Render ``graph`` to ``path`` (svg, png or pdf; default: from the extension) with ``dot``.
 
@@ -461,7 +533,7 @@ def render(graph: Graph, path: str | os.PathLike[str], *, format: str | None = N
     return path
 
 
-def graph_repr_svg(graph: Graph, *, max_ops: int = 300) -> str | None:
+def graph_repr_svg(graph: Graph | OpGraph, *, max_ops: int = 300) -> str | None:
     """SVG text of ``graph`` for notebooks (``Graph._repr_svg_``), or None when ``dot`` is missing or fails.
 
     >>> import opgraph

@@ -13,7 +13,8 @@ each rule exact: it computes the same values with more basic ops.
   (its ``OpDef.decompose``, registered with the op in its family module), so
   the ONNX exporter writes an op without an ONNX translation the same way;
 * contractions into transpose + reshape + matmul (TTGT): two-operand
-  ``einsum`` and ``tensordot``; ``outer`` -> reshape + multiply; ``vecdot``
+  ``einsum`` and ``tensordot``; an ``einsum`` of three or more operands first
+  into pairwise einsums in the order opt_einsum picks; ``outer`` -> reshape + multiply; ``vecdot``
   -> ``conj`` + ``multiply`` + ``sum``;
 * TensCalc's scalar functions (``Ssum``, ``Ssumprod``, the dot forms,
   ``Sdiv``, ``Sexp`` ... ``SDDatan``) into elementwise ops on 0-d operands,
@@ -68,8 +69,12 @@ def _static(m: Match, *vs: int) -> bool:
 def ttgt(m: Match, a: int, b: int, la: str, lb: str, lo: str) -> int | None:
     """Emit ``einsum(la,lb->lo)(a, b)`` as transposes, reshapes and one (batched) matmul; None if it cannot.
 
-    Labels only in one operand and not in the output are summed first; a
-    label repeated within one operand (a trace) is left to the einsum.
+    Labels only in one operand and not in the output are summed first; a label repeated within one operand (a
+    trace) is left to the einsum. Without batch labels, an operand whose labels already come as two blocks
+    (free labels, contracted labels, either way round) becomes a matrix by a reshape and at most a 2-D
+    transpose, both views that a GEMM reads without a copy; the contracted labels take the order that leaves
+    the larger operand so, and the product is computed as ``(B^T A^T)`` when the output wants the other
+    operand's labels first. Only what cannot be read that way is permuted (copied).
     """
     e = m.e
     if len(set(la)) != len(la) or len(set(lb)) != len(lb) or len(set(lo)) != len(lo) or not _static(m, a, b):
@@ -94,6 +99,9 @@ def ttgt(m: Match, a: int, b: int, la: str, lb: str, lo: str) -> int | None:
     contr = [c for c in la if c in lb and c not in lo]
     fa = [c for c in la if c not in lb]
     fb = [c for c in lb if c not in la]
+    prod = lambda cs: int(np.prod([size[c] for c in cs], dtype=np.int64))  # noqa: E731
+    if not batch:
+        return _ttgt_2d(e, a, b, la, lb, lo, contr, fa, fb, size, prod)
 
     def arrange(v: int, labels: str, order: list[str], shape: tuple[int, ...]) -> int:
         perm = tuple(labels.index(c) for c in order)
@@ -103,19 +111,76 @@ def ttgt(m: Match, a: int, b: int, la: str, lb: str, lo: str) -> int | None:
             v = e.op("reshape", v, shape=shape)
         return v
 
-    prod = lambda cs: int(np.prod([size[c] for c in cs], dtype=np.int64))  # noqa: E731
     nb, na, nk, nn = prod(batch), prod(fa), prod(contr), prod(fb)
-    am = arrange(a, la, batch + fa + contr, (nb, na, nk) if batch else (na, nk))
-    bm = arrange(b, lb, batch + contr + fb, (nb, nk, nn) if batch else (nk, nn))
+    am = arrange(a, la, batch + fa + contr, (nb, na, nk))
+    bm = arrange(b, lb, batch + contr + fb, (nb, nk, nn))
     r = e.op("matmul", am, bm)
-    labels = batch + fa + fb
+    return _finish(e, r, batch + fa + fb, lo, size)
+
+
+def _finish(e: Any, r: int, labels: list[str], lo: str, size: dict[str, int]) -> int:
+    """Reshape a matmul result with axes ``labels`` (flattened) to them, then permute to ``lo``."""
     full = tuple(size[c] for c in labels)
     if e.type_of(r).shape != full:  # type: ignore[union-attr]
         r = e.op("reshape", r, shape=full)
     perm = tuple(labels.index(c) for c in lo)
     if perm != tuple(range(len(perm))):
         r = e.op("permute_dims", r, axes=perm)
-    return r  # type: ignore[no-any-return]
+    return r
+
+
+def _blocks(labels: str, free: list[str], contr: list[str]) -> tuple[bool, list[str]] | None:
+    """How ``labels`` splits into a block of ``free`` and a block of ``contr`` labels: (free block first?, the
+    free block's order), or None when they interleave."""
+    nf = len(free)
+    if set(labels[:nf]) == set(free):
+        return True, list(labels[:nf])
+    if set(labels[len(labels) - nf:]) == set(free):
+        return False, list(labels[len(labels) - nf:])
+    return None
+
+
+def _ttgt_2d(e: Any, a: int, b: int, la: str, lb: str, lo: str, contr: list[str], fa: list[str], fb: list[str],
+             size: dict[str, int], prod: Any) -> int:
+    """TTGT without batch labels: each operand a matrix by views where its labels allow (see :func:`ttgt`)."""
+    def order_in(labels: str, block: list[str]) -> list[str]:
+        return [c for c in labels if c in block]
+
+    def copies(k_order: list[str]) -> int:
+        # elements permuted (copied) if the contracted labels take this order
+        n = 0
+        for labels, free, total in ((la, fa, prod(fa) * prod(contr)), (lb, fb, prod(fb) * prod(contr))):
+            if _blocks(labels, free, contr) is None or order_in(labels, contr) != k_order:
+                n += total
+        return n
+
+    k_order = min((order_in(la, contr), order_in(lb, contr)), key=copies)
+    nk = prod(contr)
+
+    def matrix(v: int, labels: str, free: list[str], free_first: bool) -> tuple[int, list[str]]:
+        """``v`` as a matrix: (free, contracted) if ``free_first``, else (contracted, free); and the free order."""
+        nf = prod(free)
+        split = _blocks(labels, free, contr)
+        if split is not None and order_in(labels, contr) == k_order:
+            own_first, f_order = split
+            shape = (nf, nk) if own_first else (nk, nf)
+            if tuple(size[c] for c in labels) != shape:
+                v = e.op("reshape", v, shape=shape)
+            if own_first != free_first:
+                v = e.op("permute_dims", v, axes=(1, 0))
+            return v, f_order
+        f_order = [c for c in lo if c in free]  # a copy anyway: put the free labels in the output's order
+        order = f_order + k_order if free_first else k_order + f_order
+        v = e.op("permute_dims", v, axes=tuple(labels.index(c) for c in order))
+        return e.op("reshape", v, shape=(nf, nk) if free_first else (nk, nf)), f_order
+
+    # The output wants b's free labels first: compute (b^T a^T) = (a b)^T instead of transposing the result.
+    b_first = bool(fa) and bool(fb) and lo.index(fb[0]) < lo.index(fa[0])
+    am, fa_order = matrix(a, la, fa, not b_first)
+    bm, fb_order = matrix(b, lb, fb, b_first)
+    if b_first:
+        return _finish(e, e.op("matmul", bm, am), fb_order + fa_order, lo, size)
+    return _finish(e, e.op("matmul", am, bm), fa_order + fb_order, lo, size)
 
 
 def _einsum(m: Match) -> int | None:
@@ -130,6 +195,36 @@ def _einsum(m: Match) -> int | None:
     lhs, lo = explicit.split("->")
     la, lb = lhs.split(",")
     return ttgt(m, *m.root_ins, la, lb, lo)
+
+
+def split_einsum(m: Match) -> int | None:
+    """An einsum of 3+ operands -> a chain of pairwise einsums along opt_einsum's path (None if it cannot).
+
+    Shared by the optimiser's layout rules and by lowering, where each pairwise step then becomes TTGT.
+    """
+    import opt_einsum
+
+    from opgraph.ops.contraction import einsum_signature
+
+    ins = list(m.root_ins)
+    types = [m.e.type_of(v) for v in ins]
+    if len(ins) < 3 or not all(isinstance(t, TensorType) and t.is_static for t in types):
+        return None
+    subs, optimize = m.root_attrs["subscripts"], m.root_attrs["optimize"]
+    if "..." in subs:
+        return None
+    explicit, _ = einsum_signature(subs, [t.shape for t in types])  # type: ignore[union-attr]
+    _, info = opt_einsum.contract_path(explicit, *[t.shape for t in types], shapes=True,  # type: ignore[union-attr]
+                                       optimize=optimize)
+    dt = np.result_type(*(t.dtype for t in types))  # type: ignore[union-attr]
+    # The einsum kernel casts operands to the common dtype first; so does the chain.
+    ops = [v if m.e.type_of(v).dtype == dt else m.e.op("cast", v, dtype=dt) for v in ins]  # type: ignore[union-attr]
+    for step in info.contraction_list:
+        contract_inds, eq = step[0], step[2]
+        tmp = [ops.pop(i) for i in contract_inds]
+        ops.append(m.e.op("einsum", *tmp, subscripts=eq, optimize=optimize))
+    (out,) = ops
+    return out
 
 
 def _tensordot(m: Match) -> int | None:
@@ -190,6 +285,9 @@ LOWER.add(
     Rule("lower.adam_update_t", P("adam_update_t"), _decomposed("adam_update_t"), exact=_EXACT),
     Rule("lower.einsum_ttgt", P("einsum"), _einsum,
          exact="the same products; the sums run in the matmul's order instead of einsum's (rounding may differ)"),
+    Rule("lower.einsum_pairwise", P("einsum"), split_einsum, where=lambda m: len(m.root_ins) >= 3,
+         exact="the pairwise contractions opt_einsum's path gives, which the einsum kernel runs (same results); "
+               "each step is then a two-operand einsum for lower.einsum_ttgt"),
     Rule("lower.tensordot_ttgt", P("tensordot"), _tensordot,
          exact="the same products; the sums run in the matmul's order (rounding may differ)"),
     Rule("lower.outer", P("outer"), _outer, exact=_EXACT),

@@ -30,6 +30,7 @@ import numpy as np
 
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
+from opgraph.passes.lower import split_einsum
 from opgraph.passes.rewrite import FOLD_LIMIT, Match, P, Rule, RuleSet
 
 X, Y = P.var("x"), P.var("y")
@@ -347,34 +348,7 @@ for _dyn in (False, True):
 LAYOUT = RuleSet()
 
 
-def _split_einsum(m: Match) -> int | None:
-    """An einsum of 3+ operands -> a chain of pairwise einsums along opt_einsum's path."""
-    import opt_einsum
-
-    from opgraph.ops.contraction import einsum_signature
-
-    ins = list(m.root_ins)
-    types = [m.e.type_of(v) for v in ins]
-    if len(ins) < 3 or not all(isinstance(t, TensorType) and t.is_static for t in types):
-        return None
-    subs, optimize = m.root_attrs["subscripts"], m.root_attrs["optimize"]
-    if "..." in subs:
-        return None
-    explicit, _ = einsum_signature(subs, [t.shape for t in types])  # type: ignore[union-attr]
-    _, info = opt_einsum.contract_path(explicit, *[t.shape for t in types], shapes=True,  # type: ignore[union-attr]
-                                       optimize=optimize)
-    dt = np.result_type(*(t.dtype for t in types))  # type: ignore[union-attr]
-    # The einsum kernel casts operands to the common dtype first; so does the chain.
-    ops = [v if m.e.type_of(v).dtype == dt else m.e.op("cast", v, dtype=dt) for v in ins]  # type: ignore[union-attr]
-    for step in info.contraction_list:
-        contract_inds, eq = step[0], step[2]
-        tmp = [ops.pop(i) for i in contract_inds]
-        ops.append(m.e.op("einsum", *tmp, subscripts=eq, optimize=optimize))
-    (out,) = ops
-    return out
-
-
-LAYOUT.add(Rule("einsum_pairwise", P("einsum"), _split_einsum,
+LAYOUT.add(Rule("einsum_pairwise", P("einsum"), split_einsum,
                 where=lambda m: len(m.root_ins) >= 3,
                 exact="integers exactly; floats: the same pairwise contractions (opt_einsum's path, operands cast "
                       "to the common dtype first) that the einsum kernel runs, so the same results (checked in "
