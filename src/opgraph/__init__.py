@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
-    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpTypeError", "Symbols",
+    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError", "Symbols",
     "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "call", "compile", "cond", "draw",
     "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "scan",
     "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp", "while_loop",

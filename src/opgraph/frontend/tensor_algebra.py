@@ -51,7 +51,7 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
-from opgraph.errors import GraphError
+from opgraph.errors import GraphError, OpBuildError
 from opgraph.frontend.lazy import LazyArray, append_to
 
 __all__ = ["Add", "Cholesky", "Divide", "Edge", "EigenSolve", "Elementwise", "ElementwiseMultiply", "Multiply",
@@ -240,6 +240,9 @@ class Permute(Operation):
 
     def __init__(self) -> None:
         super().__init__("permute_dims")
+        self.origin: tuple[Any] | None = None
+        """``(axes,)`` of the core op this node was read from (:meth:`OpGraph.from_graph`), written back as they
+        were when they still say what the labels say."""
 
     @property
     def label(self) -> str:  # type: ignore[override]
@@ -248,6 +251,8 @@ class Permute(Operation):
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         (v, labels), = _arity(self, ins, 1)
         (out,) = _arity(self, outs, 1, "output")
+        if self.origin is not None and tuple(labels[k] for k in _axes(self.origin[0], len(labels))) == out:
+            return [b.op("permute_dims", v, axes=self.origin[0])]
         return [_permute(b, self, v, labels, out)]
 
     def __repr__(self) -> str:
@@ -270,6 +275,9 @@ class Multiply(Operation):
     def __init__(self, optimize: str = "auto") -> None:
         super().__init__("einsum", optimize=optimize)
         self.optimize = optimize
+        self.origin: str | None = None
+        """The subscripts of the core op this node was read from, written back when they say what the labels say
+        (``"i,i"`` stays implicit)."""
 
     @property
     def label(self) -> str:  # type: ignore[override]
@@ -288,6 +296,12 @@ class Multiply(Operation):
         letters = _letters([labels for _, labels in ins] + [out], self.label)
         subs = ",".join("".join(letters[c] for c in labels) for _, labels in ins) + "->" + "".join(
             letters[c] for c in out)
+        if self.origin is not None:
+            from opgraph.ops.contraction import einsum_signature
+
+            shapes = [b.type_of(v).shape for v, _ in ins]  # type: ignore[union-attr]
+            if einsum_signature(self.origin, shapes)[0] == subs:
+                subs = self.origin
         return [b.op("einsum", *(v for v, _ in ins), subscripts=subs, optimize=self.optimize)]
 
     def __repr__(self) -> str:
@@ -307,7 +321,7 @@ def _letters(label_lists: Iterable[Labels], what: str) -> dict[str, str]:
 class Elementwise(Operation):
     """An element-wise op aligned by labels: each input is permuted (and given size-1 axes for labels it lacks)
     to the output's modes, then ``kind`` is applied; ``add``/``multiply``/``maximum``/``minimum`` take any number
-    of inputs (folded left to right).
+    of inputs (folded left to right; one input is just aligned).
 
     >>> g = OpGraph(); x = g.add_node(Tensor(np.arange(6.0).reshape(2, 3)))
     >>> e, y = g.add_node(Elementwise("negative")), g.add_node(Tensor())
@@ -321,13 +335,15 @@ class Elementwise(Operation):
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         (out,) = _arity(self, outs, 1, "output")
         arity = get_op(self.kind).arity
-        if not (self.kind in self._NARY and len(ins) >= 2) and arity is not None:
+        if not (self.kind in self._NARY and ins) and arity is not None:
             _arity(self, ins, arity)
         present = {c for _, labels in ins for c in labels}
         missing = [c for c in out if c not in present]
         if missing:
             raise OpGraphError(f"{self.label}: output mode(s) {', '.join(missing)} appear in no input edge")
         vals = [_align(b, self, v, labels, out) for v, labels in ins]
+        if self.kind in self._NARY and len(vals) == 1:
+            return vals
         if self.kind in self._NARY and len(vals) > 2:
             acc = vals[0]
             for v in vals[1:]:
@@ -795,9 +811,10 @@ class OpGraph:
                 results = op.emit(b, ins, [e.labels for e in outs])
             except OpGraphError as exc:
                 raise OpGraphError(f"operation node {u}: {exc}") from None
-            except GraphError as exc:
-                raise type(exc)(f"operation node {u} ({op.label}, input edges "
-                                f"{[e.modes for e in self.in_edges(u)]}): {exc}") from exc
+            except OpBuildError as exc:
+                raise OpBuildError(f"operation node {u} ({op.label}, input edges "
+                                   f"{[e.modes for e in self.in_edges(u)]}): {exc}", op=exc.op,
+                                   location=exc.location) from exc
             if len(results) != len(outs):
                 raise OpGraphError(f"operation node {u} ({op.label}) computes {len(results)} result(s) but has "
                                    f"{len(outs)} output edge(s)")
@@ -898,6 +915,11 @@ class OpGraph:
         return og
 
 
+def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    """``permute_dims`` axes as a permutation (None reverses, as NumPy's transpose)."""
+    return tuple(range(rank))[::-1] if axes is None else tuple(int(a) % max(rank, 1) for a in axes)
+
+
 def _fits(declared: TensorType, computed: TensorType) -> bool:
     """Whether a computed type matches a declared one (same dtype; dims equal where both are known)."""
     if declared.dtype != computed.dtype:
@@ -922,12 +944,14 @@ def _operation_for(kind: str, attrs: dict[str, Any], in_types: list[Any], out_ty
 
         explicit, _ = einsum_signature(attrs["subscripts"], [t.shape for t in in_types])
         lhs, rhs = explicit.split("->")
-        return Multiply(attrs["optimize"]), [tuple(t) for t in lhs.split(",")], [tuple(rhs)]
+        m = Multiply(attrs["optimize"])
+        m.origin = attrs["subscripts"]
+        return m, [tuple(t) for t in lhs.split(",")], [tuple(rhs)]
     if kind == "permute_dims" and len(in_types) == 1:
         labels = default_labels(_rank_of(in_types[0]))
-        axes = attrs["axes"]
-        perm = tuple(range(len(labels)))[::-1] if axes is None else tuple(int(a) % max(len(labels), 1) for a in axes)
-        return Permute(), [labels], [tuple(labels[k] for k in perm)]
+        p = Permute()
+        p.origin = (attrs["axes"],)
+        return p, [labels], [tuple(labels[k] for k in _axes(attrs["axes"], len(labels)))]
     opdef = get_op(kind)
     if opdef.family == "elementwise" and len(out_types) == 1 and all(
             isinstance(t, TensorType) and t.rank is not None for t in (*in_types, *out_types)):
@@ -963,6 +987,11 @@ class Expr:
         """The result's modes when none are asked for (Einstein's convention: a label twice in a product is
         summed; the others stay, in order of first appearance)."""
         raise NotImplementedError
+
+    def all_labels(self) -> set[str]:
+        """Every label the expression can keep: a product inside an element-wise operation keeps each label the
+        enclosing result has (``A["i,j"] * x["j"] / B["i,j"]`` keeps ``j``) and sums the others."""
+        return set(self.free_labels())
 
     def __mul__(self, other: Any) -> Expr:
         if isinstance(other, numbers.Number):
@@ -1098,6 +1127,9 @@ class Product(Expr):
         every = [c for f in self.factors for c in (f.labels if isinstance(f, Indexed) else f.free_labels())]
         return tuple(dict.fromkeys(c for c in every if every.count(c) == 1))
 
+    def all_labels(self) -> set[str]:
+        return set().union(*(f.all_labels() if not isinstance(f, Indexed) else set(f.labels) for f in self.factors))
+
     def __repr__(self) -> str:
         return " * ".join(map(repr, self.factors))
 
@@ -1110,6 +1142,9 @@ class Sum(Expr):
 
     def free_labels(self) -> Labels:
         return self.terms[0].free_labels()
+
+    def all_labels(self) -> set[str]:
+        return set().union(*(t.all_labels() for t in self.terms))
 
     def __repr__(self) -> str:
         return "(" + " + ".join(map(repr, self.terms)) + ")"
@@ -1129,6 +1164,11 @@ class _Call(Expr):
         if isinstance(self.op, EigenSolve) and self.index == 1:
             return first[1:]
         return first
+
+    def all_labels(self) -> set[str]:
+        if isinstance(self.op, Elementwise):
+            return set().union(*(a.all_labels() for a in self.args))
+        return set(self.free_labels())
 
 
 def cholesky(a: Expr) -> Expr:
@@ -1208,6 +1248,10 @@ class _Building:
         key = (id(e), out)
         if key in self.done and tensor is None:
             return self.done[key]
+        have = set(e.labels) if isinstance(e, Indexed) else e.all_labels()
+        missing = [c for c in out if c not in have]
+        if missing:
+            raise OpGraphError(f"{e!r}: output mode(s) {', '.join(missing)} appear in no input edge")
         og = self.og
         if isinstance(e, _Call) and e.n_out > 1:
             outs = self.calls.get(id(e.op))
@@ -1237,8 +1281,8 @@ class _Building:
         if isinstance(e, Indexed):
             op: Operation = Permute()
             ins = [(self.ref(e.ref), e.labels)]
-            if len(set(e.labels)) != len(e.labels):
-                op = Multiply()  # a repeated label: a trace or a diagonal, which einsum computes
+            if len(set(e.labels)) != len(e.labels) or set(e.labels) != set(out):
+                op = Multiply()  # a trace, a diagonal or a sum over a label: einsum computes those
         elif isinstance(e, Product):
             op, ins = Multiply(), [self.operand(f) for f in e.factors]
         elif isinstance(e, (Sum, _Call)):
@@ -1248,7 +1292,7 @@ class _Building:
                 if isinstance(a, Indexed) or not isinstance(op, Elementwise):
                     ins.append(self.operand(a))
                 else:  # an element-wise op: its operands are computed directly in the output's modes
-                    a_out = tuple(c for c in out if c in a.free_labels())
+                    a_out = tuple(c for c in out if c in a.all_labels())
                     ins.append((self.result(a, a_out, name=None), a_out))
         else:
             raise OpGraphError(f"cannot build {type(e).__name__}")
