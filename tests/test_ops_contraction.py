@@ -162,6 +162,51 @@ def test_einsum_optimize(optimize: str) -> None:
              subscripts="ij,jk,kl,lm->im", optimize=optimize)
 
 
+@pytest.mark.parametrize(("subscripts", "shapes"), EINSUM_CASES)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_einsum_gemm_program_matches_numpy(subscripts: str, shapes: list[tuple[int, ...]], dtype: str) -> None:
+    """The NumPy engine's einsum for static shapes: opt_einsum's pairwise steps, each a GEMM by gemm_layout, the
+    last written into ``out`` (also a non-contiguous ``out``)."""
+    from opgraph.ops.contraction import _einsum_specialize
+
+    arrays = [a.astype(dtype) for a in _arrays(shapes)]
+    _, out_shape = einsum_signature(subscripts, shapes)
+    got = _einsum_specialize([TensorType.of(a) for a in arrays], [TensorType(dtype, out_shape)],
+                             {"subscripts": subscripts, "optimize": "auto"})
+    if "..." in subscripts:
+        assert got is None  # the general kernel runs it
+        return
+    assert got is not None
+    call, before, after = got
+    out = np.full(out_shape, np.nan, dtype)
+    assert call(*arrays, *before, out, *after) is out
+    np.testing.assert_allclose(out, np.einsum(subscripts, *arrays), **_tol(dtype))
+    if len(out_shape) == 2:
+        strided = np.full(out_shape[::-1], np.nan, dtype).T
+        call(*arrays, strided)
+        np.testing.assert_allclose(strided, np.einsum(subscripts, *arrays), **_tol(dtype))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcde"), max_size=4, unique=True), min_size=2, max_size=2),
+       st.permutations("abcde"), st.integers(0, 5), st.integers(0, 2**32 - 1))
+def test_gemm_layout_matches_einsum(terms: list[list[str]], order: list[str], keep: int, seed: int) -> None:
+    from opgraph.ops.contraction import gemm, gemm_layout
+
+    la, lb = ("".join(t) for t in terms)
+    lo = "".join(c for c in order if c in la + lb)[:keep]
+    rng = np.random.default_rng(seed)
+    size = {c: int(rng.integers(1, 4)) for c in "abcde"}
+    a, b = rng.standard_normal([size[c] for c in la]), rng.standard_normal([size[c] for c in lb])
+    layout = gemm_layout(la, lb, lo, size)
+    assert layout is not None
+    want = np.einsum(f"{la},{lb}->{lo}", a, b)
+    np.testing.assert_allclose(gemm(layout, a, b), want, rtol=1e-10, atol=1e-12)
+    out = np.empty(want.shape)
+    assert gemm(layout, a, b, out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-12)
+
+
 def test_einsum_plans_are_cached() -> None:
     arrays = _arrays([(3, 7), (7, 2)])
     run_op("einsum", *arrays, subscripts="ij,jk->ki")

@@ -69,118 +69,43 @@ def _static(m: Match, *vs: int) -> bool:
 def ttgt(m: Match, a: int, b: int, la: str, lb: str, lo: str) -> int | None:
     """Emit ``einsum(la,lb->lo)(a, b)`` as transposes, reshapes and one (batched) matmul; None if it cannot.
 
-    Labels only in one operand and not in the output are summed first; a label repeated within one operand (a
-    trace) is left to the einsum. Without batch labels, an operand whose labels already come as two blocks
-    (free labels, contracted labels, either way round) becomes a matrix by a reshape and at most a 2-D
-    transpose, both views that a GEMM reads without a copy; the contracted labels take the order that leaves
-    the larger operand so, and the product is computed as ``(B^T A^T)`` when the output wants the other
-    operand's labels first. Only what cannot be read that way is permuted (copied).
+    The plan is :func:`opgraph.ops.contraction.gemm_layout`'s (which the NumPy einsum kernel runs too):
+    operands whose labels come in blocks become matrices by a reshape and a 2-D transpose, views a GEMM reads
+    without a copy; only what cannot be read so is permuted. A label repeated within one operand (a trace) is
+    left to the einsum.
     """
+    from opgraph.ops.contraction import GemmOperand, gemm_layout, label_sizes
+
     e = m.e
-    if len(set(la)) != len(la) or len(set(lb)) != len(lb) or len(set(lo)) != len(lo) or not _static(m, a, b):
+    if not _static(m, a, b):
+        return None
+    ta, tb = e.type_of(a), e.type_of(b)
+    size = label_sizes([la, lb], [ta.shape, tb.shape])  # type: ignore[union-attr,list-item]
+    layout = None if size is None else gemm_layout(la, lb, lo, size)
+    if layout is None:
         return None
     dt = np.dtype(m.root_types[0].dtype)
-    ta, tb = e.type_of(a), e.type_of(b)
-    if ta.dtype != dt:  # type: ignore[union-attr]
-        a = e.op("cast", a, dtype=dt)
-    if tb.dtype != dt:  # type: ignore[union-attr]
-        b = e.op("cast", b, dtype=dt)
-    size = dict(zip(la, ta.shape, strict=True)) | dict(zip(lb, tb.shape, strict=True))  # type: ignore[union-attr,arg-type]
 
-    def drop_lonely(v: int, labels: str, other: str) -> tuple[int, str]:
-        lonely = [i for i, c in enumerate(labels) if c not in other and c not in lo]
-        if not lonely:
-            return v, labels
-        return e.op("sum", v, axis=tuple(lonely)), "".join(c for c in labels if c in lo or c in other)
-
-    a, la = drop_lonely(a, la, lb)
-    b, lb = drop_lonely(b, lb, la)
-    batch = [c for c in la if c in lb and c in lo]
-    contr = [c for c in la if c in lb and c not in lo]
-    fa = [c for c in la if c not in lb]
-    fb = [c for c in lb if c not in la]
-    prod = lambda cs: int(np.prod([size[c] for c in cs], dtype=np.int64))  # noqa: E731
-    if not batch:
-        return _ttgt_2d(e, a, b, la, lb, lo, contr, fa, fb, size, prod)
-
-    def arrange(v: int, labels: str, order: list[str], shape: tuple[int, ...]) -> int:
-        perm = tuple(labels.index(c) for c in order)
-        if perm != tuple(range(len(perm))):
-            v = e.op("permute_dims", v, axes=perm)
-        if tuple(size[c] for c in order) != shape:
-            v = e.op("reshape", v, shape=shape)
+    def operand(v: int, t: Any, op: GemmOperand) -> int:
+        if t.dtype != dt:
+            v = e.op("cast", v, dtype=dt)
+        if op.sum_axes:
+            v = e.op("sum", v, axis=op.sum_axes)
+        if op.perm is not None:
+            v = e.op("permute_dims", v, axes=op.perm)
+        if e.type_of(v).shape != op.shape:  # type: ignore[union-attr]
+            v = e.op("reshape", v, shape=op.shape)
+        if op.transpose:
+            v = e.op("permute_dims", v, axes=(1, 0))
         return v
 
-    nb, na, nk, nn = prod(batch), prod(fa), prod(contr), prod(fb)
-    am = arrange(a, la, batch + fa + contr, (nb, na, nk))
-    bm = arrange(b, lb, batch + contr + fb, (nb, nk, nn))
-    r = e.op("matmul", am, bm)
-    return _finish(e, r, batch + fa + fb, lo, size)
-
-
-def _finish(e: Any, r: int, labels: list[str], lo: str, size: dict[str, int]) -> int:
-    """Reshape a matmul result with axes ``labels`` (flattened) to them, then permute to ``lo``."""
-    full = tuple(size[c] for c in labels)
-    if e.type_of(r).shape != full:  # type: ignore[union-attr]
-        r = e.op("reshape", r, shape=full)
-    perm = tuple(labels.index(c) for c in lo)
-    if perm != tuple(range(len(perm))):
-        r = e.op("permute_dims", r, axes=perm)
-    return r
-
-
-def _blocks(labels: str, free: list[str], contr: list[str]) -> tuple[bool, list[str]] | None:
-    """How ``labels`` splits into a block of ``free`` and a block of ``contr`` labels: (free block first?, the
-    free block's order), or None when they interleave."""
-    nf = len(free)
-    if set(labels[:nf]) == set(free):
-        return True, list(labels[:nf])
-    if set(labels[len(labels) - nf:]) == set(free):
-        return False, list(labels[len(labels) - nf:])
-    return None
-
-
-def _ttgt_2d(e: Any, a: int, b: int, la: str, lb: str, lo: str, contr: list[str], fa: list[str], fb: list[str],
-             size: dict[str, int], prod: Any) -> int:
-    """TTGT without batch labels: each operand a matrix by views where its labels allow (see :func:`ttgt`)."""
-    def order_in(labels: str, block: list[str]) -> list[str]:
-        return [c for c in labels if c in block]
-
-    def copies(k_order: list[str]) -> int:
-        # elements permuted (copied) if the contracted labels take this order
-        n = 0
-        for labels, free, total in ((la, fa, prod(fa) * prod(contr)), (lb, fb, prod(fb) * prod(contr))):
-            if _blocks(labels, free, contr) is None or order_in(labels, contr) != k_order:
-                n += total
-        return n
-
-    k_order = min((order_in(la, contr), order_in(lb, contr)), key=copies)
-    nk = prod(contr)
-
-    def matrix(v: int, labels: str, free: list[str], free_first: bool) -> tuple[int, list[str]]:
-        """``v`` as a matrix: (free, contracted) if ``free_first``, else (contracted, free); and the free order."""
-        nf = prod(free)
-        split = _blocks(labels, free, contr)
-        if split is not None and order_in(labels, contr) == k_order:
-            own_first, f_order = split
-            shape = (nf, nk) if own_first else (nk, nf)
-            if tuple(size[c] for c in labels) != shape:
-                v = e.op("reshape", v, shape=shape)
-            if own_first != free_first:
-                v = e.op("permute_dims", v, axes=(1, 0))
-            return v, f_order
-        f_order = [c for c in lo if c in free]  # a copy anyway: put the free labels in the output's order
-        order = f_order + k_order if free_first else k_order + f_order
-        v = e.op("permute_dims", v, axes=tuple(labels.index(c) for c in order))
-        return e.op("reshape", v, shape=(nf, nk) if free_first else (nk, nf)), f_order
-
-    # The output wants b's free labels first: compute (b^T a^T) = (a b)^T instead of transposing the result.
-    b_first = bool(fa) and bool(fb) and lo.index(fb[0]) < lo.index(fa[0])
-    am, fa_order = matrix(a, la, fa, not b_first)
-    bm, fb_order = matrix(b, lb, fb, b_first)
-    if b_first:
-        return _finish(e, e.op("matmul", bm, am), fb_order + fa_order, lo, size)
-    return _finish(e, e.op("matmul", am, bm), fa_order + fb_order, lo, size)
+    x, y = operand(a, ta, layout.a), operand(b, tb, layout.b)
+    r = e.op("matmul", *((y, x) if layout.swap else (x, y)))
+    if e.type_of(r).shape != layout.result_shape:  # type: ignore[union-attr]
+        r = e.op("reshape", r, shape=layout.result_shape)
+    if layout.result_perm is not None:
+        r = e.op("permute_dims", r, axes=layout.result_perm)
+    return r  # type: ignore[no-any-return]
 
 
 def _einsum(m: Match) -> int | None:
