@@ -54,9 +54,10 @@ from opgraph.core.types import TensorType
 from opgraph.errors import GraphError, OpBuildError
 from opgraph.frontend.lazy import LazyArray, append_to
 
-__all__ = ["Add", "Cholesky", "Divide", "Edge", "EigenSolve", "Elementwise", "ElementwiseMultiply", "Multiply",
-           "Node", "OpGraph", "OpGraphError", "Operation", "Permute", "Pow", "Reshape", "Scale", "Slice", "Subtract",
-           "Tensor", "TensorRef", "tensor_expr"]
+__all__ = ["Add", "Cholesky", "Divide", "DivideBy", "Edge", "EigenSolve", "Elementwise", "ElementwiseMultiply",
+           "Expr", "Multiply", "Node", "OpGraph", "OpGraphError", "Operation", "Permute", "Pow", "Reshape", "Scale",
+           "Slice", "Subtract", "Tensor", "TensorRef", "apply", "cholesky", "eigen_solve", "power", "slice_",
+           "tensor_expr"]
 
 
 class OpGraphError(GraphError):
@@ -459,6 +460,15 @@ class Scale(_WithConstant):
 
     def __init__(self, factor: Any) -> None:
         super().__init__("multiply", factor)
+
+
+class DivideBy(_WithConstant):
+    """The input divided by a number: ``DivideBy(3.0)`` (NumPy's ``x / 3``, not ``x * (1/3)``)."""
+
+    symbol = "/"
+
+    def __init__(self, divisor: Any) -> None:
+        super().__init__("divide", divisor)
 
 
 class Pow(_WithConstant):
@@ -1020,7 +1030,7 @@ class Expr:
 
     def __truediv__(self, other: Any) -> Expr:
         if isinstance(other, numbers.Number):
-            return _Call(Scale(1 / other), (self,))
+            return _Call(DivideBy(other), (self,))
         return _Call(Divide(), (self, _expr(other)))
 
     def __pow__(self, exponent: Any) -> Expr:
