@@ -106,6 +106,8 @@ def default_labels(rank: int) -> Labels:
 
 
 _LABEL_POOL = "ijklmnopqrstuvwxyzabcdefgh" + string.ascii_uppercase
+UNKNOWN_RANK = "..."
+"""The one label of an edge whose tensor's rank is unknown (a positional operation's input or output)."""
 
 
 @dataclass(frozen=True)
@@ -632,7 +634,7 @@ class OpGraph:
                                    "an operation's result")
         tensor = nu if isinstance(nu, Tensor) else nv
         rank = tensor.type.rank if tensor.type is not None else None  # type: ignore[union-attr]
-        if rank is not None and len(labels) != rank:
+        if rank is not None and (len(labels) != rank or UNKNOWN_RANK in labels):
             raise OpGraphError(f"edge {u} -> {v}: modes {_modes_text(labels)!r} name {len(labels)} axes, tensor "
                                f"{u if tensor is nu else v} ({tensor.label}) has rank {rank}")
         self._edges.append(Edge(u, v, _modes_text(labels)))
@@ -740,14 +742,18 @@ class OpGraph:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ conversion
-    def _names(self) -> dict[int, str]:
-        """Input names of the source tensors: their own name, else ``t<offset>``; made unique with ``_<offset>``."""
-        names: dict[int, str] = {}
+    def _names(self) -> dict[int, str | None]:
+        """Input names of the source tensors: their own name, else ``t<offset>`` for one with data (to feed it
+        by name), else none; made unique with ``_<offset>``."""
+        names: dict[int, str | None] = {}
         used: set[str] = set()
         for u, node in enumerate(self._nodes):
             if isinstance(node, Tensor) and not self._in[u] and not node.constant and not isinstance(
                     node.value, LazyArray):
-                name = node.name or f"t{u}"
+                name = node.name or (f"t{u}" if node.value is not None else None)
+                if name is None:
+                    names[u] = None
+                    continue
                 if name in used:
                     name = f"{name}_{u}"
                 used.add(name)
@@ -755,27 +761,46 @@ class OpGraph:
         return names
 
     def _order(self) -> list[int]:
-        """Operations in a topological order (lowest offset first among the ready ones)."""
+        """Source tensors and operations in a topological order, lowest offset first among the ready ones (so a
+        graph whose nodes were added in order is emitted in that order, and its values keep their numbers)."""
         # an operation waits for the producers of its input tensors (source tensors are there from the start)
         missing = {u: sum(1 for t in {self._edges[e].source for e in self._in[u]} if self._in[t])
                    for u, n in enumerate(self._nodes) if isinstance(n, Operation)}
-        ready = [u for u, k in missing.items() if k == 0]
+        ready = [u for u, k in missing.items() if k == 0] + [
+            u for u, n in enumerate(self._nodes) if isinstance(n, Tensor) and not self._in[u]]
         heapq.heapify(ready)
         order = []
         while ready:
             u = heapq.heappop(ready)
             order.append(u)
+            if isinstance(self._nodes[u], Tensor):
+                continue
             for e in self._out[u]:
                 t = self._edges[e].target
                 for c in {self._edges[f].target for f in self._out[t]}:
                     missing[c] -= 1
                     if missing[c] == 0:
                         heapq.heappush(ready, c)
-        if len(order) != len(missing):
+        if len(order) - sum(isinstance(self._nodes[u], Tensor) for u in order) != len(missing):
             stuck = sorted(set(missing) - set(order))
             raise OpGraphError(f"the graph has a cycle through operation node(s) {stuck[:8]}; an OpGraph that "
                                "runs must be acyclic")
         return order
+
+    def _source(self, b: GraphBuilder, u: int, node: Tensor, names: dict[int, str | None],
+                value: dict[int, Any]) -> None:
+        """Add source tensor ``u`` to ``b``: a constant, a lazy array's graph, or an input."""
+        if node.constant:
+            value[u] = b.constant(node.value, name=node.name)
+        elif isinstance(node.value, LazyArray) and not node.value._node.is_input:
+            (value[u],) = append_to(b, [node.value])
+        elif node.type is None and not isinstance(node.value, LazyArray):
+            if self._out[u]:
+                raise OpGraphError(f"tensor node {u} ({node.label}) has no value, no type and no producer")
+        else:
+            ty = node.value.type if isinstance(node.value, LazyArray) else node.type
+            name = node.value._node.name or node.name if isinstance(node.value, LazyArray) else names[u]
+            value[u] = b.input(ty, name=name)
 
     def to_graph(self) -> Graph:
         """The core :class:`~opgraph.core.graph.Graph` computing :meth:`result_tensors` (lossless: see the docs).
@@ -796,23 +821,11 @@ class OpGraph:
         b = GraphBuilder(hash_cons=False)
         value: dict[int, Any] = {}
         names = self._names()
-        for u, node in enumerate(self._nodes):
-            if not isinstance(node, Tensor) or self._in[u]:
-                continue
-            if node.constant:
-                value[u] = b.constant(node.value, name=node.name)
-            elif isinstance(node.value, LazyArray) and not node.value._node.is_input:
-                (value[u],) = append_to(b, [node.value])
-            elif node.type is None and not isinstance(node.value, LazyArray):
-                if self._out[u]:
-                    raise OpGraphError(f"tensor node {u} ({node.label}) has no value, no type and no producer")
-            else:
-                ty = node.value.type if isinstance(node.value, LazyArray) else node.type
-                name = node.value._node.name or node.name if isinstance(node.value, LazyArray) else names[u]
-                value[u] = b.input(ty, name=name)
         for u in self._order():
             op = self._nodes[u]
-            assert isinstance(op, Operation)
+            if isinstance(op, Tensor):
+                self._source(b, u, op, names, value)
+                continue
             ins = [(value[e.source], e.labels) for e in self.in_edges(u)]
             outs = self.out_edges(u)
             if not outs:
@@ -835,7 +848,8 @@ class OpGraph:
                 if t.type is not None and isinstance(rt, TensorType) and not _fits(t.type, rt):
                     raise OpGraphError(f"tensor node {e.target} ({t.label}) is declared {t.type} but operation "
                                        f"node {u} ({op.label}) computes {rt}")
-                if len(e.labels) != (rt.rank if isinstance(rt, TensorType) and rt.rank is not None else len(e.labels)):
+                known = isinstance(rt, TensorType) and rt.rank is not None
+                if known and (len(e.labels) != rt.rank or UNKNOWN_RANK in e.labels):  # type: ignore[union-attr]
                     raise OpGraphError(f"edge {u} -> {e.target}: modes {e.modes!r} name {len(e.labels)} axes, the "
                                        f"result of {op.label} has rank {rt.rank}")  # type: ignore[union-attr]
                 if t.name and b.name_of(r.id if hasattr(r, "id") else r) is None:
@@ -901,9 +915,24 @@ class OpGraph:
         """
         og = cls(graph.num_values + graph.num_ops)
         node_of: dict[int, int] = {}
-        for v in graph.inputs.tolist():
-            node_of[v] = og.add_node(Tensor(type=graph.type_of(v), name=graph.name_of(v)))
-        for op in graph.topological_order().tolist():
+        ops = range(graph.num_ops) if graph.is_topologically_ordered() else graph.topological_order().tolist()
+        inputs = graph.inputs.tolist()
+        # Inputs are added where their value ids fall between the ops' outputs (a file may declare one after some
+        # ops), so to_graph numbers the values as the graph did.
+        pending = inputs[::-1] if inputs == sorted(inputs) else []
+        if not pending:
+            for v in inputs:
+                node_of[v] = og.add_node(Tensor(type=graph.type_of(v), name=graph.name_of(v)))
+        for op in [*ops, None]:
+            first = graph.num_values
+            if op is not None:  # inputs numbered before the op's outputs, and every input the op reads
+                needed = max((v + 1 for v in graph.op_inputs(op).tolist() if v not in node_of), default=0)
+                first = max(int(graph.op_outputs(op).min(initial=graph.num_values)), needed)
+            while pending and pending[-1] < first:
+                v = pending.pop()
+                node_of[v] = og.add_node(Tensor(type=graph.type_of(v), name=graph.name_of(v)))
+            if op is None:
+                break
             kind = graph.kind_of(op)
             outs = graph.op_outputs(op).tolist()
             if kind == "const":
@@ -940,10 +969,12 @@ def _fits(declared: TensorType, computed: TensorType) -> bool:
         a is None or b is None or a == b for a, b in zip(declared.shape, computed.shape, strict=True))
 
 
-def _rank_of(t: Any) -> int:
+def _labels_of(t: Any) -> Labels:
+    """Default labels for the axes of a value of type ``t``; ``("...",)`` when its rank is unknown (TensCalc's
+    files, graphs with unknown ranks): only positional operations take such an edge."""
     if not isinstance(t, TensorType) or t.rank is None:
-        raise OpGraphError(f"OpGraph edges need tensors of known rank, got {t}")
-    return t.rank
+        return (UNKNOWN_RANK,)
+    return default_labels(t.rank)
 
 
 def _operation_for(kind: str, attrs: dict[str, Any], in_types: list[Any], out_types: list[Any]
@@ -957,8 +988,8 @@ def _operation_for(kind: str, attrs: dict[str, Any], in_types: list[Any], out_ty
         m = Multiply(attrs["optimize"])
         m.origin = attrs["subscripts"]
         return m, [tuple(t) for t in lhs.split(",")], [tuple(rhs)]
-    if kind == "permute_dims" and len(in_types) == 1:
-        labels = default_labels(_rank_of(in_types[0]))
+    if kind == "permute_dims" and len(in_types) == 1 and getattr(in_types[0], "rank", None) is not None:
+        labels = _labels_of(in_types[0])
         p = Permute()
         p.origin = (attrs["axes"],)
         return p, [labels], [tuple(labels[k] for k in _axes(attrs["axes"], len(labels)))]
@@ -971,8 +1002,7 @@ def _operation_for(kind: str, attrs: dict[str, Any], in_types: list[Any], out_ty
             node = {"add": Add, "subtract": Subtract, "divide": Divide}.get(kind)
             op = node() if node is not None and not attrs else Elementwise(kind, **attrs)
             return op, [out[len(out) - r:] for r in ranks], [out]
-    return (Operation(kind, **attrs), [default_labels(_rank_of(t)) for t in in_types],
-            [default_labels(_rank_of(t)) for t in out_types])
+    return Operation(kind, **attrs), [_labels_of(t) for t in in_types], [_labels_of(t) for t in out_types]
 
 
 # ------------------------------------------------------------------------------------------------- index notation
