@@ -190,6 +190,8 @@ class Operation(Node):
     same_modes = False
     """Whether the (single) output's labels are a permutation of the (single) input's: the op is computed on the
     input's axes, then the result is permuted to the output edge's order."""
+    display = ""
+    """The node's label in printouts and drawings (default: the op kind)."""
 
     def __init__(self, kind: str, **attrs: Any) -> None:
         get_op(kind)  # an unknown kind fails here, with the registry's message
@@ -198,7 +200,7 @@ class Operation(Node):
 
     @property
     def label(self) -> str:  # type: ignore[override]
-        return self.kind
+        return self.display or self.kind
 
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         """Append the core ops computing this node to ``b``: ``ins`` are (value, labels), ``outs`` the labels of
@@ -241,15 +243,13 @@ class Permute(Operation):
     (3, 2)
     """
 
+    display = "permute"
+
     def __init__(self) -> None:
         super().__init__("permute_dims")
         self.origin: tuple[Any] | None = None
         """``(axes,)`` of the core op this node was read from (:meth:`OpGraph.from_graph`), written back as they
         were when they still say what the labels say."""
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "permute"
 
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         (v, labels), = _arity(self, ins, 1)
@@ -275,16 +275,14 @@ class Multiply(Operation):
     'ik,kj->ji'
     """
 
+    display = "*"
+
     def __init__(self, optimize: str = "auto") -> None:
         super().__init__("einsum", optimize=optimize)
         self.optimize = optimize
         self.origin: str | None = None
         """The subscripts of the core op this node was read from, written back when they say what the labels say
         (``"i,i"`` stays implicit)."""
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "*"
 
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         (out,) = _arity(self, outs, 1, "output")
@@ -370,60 +368,45 @@ def _align(b: GraphBuilder, op: Operation, v: Any, labels: Labels, out: Labels) 
     return v
 
 
-class Add(Elementwise):
+class _Arithmetic(Elementwise):
+    """One of the seed's named element-wise operations: the core op ``op_kind``, drawn as ``symbol``."""
+
+    op_kind = ""
+    symbol = ""
+
+    def __init__(self) -> None:
+        super().__init__(self.op_kind)
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return self.symbol
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Add(_Arithmetic):
     """Element-wise sum of the inputs (any number), aligned by labels."""
 
-    def __init__(self) -> None:
-        super().__init__("add")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "+"
-
-    def __repr__(self) -> str:
-        return "Add()"
+    op_kind, symbol = "add", "+"
 
 
-class Subtract(Elementwise):
+class Subtract(_Arithmetic):
     """First input minus the second, aligned by labels."""
 
-    def __init__(self) -> None:
-        super().__init__("subtract")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "-"
-
-    def __repr__(self) -> str:
-        return "Subtract()"
+    op_kind, symbol = "subtract", "-"
 
 
-class ElementwiseMultiply(Elementwise):
+class ElementwiseMultiply(_Arithmetic):
     """Element-wise (Hadamard) product, aligned by labels (the seed defines it beside the general ``*``)."""
 
-    def __init__(self) -> None:
-        super().__init__("multiply")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "∘"
-
-    def __repr__(self) -> str:
-        return "ElementwiseMultiply()"
+    op_kind, symbol = "multiply", "∘"
 
 
-class Divide(Elementwise):
+class Divide(_Arithmetic):
     """First input divided element-wise by the second, aligned by labels."""
 
-    def __init__(self) -> None:
-        super().__init__("divide")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "/"
-
-    def __repr__(self) -> str:
-        return "Divide()"
+    op_kind, symbol = "divide", "/"
 
 
 class _WithConstant(Elementwise):
@@ -486,6 +469,8 @@ class Slice(Operation):
     """``A[begin[0]:end[0], begin[1]:end[1], ...]`` on the input's axes (in its order); the output edge may
     permute the result's modes. ``Slice((0, 0), (10, 10))`` is the seed's ``slice(A, {0, 0}, {10, 10})``."""
 
+    display = "slice"
+
     same_modes = True
 
     def __init__(self, begin: Sequence[int], end: Sequence[int]) -> None:
@@ -494,10 +479,6 @@ class Slice(Operation):
         self.begin, self.end = tuple(int(x) for x in begin), tuple(int(x) for x in end)
         super().__init__("getitem", index=tuple(slice(a, z) for a, z in zip(self.begin, self.end, strict=True)))
 
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "slice"
-
     def __repr__(self) -> str:
         return f"Slice({self.begin}, {self.end})"
 
@@ -505,12 +486,10 @@ class Slice(Operation):
 class Reshape(Operation):
     """The input reshaped to ``shape`` (row-major); the labels of the output edge name the new axes."""
 
+    display = "reshape"
+
     def __init__(self, shape: Sequence[int]) -> None:
         super().__init__("reshape", shape=tuple(int(x) for x in shape))
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "reshape"
 
     def __repr__(self) -> str:
         return f"Reshape({self.attrs['shape']})"
@@ -519,14 +498,12 @@ class Reshape(Operation):
 class Cholesky(Operation):
     """The lower Cholesky factor ``L`` of a Hermitian positive-definite matrix (``A = L Lᴴ``)."""
 
+    display = "cholesky"
+
     same_modes = True
 
     def __init__(self) -> None:
         super().__init__("cholesky")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "cholesky"
 
     def __repr__(self) -> str:
         return "Cholesky()"
@@ -540,12 +517,10 @@ class EigenSolve(Operation):
     with ``B``'s Cholesky factor ``L``: ``C = L⁻¹ A L⁻ᴴ``, ``C y = λ y``, ``v = L⁻ᴴ y``.
     """
 
+    display = "eigen_solve"
+
     def __init__(self) -> None:
         super().__init__("eigh")
-
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return "eigen_solve"
 
     def emit(self, b: GraphBuilder, ins: list[tuple[Any, Labels]], outs: list[Labels]) -> list[Any]:
         if len(ins) not in (1, 2):
