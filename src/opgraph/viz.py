@@ -54,7 +54,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.errors import MissingDependencyError
-from opgraph.frontend.tensor_algebra import Elementwise, Multiply, Operation, OpGraph, Permute, Tensor
+from opgraph.frontend.tensor_algebra import Elementwise, Multiply, Operation, OpGraph, Permute, Tensor, permutation
 
 if TYPE_CHECKING:
     import graphviz
@@ -423,21 +423,15 @@ def opgraph_statements(og: OpGraph, rankdir: str = "LR") -> list[str]:
 
 def _edge_permutation(og: OpGraph, e: Any) -> tuple[int, ...] | None:
     """The axes permutation an edge carries (``permute_dims`` axes taking its modes to the output's), or None."""
-    node = og[e.target] if isinstance(og[e.target], Operation) else None
-    if isinstance(node, (Multiply, Elementwise)):
+    target, source = og[e.target], og[e.source]
+    if isinstance(target, (Multiply, Elementwise)):
         outs = og.out_edges(e.target)
-        if len(outs) != 1:
-            return None
-        mine, out = e.labels, outs[0].labels
-        kept = [c for c in out if c in mine]
-        if len(kept) == len(mine) and kept != list(mine):
-            return tuple(mine.index(c) for c in kept)
-        return None
-    source = og[e.source]
-    if isinstance(source, Permute):
+        if len(outs) == 1 and set(e.labels) <= set(outs[0].labels):
+            return permutation(e.labels, outs[0].labels)
+    elif isinstance(source, Permute):
         (inp,) = og.in_edges(e.source)
-        if inp.labels != e.labels and sorted(inp.labels) == sorted(e.labels):
-            return tuple(inp.labels.index(c) for c in e.labels)
+        if sorted(inp.labels) == sorted(e.labels):
+            return permutation(inp.labels, e.labels)
     return None
 
 

@@ -56,8 +56,8 @@ from opgraph.frontend.lazy import LazyArray, append_to
 
 __all__ = ["Add", "Cholesky", "Divide", "DivideBy", "Edge", "EigenSolve", "Elementwise", "ElementwiseMultiply",
            "Expr", "Multiply", "Node", "OpGraph", "OpGraphError", "Operation", "Permute", "Pow", "Reshape", "Scale",
-           "Slice", "Subtract", "Tensor", "TensorRef", "apply", "cholesky", "eigen_solve", "power", "slice_",
-           "tensor_expr"]
+           "Slice", "Subtract", "Tensor", "TensorRef", "apply", "cholesky", "eigen_solve", "permutation", "power",
+           "slice_", "tensor_expr"]
 
 
 class OpGraphError(GraphError):
@@ -120,15 +120,14 @@ class Edge:
 
     source: int
     target: int
-    modes: str
+    modes: str | Sequence[str]
+    labels: Labels = field(init=False, compare=False, repr=False)
+    """The modes as a tuple of labels."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "modes", _modes_text(parse_modes(self.modes)))
-
-    @property
-    def labels(self) -> Labels:
-        """The modes as a tuple of labels."""
-        return parse_modes(self.modes)
+        labels = parse_modes(self.modes)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "modes", _modes_text(labels))
 
     def __repr__(self) -> str:
         return f"Edge({self.source}, {self.target}, {self.modes!r})"
@@ -214,8 +213,28 @@ class Operation(Node):
         return list(r) if isinstance(r, tuple) else [r]
 
     def __repr__(self) -> str:
+        if type(self) not in (Operation, Elementwise):  # a named node of the seed's, made without arguments
+            return f"{type(self).__name__}()"
         attrs = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
         return f"{type(self).__name__}({self.kind!r}{attrs})"
+
+
+def permutation(labels: Labels, out: Labels) -> tuple[int, ...] | None:
+    """The ``permute_dims`` axes putting the axes named ``labels`` in the order ``out`` names them (labels missing
+    from ``out`` are left out), or None when they already are.
+
+    >>> permutation(("i", "j"), ("j", "i")), permutation(("j",), ("i", "j"))
+    ((1, 0), None)
+    """
+    perm = tuple(labels.index(c) for c in out if c in labels)
+    return None if perm == tuple(range(len(perm))) else perm
+
+
+def _require_present(op: Operation, ins: list[tuple[Any, Labels]], out: Labels) -> None:
+    present = {c for _, labels in ins for c in labels}
+    missing = [c for c in out if c not in present]
+    if missing:
+        raise OpGraphError(f"{op.label}: output mode(s) {', '.join(missing)} appear in no input edge")
 
 
 def _arity(op: Operation, items: list[Any], n: int, what: str = "input") -> list[Any]:
@@ -229,8 +248,8 @@ def _permute(b: GraphBuilder, op: Operation, v: Any, labels: Labels, out: Labels
     if sorted(labels) != sorted(out) or len(set(labels)) != len(labels):
         raise OpGraphError(f"{op.label}: output modes {_modes_text(out)!r} are not a permutation of the input's "
                            f"{_modes_text(labels)!r}")
-    perm = tuple(labels.index(c) for c in out)
-    return v if perm == tuple(range(len(perm))) else b.op("permute_dims", v, axes=perm)
+    perm = permutation(labels, out)
+    return v if perm is None else b.op("permute_dims", v, axes=perm)
 
 
 class Permute(Operation):
@@ -257,9 +276,6 @@ class Permute(Operation):
         if self.origin is not None and tuple(labels[k] for k in _axes(self.origin[0], len(labels))) == out:
             return [b.op("permute_dims", v, axes=self.origin[0])]
         return [_permute(b, self, v, labels, out)]
-
-    def __repr__(self) -> str:
-        return "Permute()"
 
 
 class Multiply(Operation):
@@ -290,10 +306,7 @@ class Multiply(Operation):
             raise OpGraphError("* needs at least one input edge")
         if len(set(out)) != len(out):
             raise OpGraphError(f"*: output modes {_modes_text(out)!r} repeat a label")
-        present = {c for _, labels in ins for c in labels}
-        missing = [c for c in out if c not in present]
-        if missing:
-            raise OpGraphError(f"*: output mode(s) {', '.join(missing)} appear in no input edge")
+        _require_present(self, ins, out)
         letters = _letters([labels for _, labels in ins] + [out], self.label)
         subs = ",".join("".join(letters[c] for c in labels) for _, labels in ins) + "->" + "".join(
             letters[c] for c in out)
@@ -338,10 +351,7 @@ class Elementwise(Operation):
         arity = get_op(self.kind).arity
         if not (self.kind in self._NARY and ins) and arity is not None:
             _arity(self, ins, arity)
-        present = {c for _, labels in ins for c in labels}
-        missing = [c for c in out if c not in present]
-        if missing:
-            raise OpGraphError(f"{self.label}: output mode(s) {', '.join(missing)} appear in no input edge")
+        _require_present(self, ins, out)
         vals = [_align(b, self, v, labels, out) for v, labels in ins]
         if self.kind in self._NARY and len(vals) == 1:
             return vals
@@ -359,10 +369,10 @@ def _align(b: GraphBuilder, op: Operation, v: Any, labels: Labels, out: Labels) 
     if extra or len(set(labels)) != len(labels):
         why = f"mode(s) {', '.join(extra)} not in the output {_modes_text(out)!r}" if extra else "a repeated label"
         raise OpGraphError(f"{op.label}: input edge {_modes_text(labels)!r} has {why}")
-    order = tuple(c for c in out if c in labels)
-    perm = tuple(labels.index(c) for c in order)
-    if perm != tuple(range(len(perm))):
+    perm = permutation(labels, out)
+    if perm is not None:
         v = b.op("permute_dims", v, axes=perm)
+    order = tuple(c for c in out if c in labels)
     if order != out[len(out) - len(order):]:  # NumPy broadcasting fills leading axes only
         v = b.op("expand_dims", v, axis=tuple(k for k, c in enumerate(out) if c not in labels))
     return v
@@ -380,9 +390,6 @@ class _Arithmetic(Elementwise):
     @property
     def label(self) -> str:  # type: ignore[override]
         return self.symbol
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 class Add(_Arithmetic):
@@ -407,6 +414,10 @@ class Divide(_Arithmetic):
     """First input divided element-wise by the second, aligned by labels."""
 
     op_kind, symbol = "divide", "/"
+
+
+_ARITHMETIC = {c.op_kind: c for c in _Arithmetic.__subclasses__()}
+"""The seed's named element-wise operations by core op kind (what :meth:`OpGraph.from_graph` makes of them)."""
 
 
 class _WithConstant(Elementwise):
@@ -505,9 +516,6 @@ class Cholesky(Operation):
     def __init__(self) -> None:
         super().__init__("cholesky")
 
-    def __repr__(self) -> str:
-        return "Cholesky()"
-
 
 class EigenSolve(Operation):
     """``A v = λ B v`` for Hermitian ``A`` (and Hermitian positive-definite ``B``, the second input edge if any).
@@ -541,9 +549,6 @@ class EigenSolve(Operation):
         else:
             w, v = b.op("eigh", a)
         return [_permute(b, self, v, la, vec_labels), w]
-
-    def __repr__(self) -> str:
-        return "EigenSolve()"
 
 
 # --------------------------------------------------------------------------------------------------------- graph
@@ -612,7 +617,7 @@ class OpGraph:
         if rank is not None and (len(labels) != rank or UNKNOWN_RANK in labels):
             raise OpGraphError(f"edge {u} -> {v}: modes {_modes_text(labels)!r} name {len(labels)} axes, tensor "
                                f"{u if tensor is nu else v} ({tensor.label}) has rank {rank}")
-        self._edges.append(Edge(u, v, _modes_text(labels)))
+        self._edges.append(Edge(u, v, labels))
         self._out[u].append(len(self._edges) - 1)
         self._in[v].append(len(self._edges) - 1)
 
@@ -827,7 +832,7 @@ class OpGraph:
                 if known and (len(e.labels) != rt.rank or UNKNOWN_RANK in e.labels):  # type: ignore[union-attr]
                     raise OpGraphError(f"edge {u} -> {e.target}: modes {e.modes!r} name {len(e.labels)} axes, the "
                                        f"result of {op.label} has rank {rt.rank}")  # type: ignore[union-attr]
-                if t.name and b.name_of(r.id if hasattr(r, "id") else r) is None:
+                if t.name and b.name_of(r.id) is None:
                     r = b.name(r, t.name)
                 value[e.target] = r
         results = self.result_tensors()
@@ -974,7 +979,7 @@ def _operation_for(kind: str, attrs: dict[str, Any], in_types: list[Any], out_ty
         out = default_labels(out_types[0].rank)
         ranks = [t.rank for t in in_types]
         if all(r <= len(out) for r in ranks):
-            node = {"add": Add, "subtract": Subtract, "divide": Divide}.get(kind)
+            node = _ARITHMETIC.get(kind)
             op = node() if node is not None and not attrs else Elementwise(kind, **attrs)
             return op, [out[len(out) - r:] for r in ranks], [out]
     return Operation(kind, **attrs), [_labels_of(t) for t in in_types], [_labels_of(t) for t in out_types]
@@ -1052,7 +1057,7 @@ class Expr:
         """
         builder = _Building(OpGraph())
         out = self.free_labels() if modes is None else parse_modes(modes)
-        u = builder.result(self, out, name=None)
+        u = builder.result(self, out)
         builder.og.outputs = [u]
         return builder.og
 
@@ -1128,6 +1133,9 @@ class Indexed(Expr):
     def free_labels(self) -> Labels:
         return tuple(c for c in self.labels if self.labels.count(c) == 1)
 
+    def all_labels(self) -> set[str]:
+        return set(self.labels)
+
     def __repr__(self) -> str:
         return f"{self.ref.tensor.label}[{_modes_text(self.labels)!r}]"
 
@@ -1143,7 +1151,7 @@ class Product(Expr):
         return tuple(dict.fromkeys(c for c in every if every.count(c) == 1))
 
     def all_labels(self) -> set[str]:
-        return set().union(*(f.all_labels() if not isinstance(f, Indexed) else set(f.labels) for f in self.factors))
+        return set().union(*(f.all_labels() for f in self.factors))
 
     def __repr__(self) -> str:
         return " * ".join(map(repr, self.factors))
@@ -1242,7 +1250,7 @@ class _Building:
                 raise OpGraphError(f"tensor {ref.tensor.label} is defined in terms of itself")
             self.busy.add(id(ref))
             labels, expr = ref.equation
-            u = self.result(expr, labels, name=ref.name, tensor=Tensor(name=ref.name))
+            u = self.result(expr, labels, tensor=Tensor(name=ref.name))
             self.busy.discard(id(ref))
         else:
             if ref.tensor.value is None and ref.tensor.type is None:
@@ -1256,14 +1264,15 @@ class _Building:
         if isinstance(e, Indexed):
             return self.ref(e.ref), e.labels
         labels = e.free_labels()
-        return self.result(e, labels, name=None), labels
+        return self.result(e, labels), labels
 
-    def result(self, e: Expr, out: Labels, *, name: str | None, tensor: Tensor | None = None) -> int:
-        """The tensor node holding ``e`` with modes ``out`` (an operation node and its edges, made once)."""
+    def result(self, e: Expr, out: Labels, tensor: Tensor | None = None) -> int:
+        """The tensor node holding ``e`` with modes ``out`` (an operation node and its edges, made once); an
+        assigned tensor passes its own node as ``tensor``."""
         key = (id(e), out)
         if key in self.done and tensor is None:
             return self.done[key]
-        have = set(e.labels) if isinstance(e, Indexed) else e.all_labels()
+        have = e.all_labels()
         missing = [c for c in out if c not in have]
         if missing:
             raise OpGraphError(f"{e!r}: output mode(s) {', '.join(missing)} appear in no input edge")
@@ -1288,7 +1297,7 @@ class _Building:
                 og._nodes[t] = tensor  # the assigned tensor is this output itself
             elif labels != out or tensor is not None:
                 p, t0 = og.add_node(Permute()), t
-                t = og.add_node(tensor if tensor is not None else Tensor(name=name))
+                t = og.add_node(tensor if tensor is not None else Tensor())
                 og.add_edge(t0, p, labels)
                 og.add_edge(p, t, out)
             self.done[key] = t
@@ -1308,13 +1317,13 @@ class _Building:
                     ins.append(self.operand(a))
                 else:  # an element-wise op: its operands are computed directly in the output's modes
                     a_out = tuple(c for c in out if c in a.all_labels())
-                    ins.append((self.result(a, a_out, name=None), a_out))
+                    ins.append((self.result(a, a_out), a_out))
         else:
             raise OpGraphError(f"cannot build {type(e).__name__}")
         u = og.add_node(op)
         for t, labels in ins:
             og.add_edge(t, u, labels)
-        t = og.add_node(tensor if tensor is not None else Tensor(name=name))
+        t = og.add_node(tensor if tensor is not None else Tensor())
         og.add_edge(u, t, out)
         self.done[key] = t
         return t

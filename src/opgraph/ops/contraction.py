@@ -546,9 +546,15 @@ def gemm(layout: GemmLayout, a: np.ndarray, b: np.ndarray, out: np.ndarray | Non
 
 
 @functools.lru_cache(maxsize=512)
-def _einsum_steps(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: str
-                  ) -> tuple[tuple[tuple[int, ...], str, GemmLayout | None], ...]:
-    """opt_einsum's pairwise steps for static shapes, each with its GEMM plan (None: np.einsum runs the step)."""
+def einsum_steps(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: str
+                 ) -> tuple[tuple[tuple[int, ...], str, GemmLayout | None], ...]:
+    """opt_einsum's steps for static shapes: the operand positions each takes from the list (popped in that order,
+    its result appended), its subscripts, and its GEMM plan (None: np.einsum runs the step). The NumPy kernel
+    runs them; the lowering rule ``lower.einsum_pairwise`` writes them as graph ops.
+
+    >>> [(inds, eq) for inds, eq, _ in einsum_steps("ij,jk,kl", ((2, 30), (30, 40), (40, 3)), "auto")]
+    [((1, 0), 'jk,ij->ki'), ((1, 0), 'ki,kl->il')]
+    """
     import opt_einsum
 
     explicit, _ = einsum_signature(subscripts, shapes)
@@ -563,8 +569,7 @@ def _einsum_steps(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize
         size = label_sizes(terms, ins)
         layout = gemm_layout(terms[0], terms[1], lo, size) if len(terms) == 2 and size is not None else None
         steps.append((inds, eq, layout))
-        current.append(tuple(np.einsum(eq, *(np.empty(s, np.int8) for s in ins)).shape) if size is None
-                       else tuple(size[c] for c in lo))
+        current.append(einsum_signature(eq, ins)[1])  # type: ignore[arg-type]
     return tuple(steps)
 
 
@@ -577,7 +582,7 @@ def _einsum_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
     if dt.kind not in "fc" or "..." in attrs["subscripts"] or any(
             not t.is_static or t.dtype != dt for t in in_types):
         return None
-    steps = _einsum_steps(attrs["subscripts"], tuple(t.shape for t in in_types), attrs["optimize"])
+    steps = einsum_steps(attrs["subscripts"], tuple(t.shape for t in in_types), attrs["optimize"])
     last = len(steps) - 1
 
     def run(*args: np.ndarray) -> np.ndarray:

@@ -125,11 +125,10 @@ def _einsum(m: Match) -> int | None:
 def split_einsum(m: Match) -> int | None:
     """An einsum of 3+ operands -> a chain of pairwise einsums along opt_einsum's path (None if it cannot).
 
-    Shared by the optimiser's layout rules and by lowering, where each pairwise step then becomes TTGT.
+    The steps are :func:`opgraph.ops.contraction.einsum_steps`, the ones the NumPy einsum kernel runs. Shared by
+    the optimiser's layout rules and by lowering, where each pairwise step then becomes TTGT.
     """
-    import opt_einsum
-
-    from opgraph.ops.contraction import einsum_signature
+    from opgraph.ops.contraction import einsum_steps
 
     ins = list(m.root_ins)
     types = [m.e.type_of(v) for v in ins]
@@ -138,15 +137,11 @@ def split_einsum(m: Match) -> int | None:
     subs, optimize = m.root_attrs["subscripts"], m.root_attrs["optimize"]
     if "..." in subs:
         return None
-    explicit, _ = einsum_signature(subs, [t.shape for t in types])  # type: ignore[union-attr]
-    _, info = opt_einsum.contract_path(explicit, *[t.shape for t in types], shapes=True,  # type: ignore[union-attr]
-                                       optimize=optimize)
     dt = np.result_type(*(t.dtype for t in types))  # type: ignore[union-attr]
     # The einsum kernel casts operands to the common dtype first; so does the chain.
     ops = [v if m.e.type_of(v).dtype == dt else m.e.op("cast", v, dtype=dt) for v in ins]  # type: ignore[union-attr]
-    for step in info.contraction_list:
-        contract_inds, eq = step[0], step[2]
-        tmp = [ops.pop(i) for i in contract_inds]
+    for inds, eq, _ in einsum_steps(subs, tuple(t.shape for t in types), optimize):  # type: ignore[union-attr]
+        tmp = [ops.pop(i) for i in inds]
         ops.append(m.e.op("einsum", *tmp, subscripts=eq, optimize=optimize))
     (out,) = ops
     return out
