@@ -8,8 +8,12 @@ models) declares
   supported, :meth:`Backend.supports` asks yes or no);
 * its **rule table**: op kind -> a *rule factory* called once per op at
   compile time with the op's static facts (:class:`OpInfo`) and returning the
-  callable that computes the op on the backend's arrays; adding an op to a
-  backend is one entry;
+  callable that computes the op on the backend's arrays. A Backend is a
+  :class:`~opgraph.core.ruletable.RuleTable`: every engine registers its rules
+  and limits with the same two decorators, ``@BACKEND.rule(kind, ...)`` and
+  ``@BACKEND.limit(kind, ...)``, in the module of its package named after the
+  op's family (``backends/torch/elementwise.py`` holds torch's elementwise
+  rules), as PyTensor lays out ``link/jax/dispatch/``;
 * its **compiler** (:meth:`Backend.compile_graph`): a whole graph whose
   every op it supports -> an :class:`Executable` taking the graph's inputs in
   order and returning its outputs in order, as the backend's own arrays.
@@ -46,6 +50,7 @@ from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.opinfo import OpInfo
 from opgraph.core.registry import CONST
+from opgraph.core.ruletable import RuleTable
 from opgraph.core.subgraph import Subgraph, bodies_in
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
@@ -71,7 +76,7 @@ class Executable:
 
 
 @dataclass
-class Backend:
+class Backend(RuleTable):
     """One engine opgraph can run graphs on (see the module doc).
 
     ``dtypes`` are the dtype names it runs (every input and output of a
