@@ -13,7 +13,10 @@ same two decorators, in the spirit of PyTensor's ``@jax_funcify.register(Op)``:
 
 A table-wide rule built from a dict (``{"exp": jnp.exp, ...}``) is
 registered with :meth:`RuleTable.rules_from`. The tables are plain dicts
-(``table.rules``, ``table.limits``), so they read and test like data.
+(``table.rules``, ``table.limits``), so they read and test like data; each
+table also records the module that registered each rule
+(:meth:`RuleTable.rule_module`), which is how ``tests/test_layout.py`` checks
+that a rule stands in the module named after its op's family.
 
 Adding how an op runs on an engine is one decorated function in the engine's
 module named after the op's family (``backends/torch/elementwise.py`` for
@@ -36,6 +39,7 @@ module named after the op's family (``backends/torch/elementwise.py`` for
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -63,7 +67,17 @@ class RuleTable:
         table.rules, table.limits = {}, {}
         return table
 
-    def rule(self, *kinds: str, replace: bool = False) -> Callable[[F], F]:
+    def rule_module(self, kind: str) -> str | None:
+        """The module that registered the rule of ``kind`` (None: not registered through :meth:`rule`).
+
+        >>> t = RuleTable.empty()
+        >>> _ = t.rule("add")(lambda info: None)
+        >>> t.rule_module("add")
+        'opgraph.core.ruletable'
+        """
+        return self.__dict__.get("rule_modules", {}).get(kind)  # type: ignore[no-any-return]
+
+    def rule(self, *kinds: str, replace: bool = False, module: str | None = None) -> Callable[[F], F]:
         """Register the decorated function as the rule of each of ``kinds``.
 
         Registering a second rule for a kind is an error (one op, one rule per table) unless ``replace``,
@@ -75,6 +89,9 @@ class RuleTable:
         >>> t.rules["add"](None)
         1
         """
+        where = module if module is not None else sys._getframe(1).f_globals.get("__name__", "?")
+        modules = self.__dict__.setdefault("rule_modules", {})
+
         def register(fn: F) -> F:
             for kind in kinds:
                 if not replace and kind in self.rules and self.rules[kind] is not fn:
@@ -82,6 +99,7 @@ class RuleTable:
                                      f"({getattr(self.rules[kind], '__name__', self.rules[kind])}); "
                                      "registering one twice hides the first")
                 self.rules[kind] = fn
+                modules[kind] = where
             return fn
         return register
 
@@ -111,5 +129,6 @@ class RuleTable:
         >>> t.rules
         {'neg': 'NEG', 'abs': 'ABS'}
         """
+        where = sys._getframe(1).f_globals.get("__name__", "?")
         for kind, entry in table.items():
-            self.rule(kind, replace=replace)(make(entry) if make is not None else entry)
+            self.rule(kind, replace=replace, module=where)(make(entry) if make is not None else entry)
