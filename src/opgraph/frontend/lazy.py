@@ -486,7 +486,7 @@ def _fold_small(node: _Node, r: Resolved) -> None:
     would cost a millisecond. Anything the fold cannot do quietly (a kernel error, a warning, a result of
     another type) is left for evaluation, which reports it as usual.
     """
-    if node.opdef is None or node.opdef.family not in _FOLD_FAMILIES or not node.inputs:
+    if node.opdef is None or "linear_time" not in node.opdef.traits or not node.inputs:
         return
     if any(a._node.value is None for a in node.inputs):
         return
@@ -625,10 +625,10 @@ _TRACED_DEFAULT_HINT = ("the value is only known when the function runs; keep it
 # elements they read and write), so printing never starts a long computation.
 _REPR_MAX_OPS = 64
 _REPR_MAX_ELEMENTS = 1 << 16
-# Ops on known values up to this many elements (each input and output) are computed when built, for the families
-# whose cost is about linear in that size (no contractions, linear algebra or convolutions: those wait for eval()).
+# Ops on known values up to this many elements (each input and output) are computed when built, for the kinds
+# whose cost is about linear in that size (the linear_time trait; no contractions, linear algebra or convolutions:
+# those wait for eval()).
 _FOLD_MAX_ELEMENTS = 1 << 12
-_FOLD_FAMILIES = frozenset({"elementwise", "reduction", "shape", "indexing"})
 
 
 def _cheap_to_evaluate(target: _Node) -> bool:

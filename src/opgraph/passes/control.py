@@ -63,7 +63,7 @@ from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
 from opgraph.ops.control import inline_body
 from opgraph.passes.base import PassResult
 from opgraph.passes.dce import cse, dce
-from opgraph.passes.rewrite import FOLD_GUARDS, NONDETERMINISTIC, Match, P, Rule, RuleSet, rewrite
+from opgraph.passes.rewrite import FOLD_GUARDS, Match, P, Rule, RuleSet, rewrite
 
 FOLD_WORK = 1 << 14
 """Constant folding runs a control op at build time only if it runs at most this many body ops in all."""
@@ -164,7 +164,7 @@ def invariant_ops(body: Graph, num_consts: int) -> np.ndarray:
     """Per op of ``body``: True when it depends only on the first ``num_consts`` inputs and constants.
 
     Const ops themselves are not marked (they are free where they are), nor ops of a kind constant
-    folding must not evaluate (``NONDETERMINISTIC``).
+    folding must not evaluate (the ``nondeterministic`` trait).
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -176,7 +176,7 @@ def invariant_ops(body: Graph, num_consts: int) -> np.ndarray:
     inv = np.zeros(body.num_values, dtype=bool)
     inv[body.inputs[:num_consts]] = True
     marked = np.zeros(body.num_ops, dtype=bool)
-    banned = {get_op(k).id for k in NONDETERMINISTIC}
+    banned = {k for k in np.unique(body.op_kind).tolist() if "nondeterministic" in get_op(k).traits}
     in_ptr, in_ids = body.in_ptr, body.in_ids
     out_ptr, out_ids = body.out_ptr, body.out_ids
     for op in body.topological_order().tolist():

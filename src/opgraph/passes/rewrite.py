@@ -245,9 +245,6 @@ def _match_inputs(p: P, kind: int, ins: list[int], e: Emitter, m: Match) -> bool
 FOLD_LIMIT = 1 << 16
 """Constant folding never makes a constant with more elements than this (per output)."""
 
-NONDETERMINISTIC: set[str] = set()
-"""Op kinds constant folding must not evaluate (random ops, when they exist)."""
-
 FOLD_GUARDS: dict[int, Callable[[dict[str, Any], list[np.ndarray]], bool]] = {}
 """Per op kind id: whether folding may run the op on these constant arguments (filled by
 :mod:`opgraph.passes.control`: a loop folds only when its work at build time is bounded)."""
@@ -292,7 +289,6 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
     kinds = e.kind
     vconst, vprod = e.vconst, e.vprod
     counts: dict[str, int] = {}
-    no_fold = {get_op(k).id for k in NONDETERMINISTIC}
     find = e.find
     cand_cache: dict[tuple[int, frozenset[int]], list[Rule]] = {}
     while heap:
@@ -302,7 +298,7 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
         kind = kinds[op]
         e.root = op
         done = False
-        if fold and ins and kind not in no_fold and all(vconst[v] >= 0 for v in ins):
+        if fold and ins and all(vconst[v] >= 0 for v in ins):
             done = _fold(e, old, op, ins, outs, fold_limit)
             if done:
                 counts["fold"] = counts.get("fold", 0) + 1
@@ -363,6 +359,8 @@ def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limi
     if not outs or not all(isinstance(t, TensorType) and t.is_static and t.size <= limit for t in out_types):
         return False
     opdef = get_op(int(old.op_kind[op]))
+    if "nondeterministic" in opdef.traits:
+        return False
     args = [e.constants[e.vconst[v]] for v in ins]
     guard = FOLD_GUARDS.get(opdef.id)
     if guard is not None and not guard(old.attrs_of(op), args):
