@@ -503,15 +503,6 @@ def family_kinds(family: str) -> tuple[str, ...]:
     return tuple(d.name for d in sorted(_BY_NAME.values(), key=lambda d: d.id) if d.family == family)
 
 
-def kinds_with_trait(trait: str) -> frozenset[str]:
-    """The names of every registered kind with ``trait`` (every announced family is imported first).
-
-    >>> "reshape" in kinds_with_trait("view"), "slice" in kinds_with_trait("view")
-    (True, False)
-    """
-    return frozenset(d.name for d in all_ops() if trait in d.traits)
-
-
 def _get_deferred(kind: str | int) -> OpDef:
     # get_op's miss path: import the module that the kind was announced from, then look again.
     table, deferred = (_BY_NAME, _DEFERRED_BY_NAME) if isinstance(kind, str) else (_BY_ID, _DEFERRED_BY_ID)

@@ -24,7 +24,7 @@ import numpy as np
 
 from opgraph.core import progress
 from opgraph.core.graph import Graph
-from opgraph.core.registry import get_op
+from opgraph.core.registry import get_op, has_trait
 from opgraph.core.types import TensorType
 from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.control import BodyOptimizer, hoist_invariants, merge_sibling_scans
@@ -176,7 +176,7 @@ def fusion_regions(graph: Graph, cost: FusionCost) -> np.ndarray:
     for op in np.flatnonzero(graph.op_kind == fused_id).tolist():
         program = graph.attrs_of(op)["program"]
         weight[op] = len(program)
-        light[op] = sum("compute_bound" not in get_op(step[0]).traits for step in program)
+        light[op] = sum(not has_trait(step[0], "compute_bound") for step in program)
     # parent[p] = the op that inlines p's output (-1: p ends its region)
     parent = np.full(no, -1, dtype=np.int64)
     uses = use_counts(graph)
