@@ -8,7 +8,7 @@ share :func:`fold`, so they agree on what may fold and how big it may be:
   ``fold_guard`` refuses these arguments (a loop whose work at build time is unbounded);
 * how big (:func:`fits`): every input and every output has at most ``limit`` elements, an input's empty dims
   counted as 1, and every output's size is known. Each caller picks ``limit`` for its reason: lazy arrays
-  :data:`opgraph.frontend.lazy` 4096 (folding must cost less than recording the op), the rewrite pass
+  4096 (folding must cost less than recording the op; a view any size), the rewrite pass
   :data:`opgraph.passes.FOLD_LIMIT` (the constants it adds to a graph), the importer ``2**24`` (it must finish
   the shape computations of large models);
 * errors: the caller says whether NumPy's floating-point errors are ignored, raised (and the fold dropped) or
