@@ -16,8 +16,9 @@ import pytest
 import opgraph
 from opgraph.core.graph import Graph
 from opgraph.core.subgraph import Subgraph
+from opgraph.ops.control import FOLD_WORK
 from opgraph.passes import optimize
-from opgraph.passes.control import FOLD_WORK, BodyOptimizer, hoist_invariants, invariant_ops
+from opgraph.passes.control import BodyOptimizer, hoist_invariants, invariant_ops
 from opgraph.passes.dce import cse, dce
 
 V = ("float64", (3,))

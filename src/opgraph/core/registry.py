@@ -268,6 +268,22 @@ class OpDef:
       (``opgraph.passes.lower``) rewrites the op with it for a backend that
       lacks the op, and the ONNX exporter writes an op without an ONNX
       operator through it; it computes what the op's kernel computes.
+    * ``traits``: facts about the kind that passes, planners and folders read, declared with
+      :func:`mark_traits` in a table at the end of the op's family module (asked with :func:`has_trait`):
+
+      - ``"view"``: the NumPy kernel may return a view of (alias) its first input when called without
+        ``out`` (the memory planner gives the output its root's storage);
+      - ``"compute_bound"``: an elementwise kind whose NumPy loop computes for longer than it moves memory
+        (transcendental functions, division); the fusion cost model does not count it for wide dtypes;
+      - ``"nondeterministic"``: its result must be drawn at run time (random ops): constant folding never
+        runs it and loop-invariant hoisting never moves it;
+      - ``"linear_time"``: its work is about linear in the elements it reads and writes (elementwise,
+        reduction, shape and indexing ops; not contractions, linear algebra or convolutions): lazy arrays fold
+        only these as they are built, where folding must cost no more than recording the op;
+      - ``"no_fuse"``: never a step of a ``fused_elementwise`` program, although elementwise without
+        attributes (:func:`opgraph.ops.fused.fusable`).
+    * ``fold_guard``: ``fn(attrs, args) -> bool``, whether constant folding may run the op on these known
+      arguments (a loop folds only when its work at build time is bounded); None: it may.
 
     >>> get_op("fma").decompose is not None, get_op("add").decompose is None
     (True, True)
@@ -289,6 +305,8 @@ class OpDef:
     doc: str = ""
     decompose: DecomposeFn | None = None
     workspace: Callable[[Mapping[str, Any], Callable[[Any], int]], int] | None = None
+    traits: frozenset[str] = frozenset()
+    fold_guard: Callable[[Mapping[str, Any], Sequence[np.ndarray]], bool] | None = None
 
     def kernel_for(self, backend: str, version: int) -> Callable[..., Any]:
         """The kernel for a backend and version (a versioned kernel wins).
@@ -436,6 +454,53 @@ def get_op(kind: str | int | OpDef) -> OpDef:
         return kind
     found = _BY_NAME.get(kind) if isinstance(kind, str) else _BY_ID.get(int(kind))
     return found if found is not None else _get_deferred(kind)
+
+
+TRAITS = frozenset({"view", "compute_bound", "nondeterministic", "linear_time", "no_fuse"})
+"""The traits something reads (see :class:`OpDef`); :func:`mark_traits` refuses others, so a typo fails loudly."""
+
+
+def mark_traits(trait: str, *kinds: str) -> frozenset[str]:
+    """Give each of ``kinds`` the trait ``trait``; return the kinds (a family module's table of its ops' facts).
+
+    Each family module ends with its table, one call per trait, in the manner of tinygrad's ``GroupOp`` sets
+    beside its op list.
+
+    >>> _ = register_op(OpDef(name="doc_draw", id=50004, arity=0, infer=lambda t, a: ()))
+    >>> mark_traits("nondeterministic", "doc_draw")
+    frozenset({'doc_draw'})
+    >>> has_trait("doc_draw", "nondeterministic"), has_trait("add", "nondeterministic")
+    (True, False)
+    >>> mark_traits("slow", "doc_draw")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown op trait 'slow' (known: compute_bound, linear_time, no_fuse, nondeterministic, view)
+    """
+    if trait not in TRAITS:
+        raise ValueError(f"unknown op trait {trait!r} (known: {', '.join(sorted(TRAITS))})")
+    for kind in kinds:
+        opdef = get_op(kind)
+        opdef.traits = opdef.traits | {trait}
+    return frozenset(kinds)
+
+
+def has_trait(kind: str | int | OpDef, trait: str) -> bool:
+    """Whether op ``kind`` has ``trait`` (see :class:`OpDef`).
+
+    >>> has_trait("reshape", "view"), has_trait("exp", "compute_bound"), has_trait("add", "compute_bound")
+    (True, True, False)
+    """
+    return trait in get_op(kind).traits
+
+
+def family_kinds(family: str) -> tuple[str, ...]:
+    """The names of the registered kinds of ``family``, by id (for a family module's trait table, which marks a
+    trait that every op of the family has).
+
+    >>> "matmul" in family_kinds("contraction")
+    True
+    """
+    return tuple(d.name for d in sorted(_BY_NAME.values(), key=lambda d: d.id) if d.family == family)
 
 
 def _get_deferred(kind: str | int) -> OpDef:

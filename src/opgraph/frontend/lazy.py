@@ -5,9 +5,10 @@ inferred when each op is built) but computes its value only when asked
 (``np.asarray(x)``, ``float(x)``, ``bool(x)``, ``x.item()``, ``x.eval()``).
 The exception is constant folding: an elementwise, reduction, shape or
 indexing op on arrays whose values are already known, of at most 4096
-elements (basic indexing, a view, at any size), is computed as it is
-built, since that costs less than recording it (reading an array element
-by element, ``x[i] == y[i]``, stays fast).
+elements (an op whose result is a view, such as basic indexing or a
+reshape, at any size), is computed as it is built, since that costs less
+than recording it (reading an array element by element, ``x[i] == y[i]``,
+stays fast); see :func:`opgraph.ops.fold.fold`.
 Every lazy expression is a graph: ``x.graph`` is the same core
 :class:`Graph` the explicit builder makes for the same program.
 
@@ -42,6 +43,7 @@ from opgraph.core.hooks import Hook
 from opgraph.core.registry import OpDef, Resolved, resolve, user_location
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
+from opgraph.ops.fold import fold
 
 _SEQ = itertools.count()
 _TRACING = 0  # how many traces are under way (only changes the wording of errors)
@@ -486,31 +488,20 @@ def _fold_small(node: _Node, r: Resolved) -> None:
     would cost a millisecond. Anything the fold cannot do quietly (a kernel error, a warning, a result of
     another type) is left for evaluation, which reports it as usual.
     """
-    if node.opdef is None or node.opdef.family not in _FOLD_FAMILIES or not node.inputs:
+    if node.opdef is None or "linear_time" not in node.opdef.traits or not node.inputs:
         return
     if any(a._node.value is None for a in node.inputs):
         return
-    limit = None if node.opdef.name == "getitem" else _FOLD_MAX_ELEMENTS  # a view costs nothing at any size
-    if limit is not None and (
-            any(a.type.size is None or a.type.size > limit for a in node.inputs)
-            or any(t.size is not None and t.size > limit for t in r.out_types if isinstance(t, TensorType))):
-        return
     if node.opdef.name == "cast" and node.inputs[0].dtype.kind == "c" and r.out_types[0].dtype.kind != "c":
         return  # NumPy's ComplexWarning belongs to evaluation
-    try:
-        fn = node.opdef.kernel_for("numpy", r.version)
-        # errstate (thread-local, unlike warning filters): overflow, division by zero or invalid values raise
-        # here, so the fold is dropped and evaluation warns as it always does
-        with np.errstate(all="raise"):
-            result = fn(*(a._value("fold") for a in node.inputs), **dict(r.attrs))
-    except Exception:  # evaluation reports it, with the user's line
-        return
-    results = (result,) if len(r.out_types) == 1 else tuple(result)
-    arrays = tuple(np.asarray(v) for v in results)
-    if len(arrays) != len(r.out_types) or not all(
-            isinstance(t, TensorType) and t.accepts(a) for t, a in zip(r.out_types, arrays, strict=True)):
-        return
-    _set_value(node, arrays)
+    # errstate "raise" (thread-local, unlike warning filters): overflow, division by zero or invalid values drop
+    # the fold, so evaluation warns as it always does; a kernel's error too (evaluation reports it, with the
+    # user's line). An output of unknown size (data-dependent) gets its value's type.
+    arrays = fold(node.opdef, dict(r.attrs), r.version, [a._value("fold") for a in node.inputs], r.out_types,
+                  limit=None if "view" in node.opdef.traits else _FOLD_MAX_ELEMENTS,  # a view costs nothing
+                  in_types=[a.type for a in node.inputs], errstate="raise", catch=True, refine=True)
+    if arrays is not None:
+        _set_value(node, arrays)
 
 
 def _set_value(node: _Node, values: tuple[np.ndarray, ...]) -> None:
@@ -625,10 +616,10 @@ _TRACED_DEFAULT_HINT = ("the value is only known when the function runs; keep it
 # elements they read and write), so printing never starts a long computation.
 _REPR_MAX_OPS = 64
 _REPR_MAX_ELEMENTS = 1 << 16
-# Ops on known values up to this many elements (each input and output) are computed when built, for the families
-# whose cost is about linear in that size (no contractions, linear algebra or convolutions: those wait for eval()).
+# Ops on known values up to this many elements (each input and output) are computed when built, for the kinds
+# whose cost is about linear in that size (the linear_time trait; no contractions, linear algebra or convolutions:
+# those wait for eval()).
 _FOLD_MAX_ELEMENTS = 1 << 12
-_FOLD_FAMILIES = frozenset({"elementwise", "reduction", "shape", "indexing"})
 
 
 def _cheap_to_evaluate(target: _Node) -> bool:

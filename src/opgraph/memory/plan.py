@@ -72,7 +72,7 @@ UNSAFE_INPLACE: frozenset[tuple[str, int]] = frozenset({("where", 1)})
 
 EXTERNAL, DYNAMIC, PLANNED, ALIAS = 0, 1, 2, 3
 """Storage kinds of a value: owned by the caller or the graph, allocated at run time, planned, or a view
-of another value (outputs of :data:`~opgraph.ops.shape.VIEW_OPS`: their storage is their root's)."""
+of another value (outputs of ops with the ``view`` trait: their storage is their root's)."""
 
 
 def align(n: int) -> int:
@@ -317,8 +317,6 @@ def _lifetimes(graph: Graph, schedule: np.ndarray, targets: list[int], aliases: 
     Vectorised over values and edges; only the in-place decision of ops with
     many inputs or several outputs loops.
     """
-    from opgraph.ops.shape import VIEW_OPS
-
     n = len(schedule)
     nv = graph.num_values
     sched = np.asarray(schedule, dtype=np.int64)
@@ -337,7 +335,7 @@ def _lifetimes(graph: Graph, schedule: np.ndarray, targets: list[int], aliases: 
     made, made_at, made_by = graph.out_ids[m].astype(np.int64), made_at[m], out_rows[m]
     np.maximum.at(last, made, made_at)
     n_in = np.diff(graph.in_ptr)
-    view_ids = [get_op(name).id for name in VIEW_OPS] if aliases else []
+    view_ids = [k for k in np.unique(op_kind).tolist() if "view" in get_op(k).traits] if aliases else []
     is_view = np.isin(op_kind, view_ids) & (n_in > 0)
     type_bytes = np.array([t.nbytes if isinstance(t, TensorType) and t.nbytes is not None else -1
                            for t in graph.types] or [0], dtype=np.int64)

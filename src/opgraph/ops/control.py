@@ -47,13 +47,14 @@ once per body.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, optional, register_op
+from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, get_op, optional, register_op
 from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
@@ -847,3 +848,75 @@ SCAN = register_op(OpDef(
 # computes no cotangent nobody asked for (an RNN's gradient for W alone skips U's, b's and the xs').
 for _rule in (_call_grad, _cond_grad, _scan_grad, _while_grad):
     _rule.takes_needed = True  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- folding bounds
+FOLD_WORK = 1 << 14
+"""Constant folding runs a control op at build time only if it runs at most this many body ops in all."""
+
+
+def body_work(s: Subgraph) -> float:
+    """Ops one run of body ``s`` executes, nested loops multiplied by their trip counts (inf: unknown).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(b.sin(x)))
+    >>> body_work(Subgraph(b.freeze()))
+    2.0
+    """
+    def make() -> float:
+        g = s.graph
+        total = 0.0
+        for op in range(g.num_ops):
+            kind = get_op(int(g.op_kind[op])).name
+            if kind == "const":
+                continue
+            if get_op(kind).family == "control":
+                ins = [g.type_of(v) for v in g.op_inputs(op).tolist()]
+                total += _op_work(kind, g.attrs_of(op), [getattr(t, "shape", None) for t in ins])
+            else:
+                total += 1.0
+        return total
+
+    return s.cache(("fold-work",), make)  # type: ignore[no-any-return]
+
+
+def _op_work(kind: str, attrs: Mapping[str, Any], shapes: Sequence[Any]) -> float:
+    if kind == "call":
+        return 1.0 + body_work(attrs["body"])
+    if kind == "cond":
+        return 1.0 + max(body_work(attrs["then_body"]), body_work(attrs["else_body"]))
+    if kind == "while_loop":
+        trips = attrs["max_trip"]
+        if trips is None:
+            return math.inf
+        return 1.0 + trips * (body_work(attrs["cond_body"]) + body_work(attrs["body"]))
+    if kind == "scan":
+        n = attrs["length"]
+        if n is None:
+            xs = shapes[attrs["num_consts"] + attrs["num_carry"]:]
+            n = xs[0][0] if xs and xs[0] else None
+        if n is None:
+            return math.inf
+        return 1.0 + n * body_work(attrs["body"])
+    return math.inf
+
+
+def fold_work(kind: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray]) -> float:
+    """Body ops folding a control op of ``kind`` on constant ``args`` would run (inf: unbounded).
+
+    >>> fold_work("while_loop", {"max_trip": None}, [])
+    inf
+    """
+    return _op_work(kind, attrs, [np.shape(a) for a in args])
+
+
+def _fold_guard(kind: str) -> Callable[[Mapping[str, Any], Sequence[np.ndarray]], bool]:
+    def ok(attrs: Mapping[str, Any], args: Sequence[np.ndarray]) -> bool:
+        return fold_work(kind, attrs, args) <= FOLD_WORK
+    return ok
+
+
+# ---------------------------------------------------------------- traits
+# Folding runs a control op at build time: only while its work there is bounded (a while_loop may not stop).
+for _kind in ("call", "cond", "while_loop", "scan"):
+    get_op(_kind).fold_guard = _fold_guard(_kind)

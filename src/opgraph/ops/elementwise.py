@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, register_op
+from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, family_kinds, mark_traits, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
@@ -1063,3 +1063,16 @@ register_op(OpDef(
     doc="hard_swish(x): x * max(0, min(1, x / 6 + 1/2)) (ONNX HardSwish, torch's hardswish); float32 by a "
         "blocked NumPy kernel (one compiled loop with numba)",
 ))
+
+
+# ---------------------------------------------------------------- traits
+COMPUTE_BOUND: frozenset[str] = mark_traits(
+    "compute_bound", "exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sqrt", "cbrt", "sin", "cos", "tan",
+    "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "divide",
+    "floor_divide", "remainder", "fmod", "power", "atan2", "hypot", "logaddexp", "reciprocal")
+"""Kinds whose NumPy loops compute for longer than they move memory (transcendental functions, division): in
+float64 fusing them gains nothing (measured: 0.98-1.03x), see :class:`opgraph.passes.pipeline.FusionCost`."""
+
+
+mark_traits("linear_time", *family_kinds(FAMILY))
+mark_traits("no_fuse", "where", "clip", "real", "imag")

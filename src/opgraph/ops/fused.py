@@ -628,7 +628,7 @@ def fusable(kind: str) -> bool:
         d = get_op(kind)
     except KeyError:
         return False
-    return d.elementwise and not d.attrs and d.name not in ("fused_elementwise", "where", "clip", "real", "imag")
+    return d.elementwise and not d.attrs and "no_fuse" not in d.traits
 
 
 def _step_types(program: tuple[tuple[Any, ...], ...], in_types: tuple[ValueType, ...]) -> list[TensorType]:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.dtypes import dtype_code
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, register_op
+from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, family_kinds, mark_traits, register_op
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
@@ -686,3 +686,7 @@ _register("searchsorted", 1111, _searchsorted_infer, _searchsorted_kernel,
           "into the ascending 1-D sorted to keep it sorted (np.searchsorted): before equal entries ('left') or "
           "after them ('right')",
           arity=2, grad=no_grad, attrs={"side": Attr(_attr_side, "left", doc="'left' or 'right'")})
+
+
+# ---------------------------------------------------------------- traits
+mark_traits("linear_time", *family_kinds(FAMILY))

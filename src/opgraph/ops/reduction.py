@@ -31,7 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_axes, attr_bool, attr_float, attr_int, optional, register_op
+from opgraph.core.registry import (
+    Attr,
+    OpDef,
+    attr_axes,
+    attr_bool,
+    attr_float,
+    attr_int,
+    family_kinds,
+    mark_traits,
+    optional,
+    register_op,
+)
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axes, normalize_axis, sum_rows, tensor, write_out
@@ -396,3 +407,7 @@ register_op(OpDef(
     attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY, grad=_logsumexp_grad,
     doc="logsumexp(x, axis=None, keepdims=False): log(sum(exp(x))) computed stably, as scipy.special.logsumexp",
 ))
+
+
+# ---------------------------------------------------------------- traits
+mark_traits("linear_time", *family_kinds(FAMILY))

@@ -42,6 +42,8 @@ from opgraph.core.registry import (
     attr_int,
     attr_ints,
     attr_str,
+    family_kinds,
+    mark_traits,
     optional,
     register_op,
 )
@@ -64,14 +66,6 @@ Dim = int | None
 IndexEntry = int | tuple[Any, ...]
 """One entry of a normalised index: an int, ``("slice", start, stop, step)``,
 ``("newaxis",)`` or ``("ellipsis",)``."""
-
-#: Ops whose NumPy kernel may return a view of (aliasing) its first input
-#: when called without ``out`` (``split`` returns views for every output).
-VIEW_OPS: frozenset[str] = frozenset({
-    "reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split", "getitem",
-    "flip", "moveaxis",
-})
-
 
 # ---------------------------------------------------------------- helpers
 def _one(in_types: tuple[ValueType, ...]) -> TensorType:
@@ -1199,3 +1193,14 @@ _register("assert_all", 724, _assert_all_infer, _assert_all_kernel,
           "condition is true; raises ExecutionError(message) otherwise (PyTensor's Assert / CheckAndRaise)",
           arity=None, min_inputs=1, version=version_of_first,
           attrs={"message": Attr(attr_str, "", doc="the error message when a condition is false")})
+
+
+# ---------------------------------------------------------------- traits
+VIEW_OPS: frozenset[str] = mark_traits(
+    "view", "reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split", "getitem", "flip",
+    "moveaxis")
+"""Ops whose NumPy kernel may return a view of (aliasing) its first input when called without ``out``
+(``split`` returns views for every output)."""
+
+
+mark_traits("linear_time", *family_kinds(FAMILY))

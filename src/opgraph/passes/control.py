@@ -14,10 +14,12 @@
   in the enclosing graph and their results enter the body as new consts.
   Like XLA's loop-invariant code motion, a hoisted op also runs when the loop
   makes zero trips.
-* :func:`fold_work` bounds constant folding of control ops: folding runs the
+* Constant folding of control ops is bounded by their ``fold_guard``
+  (:func:`opgraph.ops.control.fold_work`, data on the ops): folding runs the
   op at build time, so a loop folds only when its work (trips times body
-  ops, nested loops multiplied in) is known and at most :data:`FOLD_WORK`;
-  a ``while_loop`` without ``max_trip`` never folds (it may not stop).
+  ops, nested loops multiplied in) is known and at most
+  :data:`opgraph.ops.control.FOLD_WORK`; a ``while_loop`` without
+  ``max_trip`` never folds (it may not stop).
 
     >>> import numpy as np, opgraph
     >>> from opgraph.core.subgraph import Subgraph
@@ -50,7 +52,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -63,10 +64,7 @@ from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
 from opgraph.ops.control import inline_body
 from opgraph.passes.base import PassResult
 from opgraph.passes.dce import cse, dce
-from opgraph.passes.rewrite import FOLD_GUARDS, NONDETERMINISTIC, Match, P, Rule, RuleSet, rewrite
-
-FOLD_WORK = 1 << 14
-"""Constant folding runs a control op at build time only if it runs at most this many body ops in all."""
+from opgraph.passes.rewrite import Match, P, Rule, RuleSet, rewrite
 
 LOOPS = ("scan", "while_loop")
 """The op kinds whose bodies :func:`hoist_invariants` hoists from (the bodies run once per trip)."""
@@ -164,7 +162,7 @@ def invariant_ops(body: Graph, num_consts: int) -> np.ndarray:
     """Per op of ``body``: True when it depends only on the first ``num_consts`` inputs and constants.
 
     Const ops themselves are not marked (they are free where they are), nor ops of a kind constant
-    folding must not evaluate (``NONDETERMINISTIC``).
+    folding must not evaluate (the ``nondeterministic`` trait).
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -176,7 +174,7 @@ def invariant_ops(body: Graph, num_consts: int) -> np.ndarray:
     inv = np.zeros(body.num_values, dtype=bool)
     inv[body.inputs[:num_consts]] = True
     marked = np.zeros(body.num_ops, dtype=bool)
-    banned = {get_op(k).id for k in NONDETERMINISTIC}
+    banned = {k for k in np.unique(body.op_kind).tolist() if "nondeterministic" in get_op(k).traits}
     in_ptr, in_ids = body.in_ptr, body.in_ids
     out_ptr, out_ids = body.out_ptr, body.out_ids
     for op in body.topological_order().tolist():
@@ -394,69 +392,3 @@ def _merged_scans(graph: Graph, ops: list[int], ncarry: int) -> dict[int, tuple[
     # DCE drops the ops of a body that did not join (its carry differs); it keeps every parameter
     body = Subgraph(dce(sb.freeze()).graph, name="+".join(n for n in names if n))
     return {o: (body, p) for o, p in zip(members, picks, strict=True)}
-
-
-# ---------------------------------------------------------------- folding bounds
-def body_work(s: Subgraph) -> float:
-    """Ops one run of body ``s`` executes, nested loops multiplied by their trip counts (inf: unknown).
-
-    >>> import opgraph
-    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.exp(b.sin(x)))
-    >>> body_work(Subgraph(b.freeze()))
-    2.0
-    """
-    def make() -> float:
-        g = s.graph
-        total = 0.0
-        for op in range(g.num_ops):
-            kind = get_op(int(g.op_kind[op])).name
-            if kind == "const":
-                continue
-            if get_op(kind).family == "control":
-                ins = [g.type_of(v) for v in g.op_inputs(op).tolist()]
-                total += _op_work(kind, g.attrs_of(op), [getattr(t, "shape", None) for t in ins])
-            else:
-                total += 1.0
-        return total
-
-    return s.cache(("fold-work",), make)  # type: ignore[no-any-return]
-
-
-def _op_work(kind: str, attrs: dict[str, Any], shapes: list[Any]) -> float:
-    if kind == "call":
-        return 1.0 + body_work(attrs["body"])
-    if kind == "cond":
-        return 1.0 + max(body_work(attrs["then_body"]), body_work(attrs["else_body"]))
-    if kind == "while_loop":
-        trips = attrs["max_trip"]
-        if trips is None:
-            return math.inf
-        return 1.0 + trips * (body_work(attrs["cond_body"]) + body_work(attrs["body"]))
-    if kind == "scan":
-        n = attrs["length"]
-        if n is None:
-            xs = shapes[attrs["num_consts"] + attrs["num_carry"]:]
-            n = xs[0][0] if xs and xs[0] else None
-        if n is None:
-            return math.inf
-        return 1.0 + n * body_work(attrs["body"])
-    return math.inf
-
-
-def fold_work(kind: str, attrs: dict[str, Any], args: list[np.ndarray]) -> float:
-    """Body ops folding a control op of ``kind`` on constant ``args`` would run (inf: unbounded).
-
-    >>> fold_work("while_loop", {"max_trip": None}, [])
-    inf
-    """
-    return _op_work(kind, attrs, [np.shape(a) for a in args])
-
-
-def _fold_guard(kind: str) -> Callable[[dict[str, Any], list[np.ndarray]], bool]:
-    def ok(attrs: dict[str, Any], args: list[np.ndarray]) -> bool:
-        return fold_work(kind, attrs, args) <= FOLD_WORK
-    return ok
-
-
-for _k in ("call", "cond", "while_loop", "scan"):
-    FOLD_GUARDS[get_op(_k).id] = _fold_guard(_k)

@@ -24,7 +24,7 @@ import numpy as np
 
 from opgraph.core import progress
 from opgraph.core.graph import Graph
-from opgraph.core.registry import get_op
+from opgraph.core.registry import get_op, has_trait
 from opgraph.core.types import TensorType
 from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.control import BodyOptimizer, hoist_invariants, merge_sibling_scans
@@ -106,14 +106,6 @@ LEVELS = {
 }
 
 
-COMPUTE_BOUND = frozenset({
-    "exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos",
-    "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "divide", "floor_divide",
-    "remainder", "fmod", "power", "atan2", "hypot", "logaddexp", "reciprocal"})
-"""Elementwise kinds whose NumPy loops compute for longer than they move memory (transcendental functions,
-division): in float64 fusing them gains nothing (measured: 0.98-1.03x), so only the other steps count."""
-
-
 @dataclass(frozen=True)
 class FusionCost:
     """When ``fuse_elementwise`` fuses a region of elementwise ops: the NumPy engine's cost model.
@@ -123,7 +115,7 @@ class FusionCost:
     steps block by block in cache (``opgraph.ops.fused.BLOCK_BYTES``); that pays only where the
     unfused ops would stream their arrays through memory several times: a result of at least
     ``min_bytes`` bytes and at least ``min_steps`` steps. For elements wider than ``narrow_itemsize``
-    bytes only the memory-bound steps count (those not in ``COMPUTE_BOUND``): float64 transcendental
+    bytes only the memory-bound steps count (kinds without the ``compute_bound`` trait): float64 transcendental
     loops are slow enough that memory traffic does not matter. Unless ``broadcast``, every operand of
     the region has the result's shape or one element: an operand broadcast to the result (a bias
     of shape (1, C, 1, 1)) makes the blocks strided and the fused kernel no faster (measured 0.99-1.02x
@@ -179,12 +171,12 @@ def fusion_regions(graph: Graph, cost: FusionCost) -> np.ndarray:
     ok_kind = {k for k in kinds if k == fused_id or fusable(get_op(k).name)}
     is_fus = np.isin(graph.op_kind, sorted(ok_kind))
     weight = is_fus.astype(np.int64)
-    light = np.isin(graph.op_kind, sorted(k for k in ok_kind if get_op(k).name not in COMPUTE_BOUND)) & is_fus
+    light = np.isin(graph.op_kind, sorted(k for k in ok_kind if "compute_bound" not in get_op(k).traits)) & is_fus
     light = light.astype(np.int64)
     for op in np.flatnonzero(graph.op_kind == fused_id).tolist():
         program = graph.attrs_of(op)["program"]
         weight[op] = len(program)
-        light[op] = sum(step[0] not in COMPUTE_BOUND for step in program)
+        light[op] = sum(not has_trait(step[0], "compute_bound") for step in program)
     # parent[p] = the op that inlines p's output (-1: p ends its region)
     parent = np.full(no, -1, dtype=np.int64)
     uses = use_counts(graph)

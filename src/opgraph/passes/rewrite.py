@@ -37,6 +37,7 @@ import numpy as np
 from opgraph.core.graph import Graph, _csr_rows
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
+from opgraph.ops.fold import fold as fold_op
 from opgraph.passes.base import Emitter, PassResult
 
 
@@ -243,14 +244,8 @@ def _match_inputs(p: P, kind: int, ins: list[int], e: Emitter, m: Match) -> bool
 
 
 FOLD_LIMIT = 1 << 16
-"""Constant folding never makes a constant with more elements than this (per output)."""
-
-NONDETERMINISTIC: set[str] = set()
-"""Op kinds constant folding must not evaluate (random ops, when they exist)."""
-
-FOLD_GUARDS: dict[int, Callable[[dict[str, Any], list[np.ndarray]], bool]] = {}
-"""Per op kind id: whether folding may run the op on these constant arguments (filled by
-:mod:`opgraph.passes.control`: a loop folds only when its work at build time is bounded)."""
+"""Constant folding never makes a constant with more elements than this, nor reads a constant with more (per
+output and per input, see :func:`opgraph.ops.fold.fits`)."""
 
 
 def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, fold_limit: int = FOLD_LIMIT,
@@ -292,7 +287,6 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
     kinds = e.kind
     vconst, vprod = e.vconst, e.vprod
     counts: dict[str, int] = {}
-    no_fold = {get_op(k).id for k in NONDETERMINISTIC}
     find = e.find
     cand_cache: dict[tuple[int, frozenset[int]], list[Rule]] = {}
     while heap:
@@ -302,7 +296,7 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
         kind = kinds[op]
         e.root = op
         done = False
-        if fold and ins and kind not in no_fold and all(vconst[v] >= 0 for v in ins):
+        if fold and ins and all(vconst[v] >= 0 for v in ins):
             done = _fold(e, old, op, ins, outs, fold_limit)
             if done:
                 counts["fold"] = counts.get("fold", 0) + 1
@@ -359,27 +353,12 @@ def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fo
 
 
 def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limit: int) -> bool:
-    out_types = [old.type_of(v) for v in outs]
-    if not outs or not all(isinstance(t, TensorType) and t.is_static and t.size <= limit for t in out_types):
+    # errors ignored and a failing kernel left to fail at run time, where it is reported
+    news = fold_op(get_op(int(old.op_kind[op])), old.attrs_of(op), int(old.op_version[op]),
+                [e.constants[e.vconst[v]] for v in ins], [old.type_of(v) for v in outs], limit=limit,
+                in_types=[e.type_of(v) for v in ins], errstate="ignore", catch=True)
+    if news is None:
         return False
-    opdef = get_op(int(old.op_kind[op]))
-    args = [e.constants[e.vconst[v]] for v in ins]
-    guard = FOLD_GUARDS.get(opdef.id)
-    if guard is not None and not guard(old.attrs_of(op), args):
-        return False
-    try:
-        fn = opdef.kernel_for("numpy", int(old.op_version[op]))
-        with np.errstate(all="ignore"):
-            result = fn(*args, **old.attrs_of(op))
-    except Exception:  # a kernel that fails on these constants is left to fail at run time
-        return False
-    results = (result,) if len(outs) == 1 else tuple(result)
-    news = []
-    for r, t in zip(results, out_types, strict=True):
-        r = np.asarray(r)
-        if not t.accepts(r):  # type: ignore[union-attr]
-            return False
-        news.append(r)
     for v, r in zip(outs, news, strict=True):
         e.replace(v, e.constant(r))
     return True

@@ -33,6 +33,7 @@ from opgraph.core.graph import Value
 from opgraph.core.registry import resolve
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
+from opgraph.ops.fold import fold
 
 Translator = Callable[..., Any]
 
@@ -121,9 +122,13 @@ def onnx_elem_type(dtype: Any) -> int:
     return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
-#: Constants computed while importing (folded ops, ConstantOfShape, ...) larger than this many bytes are left
-#: to run time as ops; it also bounds a sparse initializer's dense form.
+#: Constants the translators compute while importing (ConstantOfShape, ...) larger than this many bytes are left
+#: to run time as ops (folded ops: FOLD_ELEMENTS); it also bounds a sparse initializer's dense form.
 FOLD_LIMIT = 2**27
+
+#: An op on known values folds while importing when each of its inputs and outputs has at most this many
+#: elements (FOLD_LIMIT bytes of float64; the size policy of :func:`opgraph.ops.fold.fits`).
+FOLD_ELEMENTS = FOLD_LIMIT // 8
 
 
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
@@ -473,22 +478,15 @@ class Importer:
         """Build ``kind`` on ``inputs``; fold it into constants when all inputs are known."""
         vals = [x if isinstance(x, Value) else self.const(np.asarray(x)) for x in inputs]
         arrays = [self.known.get(v.id) for v in vals]
-        r = resolve(kind, [v.type for v in vals], attrs) if vals and all(a is not None for a in arrays) \
-            and kind not in _NO_FOLD else None
-        # A larger result is computed at run time. Inputs count too, with empty dims as 1: a kernel may make
-        # intermediates of the other dims' size from an empty input (a (2**40, 0) softmax reduces to (2**40, 1)).
-        if r is not None and _nbytes(r.out_types) <= FOLD_LIMIT \
-                and _nbytes([*r.out_types, *(v.type for v in vals)], empty_as_one=True) <= FOLD_LIMIT:
-            fn = r.opdef.kernel_for("numpy", r.version)
-            result = fn(*arrays, **dict(r.attrs))
-            results = (result,) if len(r.out_types) == 1 else tuple(result)
-            outs = []
-            for arr, t in zip(results, r.out_types, strict=True):
-                arr = np.asarray(arr)
-                if isinstance(t, TensorType) and arr.dtype != t.dtype:
-                    arr = arr.astype(t.dtype)
-                outs.append(self.const(arr))
-            return outs[0] if len(outs) == 1 else tuple(outs)
+        if vals and all(a is not None for a in arrays):
+            r = resolve(kind, [v.type for v in vals], attrs)
+            # A larger result is computed at run time. A kernel's error and NumPy's warnings reach the importer,
+            # which reports them naming the node; a result of another dtype than ONNX's is cast to it.
+            outs = fold(r.opdef, dict(r.attrs), r.version, arrays, r.out_types, limit=FOLD_ELEMENTS,
+                        in_types=[v.type for v in vals], errstate=None, catch=False, cast=True)
+            if outs is not None:
+                consts = [self.const(a) for a in outs]
+                return consts[0] if len(consts) == 1 else tuple(consts)
         return self.b.op(kind, *vals, **attrs)
 
     # ---------------------------------------------------------------- graphs
@@ -621,11 +619,6 @@ class Importer:
             raise OnnxImportError(f"subgraph {g.name!r}: output {exc.args[0]!r} is never computed") from None
 
 
-#: Ops never folded while importing: their results must be drawn at run time, or (a while_loop) computing them
-#: may take any time, or forever.
-_NO_FOLD = frozenset({"random_uniform", "random_normal", "while_loop"})
-
-
 @functools.cache
 def _arity(fn: Translator) -> tuple[int, float]:
     """How many inputs a translator ``fn(node, *inputs)`` takes: (at least, at most).
@@ -648,23 +641,6 @@ def _message(exc: GraphError) -> str:
     text = str(exc)
     location = getattr(exc, "location", None)
     return text.replace(f" (at {location})", "") if location else text
-
-
-def _nbytes(types: Sequence[Any], *, empty_as_one: bool = False) -> float:
-    """The bytes values of these types take (infinite when a shape is not static).
-
-    With ``empty_as_one``, a dim of 0 counts as 1: a bound on what a kernel may allocate for a slice of it.
-
-    >>> _nbytes([TensorType("float32", (0, 2**20))]), _nbytes([TensorType("float32", (0, 2**20))], empty_as_one=True)
-    (0, 4194304)
-    """
-    total = 0
-    for t in types:
-        if isinstance(t, TensorType):
-            if t.shape is None or any(d is None for d in t.shape):
-                return math.inf
-            total += math.prod(max(d, 1) if empty_as_one else d for d in t.shape) * t.dtype.itemsize
-    return total
 
 
 def node_label(proto: onnx.NodeProto, index: int | None = None) -> str:
