@@ -15,7 +15,7 @@ NumPy's own functions take lazy arrays (NEP 13 ``__array_ufunc__`` and
 NEP 18 ``__array_function__``): ``np.tanh(x)`` or ``np.sum(x, axis=0)``
 record the opgraph op and return a lazy array; a NumPy function opgraph
 has no op for raises one ``TypeError`` line naming what to use instead
-(see :mod:`opgraph.frontend.api` and docs/numpy-functions.md).
+(see :mod:`opgraph.frontend.array_methods` and docs/numpy-functions.md).
 
     >>> import numpy as np
     >>> import opgraph.numpy as onp
@@ -30,7 +30,8 @@ has no op for raises one ``TypeError`` line naming what to use instead
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -49,6 +50,12 @@ _TRACING = 0  # how many traces are under way (only changes the wording of error
 ARRAY_NAMESPACE: Hook[ModuleType] = Hook("LazyArray.__array_namespace__", "opgraph.numpy")
 """The module ``__array_namespace__`` returns: :mod:`opgraph.numpy` sets it when imported (it is the
 public façade above the frontend layer, so this module cannot import it)."""
+
+ARRAY_METHODS: Hook[Callable[[], None]] = Hook("LazyArray.__array_ufunc__ / __array_function__",
+                                               "opgraph.frontend.array_methods")
+"""Sets NumPy's dispatch methods on :class:`LazyArray`: :mod:`opgraph.frontend.array_methods` does when imported
+(it needs the whole namespace, which is built on this module). Until then the stand-ins below call this hook, which
+``opgraph/__init__.py`` fills with a function that imports that module."""
 
 
 class TracingError(GraphError):
@@ -228,24 +235,25 @@ class LazyArray:
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """NEP 13: ``np.tanh(x)``, ``np.add(ndarray, x)``, ``np.add.reduce(x)`` record opgraph ops.
 
+        A stand-in: the first call attaches :func:`opgraph.frontend.array_methods.array_ufunc` (which then
+        replaces it) and calls it. NumPy looks the method up on the class, so it must exist from the start.
+
         >>> import numpy as np, opgraph.numpy as onp
         >>> np.tanh(onp.asarray([0.0]))
         LazyArray([0.], dtype=float64)
         """
-        from opgraph.frontend import api
-
-        return api._array_ufunc(ufunc, method, inputs, kwargs)
+        return _attached("__array_ufunc__")(self, ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """NEP 18: ``np.sum(x, axis=0)``, ``np.linalg.norm(x)``... call the opgraph.numpy function.
+
+        A stand-in, as ``__array_ufunc__`` is, for :func:`opgraph.frontend.array_methods.array_function`.
 
         >>> import numpy as np, opgraph.numpy as onp
         >>> np.sum(onp.asarray([[1, 2], [3, 4]]), axis=0)
         LazyArray([4, 6], dtype=int64)
         """
-        from opgraph.frontend import api
-
-        return api._array_function(func, types, args, kwargs)
+        return _attached("__array_function__")(self, func, types, args, kwargs)
 
     def item(self, *args: Any) -> Any:
         """Evaluate and return one element as a Python scalar (NumPy's ``item``).
@@ -364,10 +372,10 @@ class LazyArray:
 
     @property
     def mT(self) -> LazyArray:
-        """Transpose of the last two axes."""
-        from opgraph.frontend import api
-
-        return api.matrix_transpose(self)
+        """Transpose of the last two axes (the namespace's ``matrix_transpose``)."""
+        if self.ndim < 2:
+            raise ValueError("matrix_transpose needs at least 2 dimensions")
+        return apply("permute_dims", self, axes=(*range(self.ndim - 2), self.ndim - 1, self.ndim - 2))
 
     def astype(self, dtype: Any, copy: bool = True) -> LazyArray:
         """Cast to ``dtype``."""
@@ -424,6 +432,39 @@ class LazyArray:
     def squeeze(self, axis: Any = None) -> LazyArray:
         """Drop size-1 axes."""
         return apply("squeeze", self, axis=axis)
+
+
+_STAND_INS = {"__array_ufunc__": LazyArray.__array_ufunc__, "__array_function__": LazyArray.__array_function__}
+
+
+def _attached(name: str) -> Callable[..., Any]:
+    """LazyArray's method ``name`` as :mod:`opgraph.frontend.array_methods` sets it (attached first if needed)."""
+    ARRAY_METHODS.get()()
+    method = LazyArray.__dict__[name]
+    if method is _STAND_INS[name]:  # a hook that attached nothing would make the stand-in call itself forever
+        raise GraphError(f"LazyArray.{name} was not attached by {ARRAY_METHODS.provider}")
+    return method
+
+
+@contextmanager
+def tracing() -> Iterator[None]:
+    """Within the block, an array asked for a value that needs a placeholder says "traced value" (the error of a
+    traced function, with hints) instead of naming the placeholder.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((), name="x")
+    >>> with tracing():
+    ...     bool(x > 0)
+    Traceback (most recent call last):
+    ...
+    opgraph.frontend.lazy.TracingError: bool() of a traced value (it depends on input x): ...
+    """
+    global _TRACING
+    _TRACING += 1
+    try:
+        yield
+    finally:
+        _TRACING -= 1
 
 
 def _weak_dtype(x: Any, others: Sequence[Any]) -> np.dtype:
