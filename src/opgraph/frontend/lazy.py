@@ -448,8 +448,9 @@ def _attached(name: str) -> Callable[..., Any]:
 
 @contextmanager
 def tracing() -> Iterator[None]:
-    """Within the block, an array asked for a value that needs a placeholder says "traced value" (the error of a
-    traced function, with hints) instead of naming the placeholder.
+    """Mark a trace under way (``@opgraph.function``, a control-flow body, a training step): within the block,
+    an array asked for a value that needs a placeholder says "traced value" (the error of a traced function, with
+    hints) instead of naming the placeholder, and ``shape`` keeps data-dependent dims ``None``.
 
     >>> import opgraph.numpy as onp
     >>> x = onp.placeholder((), name="x")
@@ -562,7 +563,15 @@ def _set_value(node: _Node, values: tuple[np.ndarray, ...]) -> None:
                        for t, v in zip(node.types, values, strict=True))
 
 
-def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
+def collect_nodes(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
+    """The recorded nodes ``roots`` depend on (``x._node`` of each lazy array ``x``, themselves included), in the
+    order they were built; with ``stop_at_values``, the walk does not go past a node whose value is known.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((2,), name="x")
+    >>> [n.opdef.name if n.opdef else n.name for n in collect_nodes([(onp.exp(x) + 1)._node], False)]
+    ['x', 'exp', None, 'add']
+    """
     seen: dict[int, _Node] = {}
     stack = list(roots)
     while stack:
@@ -617,7 +626,7 @@ def to_graph(outputs: Sequence[LazyArray], inputs: Sequence[LazyArray] | None = 
     }
     """
     outputs = [as_lazy(o) for o in outputs]
-    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    nodes = collect_nodes([o._node for o in outputs], stop_at_values=False)
     order = None
     if inputs is not None:
         order = [i._node for i in inputs]
@@ -647,7 +656,7 @@ def append_to(builder: GraphBuilder, outputs: Sequence[LazyArray],
     array([1., 2.])
     """
     outputs = [as_lazy(o) for o in outputs]
-    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    nodes = collect_nodes([o._node for o in outputs], stop_at_values=False)
     values = _build(nodes, builder, set(), bound={id(a._node): (v,) for a, v in bound})
     return [values[id(o._node)][o._index] for o in outputs]
 
@@ -679,7 +688,7 @@ def _cheap_to_evaluate(target: _Node) -> bool:
     >>> _cheap_to_evaluate((onp.ones(3) + 1)._node), _cheap_to_evaluate(onp.placeholder((3,))._node)
     (True, False)
     """
-    # a bounded walk (not _collect): a huge symbolic graph must not make repr() slow either
+    # a bounded walk (not collect_nodes): a huge symbolic graph must not make repr() slow either
     seen: set[int] = set()
     stack = [target]
     total = 0
@@ -701,7 +710,7 @@ def _cheap_to_evaluate(target: _Node) -> bool:
 
 
 def _evaluate(target: _Node, why: str = "x.eval()") -> None:
-    nodes = _collect([target], stop_at_values=True)
+    nodes = collect_nodes([target], stop_at_values=True)
     pending = [n for n in nodes if n.is_input and n.value is None]
     if pending:
         p = pending[0]
