@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.registry import Attr, OpDef, attr_axes, attr_bool, attr_float, attr_int, optional, register_op
-from opgraph.core.types import Shape, TensorType, ValueType
+from opgraph.core.types import Shape, TensorType, ValueType, normalize_axes
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axes, normalize_axis, sum_rows, tensor, write_out
+from opgraph.ops._common import normalize_axis, sum_rows, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 
 FAMILY = "reduction"
