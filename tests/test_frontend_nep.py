@@ -15,7 +15,7 @@ import pytest
 
 import opgraph
 import opgraph.numpy as onp
-from opgraph.frontend import api
+from opgraph.frontend import array_methods
 from opgraph.frontend.lazy import LazyArray, TracingError
 
 RNG = np.random.default_rng(16)
@@ -81,7 +81,7 @@ _UFUNC_INPUTS: dict[str, Callable[[], tuple[np.ndarray, ...]]] = {
 
 def _ufunc_cases() -> list[Any]:
     cases = []
-    for name in api._UFUNC_TABLE:
+    for name in array_methods._UFUNC_TABLE:
         uf = getattr(np, name, None)
         if isinstance(uf, np.ufunc):
             cases.append(pytest.param(uf, id=name))
@@ -111,7 +111,7 @@ def test_every_mapped_ufunc_matches_numpy_outside_and_inside_tracing(uf: np.ufun
 
 
 def test_ufunc_table_names_real_opgraph_functions() -> None:
-    for np_name, target in api._UFUNC_TABLE.items():
+    for np_name, target in array_methods._UFUNC_TABLE.items():
         assert isinstance(getattr(np, np_name, None), np.ufunc) or np_name in ("matvec", "vecmat"), np_name
         assert callable(target) or callable(getattr(onp, target)), np_name
 
@@ -226,7 +226,7 @@ for _name, _args, _kw, _absval in [
     ("linalg.matrix_power", (_SQ, 3), {}, False), ("linalg.cross", (_A[:, :3], _B[:, :3]), {}, False),
     ("linalg.diagonal", (_SQ,), {"offset": 1}, False),
 ]:
-    _func = api._lookup(_name)
+    _func = array_methods._lookup(_name)
     if _func is not None:
         _FUNCTION_CASES.append((_func, _args, _kw, _absval))
 
@@ -243,7 +243,7 @@ def _lazy_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize(("func", "args", "kwargs", "absval"), _FUNCTION_CASES,
-                         ids=[f"{api._np_name(c[0])}-{i}" for i, c in enumerate(_FUNCTION_CASES)])
+                         ids=[f"{array_methods._np_name(c[0])}-{i}" for i, c in enumerate(_FUNCTION_CASES)])
 def test_every_mapped_function_matches_numpy_outside_and_inside_tracing(func: Any, args: tuple[Any, ...],
                                                                         kwargs: dict[str, Any], absval: bool) -> None:
     want = func(*args, **kwargs)
@@ -281,7 +281,7 @@ def test_numpy_functions_mixing_ndarrays_and_lazy_arrays_build_ops() -> None:
 
 def test_every_function_table_entry_has_a_case() -> None:
     covered = {c[0] for c in _FUNCTION_CASES}
-    missing = [api._np_name(f) for f in api._FUNCTION_TABLE if f not in covered]
+    missing = [array_methods._np_name(f) for f in array_methods._FUNCTION_TABLE if f not in covered]
     assert not missing
 
 

@@ -105,6 +105,20 @@ def test_hooks_and_array_namespace_work_without_importing_their_layers() -> None
     assert lines[1] == "True True"
 
 
+def test_numpy_dispatch_attaches_itself_on_first_use() -> None:
+    # lazy sits below the namespace: its NEP 13/18 stand-ins import opgraph.frontend.array_methods on first use,
+    # which puts the real methods on the class.
+    out = _python(
+        "import sys, numpy as np, opgraph\n"
+        "from opgraph.frontend.lazy import LazyArray, constant\n"
+        "before = 'opgraph.frontend.api' in sys.modules\n"
+        "x = constant(np.array([[0.0, 1.0], [2.0, 3.0]]))\n"
+        "print(before, np.tanh(x).eval().tolist()[0], np.sum(x, axis=0).eval().tolist(),\n"
+        "      LazyArray.__array_ufunc__.__module__, LazyArray.__array_function__.__module__)")
+    assert out.split() == ["False", "[0.0,", f"{float(np.tanh(1.0))!r}]", "[2.0,", "4.0]",
+                           "opgraph.frontend.array_methods", "opgraph.frontend.array_methods"]
+
+
 def test_static_op_table_matches_the_registry() -> None:
     # The table names every built-in kind with its id and module, as the families register them.
     table = {name: (op_id, module) for module, ops in BUILTIN_OPS.items() for name, op_id in ops.items()}

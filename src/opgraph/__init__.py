@@ -165,6 +165,10 @@ class _ModuleOnFirstUse(types.ModuleType):
         return dir(importlib.import_module(self.__name__))
 
 
+# LazyArray's NumPy dispatch (np.tanh(x), np.sum(x)) needs the whole namespace: the first call imports the module
+# that attaches it (opgraph.numpy imports it too).
+_fill_on_first_use(_lazy.ARRAY_METHODS, "opgraph.frontend.array_methods", "attach")
+
 # LazyArray.__array_namespace__ returns opgraph.numpy, which wraps every op kind (so it imports every family). Until
 # that module is imported (it then puts itself in the hook), the hook holds a stand-in that imports it when used.
 if not _lazy.ARRAY_NAMESPACE.is_set:

@@ -10,6 +10,7 @@ See :mod:`opgraph.frontend.api` for the functions and
 
 import sys
 
+from opgraph.frontend import array_methods as _array_methods  # noqa: F401  (sets NumPy's dispatch on LazyArray)
 from opgraph.frontend import lazy as _lazy
 from opgraph.frontend.api import *  # noqa: F403
 from opgraph.frontend.api import __all__ as _api_all

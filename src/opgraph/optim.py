@@ -49,7 +49,7 @@ from opgraph.core.graph import Graph, Value
 from opgraph.errors import GraphError
 from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray
-from opgraph.frontend.trace import _is_array
+from opgraph.frontend.trace import is_array
 
 __all__ = ["SGD", "Adagrad", "Adam", "Momentum", "Optimizer", "StepRunner", "Trainer", "TrainingStep",
            "training_step"]
@@ -331,7 +331,7 @@ def _lazy_step(loss: Any, params: Any, optimizer: Optimizer, *, outputs: Sequenc
     """The lazy-array form of :func:`training_step`."""
     loss = _check_loss(loss, "the loss")
     named = _lazy_params(params)
-    nodes = lazy._collect([loss._node], stop_at_values=False)
+    nodes = lazy.collect_nodes([loss._node], stop_at_values=False)
     used = {id(n) for n in nodes}
     for name, p in named:
         if id(p._node) not in used:
@@ -339,7 +339,7 @@ def _lazy_step(loss: Any, params: Any, optimizer: Optimizer, *, outputs: Sequenc
                              "would never change it (drop it from params)")
     names = {name for name, _ in named}
     pids = {id(p._node) for _, p in named}
-    for n in lazy._collect([lazy.as_lazy(o)._node for o in outputs], stop_at_values=False) + nodes:
+    for n in lazy.collect_nodes([lazy.as_lazy(o)._node for o in outputs], stop_at_values=False) + nodes:
         if n.is_input and id(n) not in pids and n.name in names:
             raise GraphError(f"a data placeholder is named {n.name!r} like a parameter; rename one of them")
     b = GraphBuilder() if builder is None else builder
@@ -585,7 +585,7 @@ class Trainer:
             leaves, treedef = _flatten(arg, names[i], names[i])
             sig = []
             for path, leaf in leaves:
-                if _is_array(leaf):
+                if is_array(leaf):
                     arr = _as_array(leaf)
                     sig.append(("array", arr.dtype.str, arr.shape))
                     arrays.append((path, arr))
@@ -618,7 +618,7 @@ class Trainer:
             leaves, treedef = _flatten(arg, name, name)
             subst = []
             for path, leaf in leaves:
-                if _is_array(leaf):
+                if is_array(leaf):
                     arr = _as_array(leaf)
                     label = path if path not in self._types else f"arg.{path}"
                     data_names.append(label)
@@ -626,11 +626,8 @@ class Trainer:
                 else:
                     subst.append(leaf)
             lazy_args.append(pytree.unflatten(treedef, subst))
-        lazy._TRACING += 1
-        try:
+        with lazy.tracing():
             loss = self.loss_fn(pytree.unflatten(self._treedef, holders), *lazy_args)
-        finally:
-            lazy._TRACING -= 1
         fname = getattr(self.loss_fn, "__name__", "loss_fn")
         _check_loss(loss, f"the value {fname} returns")
         return _lazy_step(loss, dict(zip(self._names, holders, strict=True)), self.optimizer), data_names

@@ -57,9 +57,9 @@ class _LazyEmitter:
 
 
 def _lazy_records(outputs: Sequence[Any]) -> list[Record]:
-    from opgraph.frontend.lazy import LazyArray, _collect
+    from opgraph.frontend.lazy import LazyArray, collect_nodes
 
-    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    nodes = collect_nodes([o._node for o in outputs], stop_at_values=False)
     return [Record(n.opdef, dict(n.attrs), list(n.inputs), [LazyArray(n, i) for i in range(len(n.types))])
             for n in nodes if n.opdef is not None]
 

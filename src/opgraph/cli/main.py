@@ -419,8 +419,8 @@ def _install_hint(missing: str) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
+    from opgraph._atomic import atomic_files
     from opgraph.core.feeds import input_id, value_id
-    from opgraph.io._atomic import atomic_files
 
     settings = []
     for item in args.set or []:

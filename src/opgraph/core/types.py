@@ -243,6 +243,24 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
     return tuple(result)
 
 
+def normalize_axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    """Turn possibly negative axes into sorted non-negative ones; None means all.
+
+    >>> normalize_axes(None, 2), normalize_axes((-1, 0), 3)
+    ((0, 1), (0, 2))
+    """
+    if axes is None:
+        return tuple(range(rank))
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise OpTypeError(f"axis {a} is out of bounds for rank {rank}")
+        out.append(a % rank if rank else a)
+    if len(set(out)) != len(out):
+        raise OpTypeError(f"repeated axis in {tuple(axes)}")
+    return tuple(sorted(out))
+
+
 def as_type(value: Any) -> ValueType:
     """Coerce ``TensorType``, ``VOID``, ``(dtype, shape)`` pairs or arrays to a type.
 

@@ -491,10 +491,3 @@ def _shift(x: Any, axes: Any, forward: bool) -> LazyArray:
 
 
 fft = _FFT()
-
-
-# NumPy's functions of the same meaning (NEP 18): np.sort(x) on a lazy array records a sort op.
-for _np_path, _name, _positional, _rename in api._LATE_SPECS:
-    _np_func = api._lookup(_np_path)
-    if _np_func is not None:
-        api._FUNCTION_TABLE.setdefault(_np_func, api._Entry(globals()[_name], _positional, _rename))

@@ -212,13 +212,11 @@ class _LazyTrace(_Trace):
         return p
 
     def call(self, kind: str, role: str, args: Sequence[Any]) -> Any:
-        lazy._TRACING += 1  # an array asked for its value now says "traced value"
-        try:
-            return self.fn(*args)
-        except TracingError as exc:
-            raise _retrace_error(kind, role, self.fn, exc) from None
-        finally:
-            lazy._TRACING -= 1
+        with lazy.tracing():  # an array asked for its value now says "traced value"
+            try:
+                return self.fn(*args)
+            except TracingError as exc:
+                raise _retrace_error(kind, role, self.fn, exc) from None
 
     def results(self, leaves: Sequence[Any]) -> None:
         params = {id(p._node) for p in self.params}

@@ -16,7 +16,7 @@ NumPy's own functions take lazy arrays (NEP 13 ``__array_ufunc__`` and
 NEP 18 ``__array_function__``): ``np.tanh(x)`` or ``np.sum(x, axis=0)``
 record the opgraph op and return a lazy array; a NumPy function opgraph
 has no op for raises one ``TypeError`` line naming what to use instead
-(see :mod:`opgraph.frontend.api` and docs/numpy-functions.md).
+(see :mod:`opgraph.frontend.array_methods` and docs/numpy-functions.md).
 
     >>> import numpy as np
     >>> import opgraph.numpy as onp
@@ -31,7 +31,8 @@ has no op for raises one ``TypeError`` line naming what to use instead
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -51,6 +52,12 @@ _TRACING = 0  # how many traces are under way (only changes the wording of error
 ARRAY_NAMESPACE: Hook[ModuleType] = Hook("LazyArray.__array_namespace__", "opgraph.numpy")
 """The module ``__array_namespace__`` returns: :mod:`opgraph.numpy` sets it when imported (it is the
 public façade above the frontend layer, so this module cannot import it)."""
+
+ARRAY_METHODS: Hook[Callable[[], None]] = Hook("LazyArray.__array_ufunc__ / __array_function__",
+                                               "opgraph.frontend.array_methods")
+"""Sets NumPy's dispatch methods on :class:`LazyArray`: :mod:`opgraph.frontend.array_methods` does when imported
+(it needs the whole namespace, which is built on this module). Until then the stand-ins below call this hook, which
+``opgraph/__init__.py`` fills with a function that imports that module."""
 
 
 class TracingError(GraphError):
@@ -230,24 +237,25 @@ class LazyArray:
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """NEP 13: ``np.tanh(x)``, ``np.add(ndarray, x)``, ``np.add.reduce(x)`` record opgraph ops.
 
+        A stand-in: the first call attaches :func:`opgraph.frontend.array_methods.array_ufunc` (which then
+        replaces it) and calls it. NumPy looks the method up on the class, so it must exist from the start.
+
         >>> import numpy as np, opgraph.numpy as onp
         >>> np.tanh(onp.asarray([0.0]))
         LazyArray([0.], dtype=float64)
         """
-        from opgraph.frontend import api
-
-        return api._array_ufunc(ufunc, method, inputs, kwargs)
+        return _attached("__array_ufunc__")(self, ufunc, method, *inputs, **kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """NEP 18: ``np.sum(x, axis=0)``, ``np.linalg.norm(x)``... call the opgraph.numpy function.
+
+        A stand-in, as ``__array_ufunc__`` is, for :func:`opgraph.frontend.array_methods.array_function`.
 
         >>> import numpy as np, opgraph.numpy as onp
         >>> np.sum(onp.asarray([[1, 2], [3, 4]]), axis=0)
         LazyArray([4, 6], dtype=int64)
         """
-        from opgraph.frontend import api
-
-        return api._array_function(func, types, args, kwargs)
+        return _attached("__array_function__")(self, func, types, args, kwargs)
 
     def item(self, *args: Any) -> Any:
         """Evaluate and return one element as a Python scalar (NumPy's ``item``).
@@ -366,10 +374,10 @@ class LazyArray:
 
     @property
     def mT(self) -> LazyArray:
-        """Transpose of the last two axes."""
-        from opgraph.frontend import api
-
-        return api.matrix_transpose(self)
+        """Transpose of the last two axes (the namespace's ``matrix_transpose``)."""
+        if self.ndim < 2:
+            raise ValueError("matrix_transpose needs at least 2 dimensions")
+        return apply("permute_dims", self, axes=(*range(self.ndim - 2), self.ndim - 1, self.ndim - 2))
 
     def astype(self, dtype: Any, copy: bool = True) -> LazyArray:
         """Cast to ``dtype``."""
@@ -426,6 +434,40 @@ class LazyArray:
     def squeeze(self, axis: Any = None) -> LazyArray:
         """Drop size-1 axes."""
         return apply("squeeze", self, axis=axis)
+
+
+_STAND_INS = {"__array_ufunc__": LazyArray.__array_ufunc__, "__array_function__": LazyArray.__array_function__}
+
+
+def _attached(name: str) -> Callable[..., Any]:
+    """LazyArray's method ``name`` as :mod:`opgraph.frontend.array_methods` sets it (attached first if needed)."""
+    ARRAY_METHODS.get()()
+    method = LazyArray.__dict__[name]
+    if method is _STAND_INS[name]:  # a hook that attached nothing would make the stand-in call itself forever
+        raise GraphError(f"LazyArray.{name} was not attached by {ARRAY_METHODS.provider}")
+    return method
+
+
+@contextmanager
+def tracing() -> Iterator[None]:
+    """Mark a trace under way (``@opgraph.function``, a control-flow body, a training step): within the block,
+    an array asked for a value that needs a placeholder says "traced value" (the error of a traced function, with
+    hints) instead of naming the placeholder, and ``shape`` keeps data-dependent dims ``None``.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((), name="x")
+    >>> with tracing():
+    ...     bool(x > 0)
+    Traceback (most recent call last):
+    ...
+    opgraph.frontend.lazy.TracingError: bool() of a traced value (it depends on input x): ...
+    """
+    global _TRACING
+    _TRACING += 1
+    try:
+        yield
+    finally:
+        _TRACING -= 1
 
 
 def _weak_dtype(x: Any, others: Sequence[Any]) -> np.dtype:
@@ -512,7 +554,15 @@ def _set_value(node: _Node, values: tuple[np.ndarray, ...]) -> None:
                        for t, v in zip(node.types, values, strict=True))
 
 
-def _collect(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
+def collect_nodes(roots: Iterable[_Node], stop_at_values: bool) -> list[_Node]:
+    """The recorded nodes ``roots`` depend on (``x._node`` of each lazy array ``x``, themselves included), in the
+    order they were built; with ``stop_at_values``, the walk does not go past a node whose value is known.
+
+    >>> import opgraph.numpy as onp
+    >>> x = onp.placeholder((2,), name="x")
+    >>> [n.opdef.name if n.opdef else n.name for n in collect_nodes([(onp.exp(x) + 1)._node], False)]
+    ['x', 'exp', None, 'add']
+    """
     seen: dict[int, _Node] = {}
     stack = list(roots)
     while stack:
@@ -567,7 +617,7 @@ def to_graph(outputs: Sequence[LazyArray], inputs: Sequence[LazyArray] | None = 
     }
     """
     outputs = [as_lazy(o) for o in outputs]
-    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    nodes = collect_nodes([o._node for o in outputs], stop_at_values=False)
     order = None
     if inputs is not None:
         order = [i._node for i in inputs]
@@ -597,7 +647,7 @@ def append_to(builder: GraphBuilder, outputs: Sequence[LazyArray],
     array([1., 2.])
     """
     outputs = [as_lazy(o) for o in outputs]
-    nodes = _collect([o._node for o in outputs], stop_at_values=False)
+    nodes = collect_nodes([o._node for o in outputs], stop_at_values=False)
     values = _build(nodes, builder, set(), bound={id(a._node): (v,) for a, v in bound})
     return [values[id(o._node)][o._index] for o in outputs]
 
@@ -629,7 +679,7 @@ def _cheap_to_evaluate(target: _Node) -> bool:
     >>> _cheap_to_evaluate((onp.ones(3) + 1)._node), _cheap_to_evaluate(onp.placeholder((3,))._node)
     (True, False)
     """
-    # a bounded walk (not _collect): a huge symbolic graph must not make repr() slow either
+    # a bounded walk (not collect_nodes): a huge symbolic graph must not make repr() slow either
     seen: set[int] = set()
     stack = [target]
     total = 0
@@ -651,7 +701,7 @@ def _cheap_to_evaluate(target: _Node) -> bool:
 
 
 def _evaluate(target: _Node, why: str = "x.eval()") -> None:
-    nodes = _collect([target], stop_at_values=True)
+    nodes = collect_nodes([target], stop_at_values=True)
     pending = [n for n in nodes if n.is_input and n.value is None]
     if pending:
         p = pending[0]

@@ -60,13 +60,19 @@ from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray, placeholder, to_graph
 
 
-def _is_array(x: Any) -> bool:
+def is_array(x: Any) -> bool:
+    """Whether a pytree leaf is an array argument (traced as a placeholder) rather than a static value.
+
+    >>> import numpy as np
+    >>> is_array(np.ones(2)), is_array(np.float64(1.0)), is_array(3)
+    (True, False, False)
+    """
     return isinstance(x, (np.ndarray, LazyArray)) or (hasattr(x, "__array__") and not isinstance(x, np.generic))
 
 
 def _symbolic(x: LazyArray) -> bool:
     """Whether lazy ``x`` depends on a placeholder that has no value (so it cannot be evaluated)."""
-    return any(n.is_input and n.value is None for n in lazy._collect([x._node], stop_at_values=True))
+    return any(n.is_input and n.value is None for n in lazy.collect_nodes([x._node], stop_at_values=True))
 
 
 def _is_output(x: Any) -> bool:
@@ -131,7 +137,7 @@ class TracedFunction:
         key: list[Any] = [spec]
         arrays: list[tuple[int, Any]] = []
         for i, leaf in enumerate(leaves):
-            if _is_array(leaf):
+            if is_array(leaf):
                 arr = leaf if isinstance(leaf, LazyArray) and _symbolic(leaf) else (
                     leaf.eval() if isinstance(leaf, LazyArray) else np.asarray(leaf))
                 key.append((arr.dtype.str, arr.shape))
@@ -169,11 +175,8 @@ class TracedFunction:
             leaves[i] = holders[-1]
         bound = self.signature.bind_partial()
         bound.arguments.update(zip(roots, pytree.unflatten(call.spec, leaves), strict=True))
-        lazy._TRACING += 1
-        try:
+        with lazy.tracing():
             result = self.fn(*bound.args, **bound.kwargs)
-        finally:
-            lazy._TRACING -= 1
         outs, spec = pytree.flatten(result)
         static = tuple((i, o) for i, o in enumerate(outs) if not _is_output(o))
         graph = to_graph([o for o in outs if _is_output(o)], inputs=holders)

@@ -66,9 +66,8 @@ import numpy as np
 
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph, Value
-from opgraph.core.types import TensorType, broadcast_shapes
+from opgraph.core.types import TensorType, broadcast_shapes, normalize_axes
 from opgraph.errors import GraphError
-from opgraph.ops._common import normalize_axes
 from opgraph.ops.shape import python_key
 
 # ---------------------------------------------------------------- opgraph -> PyTensor

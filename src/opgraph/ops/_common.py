@@ -1,8 +1,8 @@
 """Shared helpers for op families: type-rule pieces and kernel adapters.
 
-    >>> from opgraph.ops._common import normalize_axes
-    >>> normalize_axes((-1, 0), 3)
-    (0, 2)
+    >>> from opgraph.ops._common import normalize_axis
+    >>> normalize_axis(-1, 3)
+    2
 """
 
 from __future__ import annotations
@@ -23,24 +23,6 @@ def tensor(t: ValueType, what: str = "input") -> TensorType:
     if not isinstance(t, TensorType):
         raise OpTypeError(f"{what} must be a tensor, got {t}")
     return t
-
-
-def normalize_axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
-    """Turn possibly negative axes into sorted non-negative ones; None means all.
-
-    >>> normalize_axes(None, 2)
-    (0, 1)
-    """
-    if axes is None:
-        return tuple(range(rank))
-    out = []
-    for a in axes:
-        if not -rank <= a < rank:
-            raise OpTypeError(f"axis {a} is out of bounds for rank {rank}")
-        out.append(a % rank if rank else a)
-    if len(set(out)) != len(out):
-        raise OpTypeError(f"repeated axis in {tuple(axes)}")
-    return tuple(sorted(out))
 
 
 def normalize_axis(axis: int, rank: int) -> int:

@@ -43,9 +43,9 @@ from opgraph.core.registry import (
     optional,
     register_op,
 )
-from opgraph.core.types import Shape, TensorType, ValueType
+from opgraph.core.types import Shape, TensorType, ValueType, normalize_axes
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axes, normalize_axis, sum_rows, tensor, write_out
+from opgraph.ops._common import normalize_axis, sum_rows, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 
 FAMILY = "reduction"

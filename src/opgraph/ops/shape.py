@@ -47,10 +47,9 @@ from opgraph.core.registry import (
     optional,
     register_op,
 )
-from opgraph.core.types import TensorType, ValueType, shape_str
+from opgraph.core.types import TensorType, ValueType, normalize_axes, shape_str
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import (
-    normalize_axes,
     normalize_axis,
     num_elements,
     tensor,
