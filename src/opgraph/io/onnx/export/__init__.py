@@ -77,7 +77,13 @@ class Exporter:
         self.parent = parent
 
     def fresh(self, hint: str = "t") -> str:
-        """A new tensor name (unique in the whole model, bodies included)."""
+        """A new tensor name (unique in the whole model, bodies included).
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.fresh("x"), ex.fresh()
+        ('_x1', '_t2')
+        """
         if self.parent is not None:
             return self.parent.fresh(hint)
         self._counter += 1
@@ -85,17 +91,35 @@ class Exporter:
 
     def node(self, op_type: str, inputs: list[str], n_out: int = 1, outputs: list[str] | None = None,
              **attrs: Any) -> list[str]:
-        """Append a node; return its output names."""
+        """Append a node; return its output names.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.node("TopK", ["x", "k"], n_out=2, axis=0), ex.node("Relu", ["x"], outputs=["y"])
+        (['_topk1', '_topk2'], ['y'])
+        """
         outs = outputs or [self.fresh(op_type.lower()) for _ in range(n_out)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, **{k: v for k, v in attrs.items() if v is not None}))
         return outs
 
     def one(self, op_type: str, *inputs: str, **attrs: Any) -> str:
-        """Append a one-output node; return its output name."""
+        """Append a one-output node; return its output name.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.one("Add", "a", "b"), ex.nodes[0].input
+        ('_add1', ['a', 'b'])
+        """
         return self.node(op_type, list(inputs), **attrs)[0]
 
     def const(self, value: Any, dtype: Any = None) -> str:
-        """An initializer holding ``value`` (shared between equal constants)."""
+        """An initializer holding ``value`` (shared between equal constants).
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.const(1.5), ex.const(1.5), ex.const(1.5, "float32"), len(ex.initializers)
+        ('_c1', '_c1', '_c2', 2)
+        """
         if self.parent is not None:
             return self.parent.const(value, dtype)
         arr = np.array(value, dtype=dtype, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
@@ -107,7 +131,14 @@ class Exporter:
         return name
 
     def ints(self, values: Any) -> str:
-        """An int64 1-D initializer (axes, shapes, pads)."""
+        """An int64 1-D initializer (axes, shapes, pads).
+
+        >>> import opgraph
+        >>> from onnx import numpy_helper
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> name = ex.ints((2, 3)); numpy_helper.to_array(ex.initializers[0])
+        array([2, 3])
+        """
         return self.const(np.asarray(list(values), dtype=np.int64).reshape(-1))
 
     def emit_graph(self, graph: Graph, names: dict[int, str]) -> None:
@@ -161,6 +192,13 @@ class Exporter:
         a Loop's iteration number). ``head(exporter, formal_names, results)``
         computes outputs that come before the body's results (a Loop body's
         condition).
+
+        >>> import opgraph
+        >>> sb = opgraph.GraphBuilder(); a = sb.input(("float32", (2,)), name="a"); sb.output(sb.negative(a))
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> g = ex.body(Subgraph(sb.freeze()), [None], "branch")
+        >>> [i.name for i in g.input], [n.op_type for n in g.node], [o.name for o in g.output]
+        (['_in1'], ['Neg'], ['_neg2'])
         """
         sub = Exporter(body.graph, parent=self)
         g = body.graph
