@@ -1,13 +1,14 @@
 """The onnxruntime backend: a graph written as one ONNX model and run by an ONNX Runtime session.
 
-The rule table is the ONNX exporter's (:data:`opgraph.io.onnx.export.RULES`):
+The rule table is the ONNX exporter's (:data:`opgraph.io.onnx.export.EXPORT`):
 adding an op to ONNX export adds it to this backend. ONNX Runtime's CPU
 kernels do not cover every dtype of every op (many have float32 and float64
 kernels only, some float32 alone; where a kind has no float16 kernel, ONNX
 Runtime computes float16 in float32), so the capability set is narrower than the
-exporter's: :data:`COMPUTE` says which dtypes each kind computes in, and
-:data:`LIMITS` adds the attribute and shape cases ONNX Runtime refuses or
-computes differently from NumPy, each with its reason.
+exporter's: each kind's limit, registered with ``@BACKEND.limit(kind, ...)``,
+says which dtypes it computes in (:func:`computes_in`), and for some kinds the
+attribute and shape cases ONNX Runtime refuses or computes differently from
+NumPy, each with its reason. (The backend is small enough to stay one module.)
 
     >>> import numpy as np, opgraph
     >>> from opgraph.backends import get
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -50,9 +51,9 @@ class _ExportRules(Mapping[str, Any]):
     """A live view of the ONNX exporter's rule table (imported on first use)."""
 
     def _rules(self) -> Mapping[str, Any]:
-        from opgraph.io.onnx.export import RULES  # lazy (see the note at the top)
+        from opgraph.io.onnx.export import EXPORT  # lazy (see the note at the top)
 
-        return RULES
+        return EXPORT.rules
 
     def __getitem__(self, kind: str) -> Any:
         return self._rules()[kind]
@@ -81,38 +82,6 @@ BYTES = frozenset({"int8", "uint8"})
 DTYPES = ALL
 """The dtypes the backend runs: all but complex ones (every input and output of a claimed op has one)."""
 
-_COMPUTE_IN: dict[frozenset[str], tuple[str, ...]] = {
-    # in the result's dtype (the exporter casts mixed inputs to it), or see compute_dtype
-    ALL: ("positive", "copy", "floor", "ceil", "round", "trunc", "logical_not", "logical_and", "logical_or",
-          "logical_xor", "any", "all", "cast", "equal", "not_equal",
-          "reshape", "expand_dims", "squeeze", "permute_dims", "moveaxis", "broadcast_to", "concat", "stack",
-          "split", "getitem", "take", "flip", "tile", "gather_elements", "gather_nd", "scatter_elements",
-          "scatter_nd"),
-    NUMERIC: ("abs", "sign", "square", "add", "subtract", "multiply", "fma", "floor_divide", "remainder", "fmod",
-              "less", "less_equal", "greater", "greater_equal"),
-    FLOATS | SIGNED: ("negative",),  # Neg: no unsigned kernels
-    INTS: ("bitwise_invert", "bitwise_and", "bitwise_or", "bitwise_xor"),  # no bool kernels
-    FLOATS: ("isnan", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "expm1", "log1p", "log2",
-             "log10", "exp2", "hypot", "logaddexp", "divide", "var", "std", "softmax", "log_softmax"),
-    F32: ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "det",
-          "conv", "conv2d", "conv_transpose", "avg_pool", "avg_pool2d", "lp_pool", "lrn"),
-    FLOATS | {"int8", "int32"}: ("relu",),
-    FLOATS | {"int32", "int64"}: ("power", "sum", "prod", "mean", "logsumexp", "cumsum", "einsum", "outer",
-                                  "tensordot"),
-    FLOATS | BYTES | I32_64 | {"uint32", "uint64"}: ("maximum", "minimum", "clip"),
-    FLOATS | I32_64 | {"uint32", "uint64"}: ("matmul",),
-    FLOATS | BYTES | I32_64 | {"uint32"}: ("where",),
-    FLOATS | BYTES | I32_64 | {"bool"}: ("max", "min"),  # bools via int32
-    FLOATS | BYTES | I32_64: ("argmax", "argmin"),
-    ALL - {"int16", "uint16"}: ("pad",),
-    FLOATS | BYTES: ("max_pool", "max_pool2d"),
-    SIGNED | {"uint8"}: ("topk",),  # not floats: ONNX Runtime's TopK does not order NaN as the largest
-    frozenset({"float32", "int64"}): ("one_hot",),  # OneHot's CPU kernels with int64 indices and depth
-    frozenset({"bool", "float32", "float64", "int32", "int64"}): ("trilu",),
-    FLOATS - {"float16"}: ("isinf", "isfinite"),  # IsInf: float32 and float64 kernels
-}
-COMPUTE: dict[str, frozenset[str]] = {k: dts for dts, kinds in _COMPUTE_IN.items() for k in kinds}
-"""Op kind -> the dtypes ONNX Runtime's CPU kernels compute it in (see :func:`compute_dtype`)."""
 
 #: kinds computing in their first input's dtype, and comparisons, computing in their inputs' common dtype
 _BY_INPUT = frozenset({"argmax", "argmin", "isnan", "isinf", "isfinite", "topk"})
@@ -132,137 +101,6 @@ def compute_dtype(info: OpInfo) -> str:
     if info.kind in _BY_COMMON:
         return np.result_type(*info.in_dtypes).name
     return info.out_dtype.name
-
-
-def _rank(t: Any) -> int:
-    return len(t.shape) if t.shape is not None else -1
-
-
-def _einsum_limit(info: OpInfo) -> str | None:
-    subs = str(info.attrs["subscripts"]).replace(" ", "")
-    ins = subs.split("->")[0].split(",")
-    if any(c.isupper() for c in subs):
-        return "ONNX Runtime's Einsum rejects upper-case subscripts"
-    if any(not s for s in ins):
-        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
-    if "..." in subs:
-        parts = {t.shape[:_rank(t) - len(s.replace("...", ""))] for s, t in zip(ins, info.in_types, strict=True)
-                 if "..." in s and t.shape is not None}
-        if len(parts) > 1:
-            return "ONNX Runtime's Einsum does not broadcast the dimensions '...' stands for"
-    return None
-
-
-def _pools(info: OpInfo) -> str | None:
-    """Pools: batched input, padding smaller than the kernel, no dilation for average pools (opset 18)."""
-    kind, a = info.kind, info.attrs
-    x = info.in_types[0]
-    if kind.endswith("2d"):
-        if _rank(x) != 4:
-            return "ONNX Runtime's pools and convolutions need a batch axis (a 4-d input)"
-        if kind == "conv2d":
-            return None
-        top, bottom, left, right = pad4(a["padding"])
-        pads = [(top, bottom), (left, right)]
-    else:
-        pads = list(a.get("padding") or ())
-    kernel = a.get("kernel_size") or ()
-    for (lo, hi), k in zip(pads, kernel, strict=False):
-        if max(lo, hi) >= k:
-            return "ONNX Runtime's pools need padding smaller than the kernel"
-    if kind == "avg_pool" and any(d != 1 for d in (a.get("dilation") or ())):
-        return "ONNX's AveragePool has no dilations before opset 19 (the exporter writes opset 18)"
-    return None
-
-
-def _pad_limit(info: OpInfo) -> str | None:
-    mode = info.attrs.get("mode", "constant")
-    shape = info.in_types[0].shape
-    if mode == "symmetric":
-        return "ONNX's Pad has no 'symmetric' mode"
-    if not shape:
-        return "ONNX Runtime's Pad does not pad a 0-d value"
-    if mode == "reflect":
-        width = np.broadcast_to(np.asarray(info.attrs["pad_width"], dtype=np.int64).reshape(-1, 2), (len(shape), 2))
-        for n, (lo, hi) in zip(shape, width.tolist(), strict=True):
-            if (lo or hi) and (n is None or max(lo, hi) > n - 1):
-                return "ONNX Runtime's Pad reflects once: each pad must be shorter than its axis"
-    return None
-
-
-def _split_limit(info: OpInfo) -> str | None:
-    shape = info.in_types[0].shape
-    axis = int(info.attrs.get("axis", 0)) % max(len(shape or (0,)), 1)
-    sizes = [t.shape[axis] for t in info.out_types]  # type: ignore[union-attr]
-    if shape is None or None in sizes or sum(sizes) != shape[axis]:
-        return "ONNX's Split needs pieces that partition the axis (sections out of order overlap)"
-    return None
-
-
-def _take_limit(info: OpInfo) -> str | None:
-    shape = info.in_types[0].shape
-    if not shape:
-        return "ONNX's Gather needs data of rank >= 1"
-    axis = info.attrs.get("axis")
-    if 0 in shape and (axis is None or shape[int(axis) % len(shape)] == 0):
-        return "ONNX Runtime's Gather checks indices against an empty axis"
-    return None
-
-
-def _one_hot_limit(info: OpInfo) -> str | None:
-    if _rank(info.in_types[0]) < 1:
-        return "ONNX's OneHot needs indices of rank >= 1"
-    if int(info.attrs["depth"]) < 1:
-        return "ONNX Runtime's OneHot needs depth >= 1"
-    return None
-
-
-def _scatter_limit(info: OpInfo) -> str | None:
-    if info.in_dtypes[0] == np.bool_ and info.attrs.get("reduction", "none") not in ("none", None):
-        return "ONNX Runtime's scatters reduce no bools"
-    return None
-
-
-def _lrn_limit(info: OpInfo) -> str | None:
-    if int(info.attrs["size"]) % 2 == 0:
-        return "ONNX Runtime's LRN needs an odd size"
-    if _rank(info.in_types[0]) != 4:
-        return "ONNX Runtime's LRN needs a 4-d input"
-    return None
-
-
-def _tensordot_limit(info: OpInfo) -> str | None:
-    if any(_rank(t) == 0 for t in info.in_types):
-        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
-    return None
-
-
-SHAPE_LIMITS: dict[str, Callable[[OpInfo], str | None]] = {
-    "einsum": _einsum_limit, "tensordot": _tensordot_limit, "pad": _pad_limit, "split": _split_limit,
-    "take": _take_limit, "one_hot": _one_hot_limit, "scatter_elements": _scatter_limit,
-    "scatter_nd": _scatter_limit, "lrn": _lrn_limit,
-    **dict.fromkeys(("conv2d", "max_pool2d", "avg_pool2d", "max_pool", "avg_pool", "lp_pool"), _pools),
-}
-"""Op kind -> the attribute and shape cases ONNX Runtime refuses or computes differently (None: fine)."""
-
-
-def _limit(kind: str) -> Callable[[OpInfo], str | None]:
-    allowed = COMPUTE.get(kind)
-    shape_limit = SHAPE_LIMITS.get(kind)
-
-    def why_not(info: OpInfo) -> str | None:
-        if allowed is not None:
-            dt = compute_dtype(info)
-            if dt not in allowed:
-                return f"ONNX Runtime's CPU kernels for {kind} do not compute in {dt}"
-        return shape_limit(info) if shape_limit is not None else None
-
-    why_not.__name__ = f"limit_{kind}"
-    return why_not
-
-
-LIMITS: dict[str, Callable[[OpInfo], str | None]] = {k: _limit(k) for k in {*COMPUTE, *SHAPE_LIMITS}}
-"""Op kind -> why ONNX Runtime (CPU) cannot run that op with these dtypes and attributes (None: it can)."""
 
 
 # ---------------------------------------------------------------- running
@@ -368,6 +206,243 @@ class OnnxRuntimeBackend(Backend):
 
 
 BACKEND = OnnxRuntimeBackend(
-    "onnxruntime", rules=cast("dict[str, Any]", _ExportRules()), dtypes=DTYPES, limits=LIMITS,
+    "onnxruntime", rules=cast("dict[str, Any]", _ExportRules()), dtypes=DTYPES,
     module="onnxruntime", extra="onnxruntime", devices=("cpu", "cuda"),
     doc="ONNX Runtime: the graph exported to ONNX and run as one session (CPU; CUDA with onnxruntime-gpu)")
+
+
+# ---------------------------------------------------------------- limits: the dtypes each kind computes in, and more
+def computes_in(info: OpInfo, dtypes: frozenset[str]) -> str | None:
+    """Why ONNX Runtime's CPU kernels cannot run ``info``'s op: they do not compute in its :func:`compute_dtype`
+    (None when ``dtypes`` has it).
+
+    >>> from opgraph.core.types import TensorType as T
+    >>> computes_in(OpInfo("acos", {}, (T("float64", (3,)),), (T("float64", (3,)),)), F32)
+    "ONNX Runtime's CPU kernels for acos do not compute in float64"
+    """
+    dt = compute_dtype(info)
+    return None if dt in dtypes else f"ONNX Runtime's CPU kernels for {info.kind} do not compute in {dt}"
+
+
+@BACKEND.limit("positive", "copy", "floor", "ceil", "round", "trunc", "logical_not", "logical_and", "logical_or",
+               "logical_xor", "any", "all", "cast", "equal", "not_equal",
+               "reshape", "expand_dims", "squeeze", "permute_dims", "moveaxis", "broadcast_to", "concat", "stack",
+               "getitem", "flip", "tile", "gather_elements", "gather_nd")
+def _any_dtype(info: OpInfo) -> str | None:
+    return computes_in(info, ALL)
+
+
+@BACKEND.limit("abs", "sign", "square", "add", "subtract", "multiply", "fma", "floor_divide", "remainder", "fmod",
+               "less", "less_equal", "greater", "greater_equal")
+def _numeric(info: OpInfo) -> str | None:
+    return computes_in(info, NUMERIC)
+
+
+@BACKEND.limit("negative")
+def _negative(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | SIGNED)  # Neg: no unsigned kernels
+
+
+@BACKEND.limit("bitwise_invert", "bitwise_and", "bitwise_or", "bitwise_xor")
+def _bitwise(info: OpInfo) -> str | None:
+    return computes_in(info, INTS)  # no bool kernels
+
+
+@BACKEND.limit("isnan", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "expm1", "log1p",
+               "log2", "log10", "exp2", "hypot", "logaddexp", "divide", "var", "std", "softmax", "log_softmax")
+def _floats(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS)
+
+
+@BACKEND.limit("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "det",
+               "conv", "conv_transpose")
+def _float32(info: OpInfo) -> str | None:
+    return computes_in(info, F32)
+
+
+@BACKEND.limit("relu")
+def _relu(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | {"int8", "int32"})
+
+
+@BACKEND.limit("power", "sum", "prod", "mean", "logsumexp", "cumsum", "outer")
+def _floats_int32_64(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | I32_64)
+
+
+@BACKEND.limit("maximum", "minimum", "clip")
+def _min_max(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | BYTES | I32_64 | {"uint32", "uint64"})
+
+
+@BACKEND.limit("matmul")
+def _matmul(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | I32_64 | {"uint32", "uint64"})
+
+
+@BACKEND.limit("where")
+def _where(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | BYTES | I32_64 | {"uint32"})
+
+
+@BACKEND.limit("max", "min")
+def _max_min(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | BYTES | I32_64 | {"bool"})  # bools via int32
+
+
+@BACKEND.limit("argmax", "argmin")
+def _arg_max_min(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | BYTES | I32_64)
+
+
+@BACKEND.limit("topk")
+def _topk(info: OpInfo) -> str | None:
+    return computes_in(info, SIGNED | {"uint8"})  # not floats: ONNX Runtime's TopK does not order NaN as the largest
+
+
+@BACKEND.limit("trilu")
+def _trilu(info: OpInfo) -> str | None:
+    return computes_in(info, frozenset({"bool", "float32", "float64", "int32", "int64"}))
+
+
+@BACKEND.limit("isinf", "isfinite")
+def _isinf(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS - {"float16"})  # IsInf: float32 and float64 kernels
+
+
+# The kinds below also have attribute and shape cases ONNX Runtime refuses or computes differently from NumPy.
+def _rank(t: Any) -> int:
+    return len(t.shape) if t.shape is not None else -1
+
+
+@BACKEND.limit("einsum")
+def _einsum_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, FLOATS | I32_64):
+        return why
+    subs = str(info.attrs["subscripts"]).replace(" ", "")
+    ins = subs.split("->")[0].split(",")
+    if any(c.isupper() for c in subs):
+        return "ONNX Runtime's Einsum rejects upper-case subscripts"
+    if any(not s for s in ins):
+        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
+    if "..." in subs:
+        parts = {t.shape[:_rank(t) - len(s.replace("...", ""))] for s, t in zip(ins, info.in_types, strict=True)
+                 if "..." in s and t.shape is not None}
+        if len(parts) > 1:
+            return "ONNX Runtime's Einsum does not broadcast the dimensions '...' stands for"
+    return None
+
+
+@BACKEND.limit("conv2d", "avg_pool2d", "avg_pool", "lp_pool")
+def _pools(info: OpInfo) -> str | None:
+    return computes_in(info, F32) or _pool_shapes(info)
+
+
+@BACKEND.limit("max_pool", "max_pool2d")
+def _max_pools(info: OpInfo) -> str | None:
+    return computes_in(info, FLOATS | BYTES) or _pool_shapes(info)
+
+
+def _pool_shapes(info: OpInfo) -> str | None:
+    """Pools: batched input, padding smaller than the kernel, no dilation for average pools (opset 18)."""
+    kind, a = info.kind, info.attrs
+    x = info.in_types[0]
+    if kind.endswith("2d"):
+        if _rank(x) != 4:
+            return "ONNX Runtime's pools and convolutions need a batch axis (a 4-d input)"
+        if kind == "conv2d":
+            return None
+        top, bottom, left, right = pad4(a["padding"])
+        pads = [(top, bottom), (left, right)]
+    else:
+        pads = list(a.get("padding") or ())
+    kernel = a.get("kernel_size") or ()
+    for (lo, hi), k in zip(pads, kernel, strict=False):
+        if max(lo, hi) >= k:
+            return "ONNX Runtime's pools need padding smaller than the kernel"
+    if kind == "avg_pool" and any(d != 1 for d in (a.get("dilation") or ())):
+        return "ONNX's AveragePool has no dilations before opset 19 (the exporter writes opset 18)"
+    return None
+
+
+@BACKEND.limit("pad")
+def _pad_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, ALL - {"int16", "uint16"}):
+        return why
+    mode = info.attrs.get("mode", "constant")
+    shape = info.in_types[0].shape
+    if mode == "symmetric":
+        return "ONNX's Pad has no 'symmetric' mode"
+    if not shape:
+        return "ONNX Runtime's Pad does not pad a 0-d value"
+    if mode == "reflect":
+        width = np.broadcast_to(np.asarray(info.attrs["pad_width"], dtype=np.int64).reshape(-1, 2), (len(shape), 2))
+        for n, (lo, hi) in zip(shape, width.tolist(), strict=True):
+            if (lo or hi) and (n is None or max(lo, hi) > n - 1):
+                return "ONNX Runtime's Pad reflects once: each pad must be shorter than its axis"
+    return None
+
+
+@BACKEND.limit("split")
+def _split_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, ALL):
+        return why
+    shape = info.in_types[0].shape
+    axis = int(info.attrs.get("axis", 0)) % max(len(shape or (0,)), 1)
+    sizes = [t.shape[axis] for t in info.out_types]  # type: ignore[union-attr]
+    if shape is None or None in sizes or sum(sizes) != shape[axis]:
+        return "ONNX's Split needs pieces that partition the axis (sections out of order overlap)"
+    return None
+
+
+@BACKEND.limit("take")
+def _take_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, ALL):
+        return why
+    shape = info.in_types[0].shape
+    if not shape:
+        return "ONNX's Gather needs data of rank >= 1"
+    axis = info.attrs.get("axis")
+    if 0 in shape and (axis is None or shape[int(axis) % len(shape)] == 0):
+        return "ONNX Runtime's Gather checks indices against an empty axis"
+    return None
+
+
+@BACKEND.limit("one_hot")
+def _one_hot_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, frozenset({"float32", "int64"})):  # OneHot's CPU kernels with int64 indices and depth
+        return why
+    if _rank(info.in_types[0]) < 1:
+        return "ONNX's OneHot needs indices of rank >= 1"
+    if int(info.attrs["depth"]) < 1:
+        return "ONNX Runtime's OneHot needs depth >= 1"
+    return None
+
+
+@BACKEND.limit("scatter_elements", "scatter_nd")
+def _scatter_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, ALL):
+        return why
+    if info.in_dtypes[0] == np.bool_ and info.attrs.get("reduction", "none") not in ("none", None):
+        return "ONNX Runtime's scatters reduce no bools"
+    return None
+
+
+@BACKEND.limit("lrn")
+def _lrn_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, F32):
+        return why
+    if int(info.attrs["size"]) % 2 == 0:
+        return "ONNX Runtime's LRN needs an odd size"
+    if _rank(info.in_types[0]) != 4:
+        return "ONNX Runtime's LRN needs a 4-d input"
+    return None
+
+
+@BACKEND.limit("tensordot")
+def _tensordot_limit(info: OpInfo) -> str | None:
+    if why := computes_in(info, FLOATS | I32_64):
+        return why
+    if any(_rank(t) == 0 for t in info.in_types):
+        return "ONNX Runtime's Einsum needs a subscript for every operand (no 0-d operands)"
+    return None

@@ -1,0 +1,463 @@
+"""opgraph Graph -> ONNX model (see :func:`to_onnx`).
+
+Each opgraph op becomes one or a few ONNX nodes of the default domain
+(opset 18): its export rule (:data:`RULES`), or else its decomposition into
+more basic ops (:func:`export_op`), which is how the optimiser's fused ops
+(``matmul_t``, ``fused_elementwise``, the optimiser updates, ``gelu``) are
+written; constants become initializers. Op kinds ONNX cannot express
+(complex numbers, most of linalg) are refused with an error naming the op and
+saying why, and so are graphs with update edges (state), unless their new
+values are asked for as extra outputs (``updates="outputs"``).
+
+    >>> import numpy as np, onnx, opgraph
+    >>> from opgraph.io.onnx import to_onnx
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (2, 3)), name="x")
+    >>> b.output(b.name(b.sum(b.exp(x), axis=1), "y"))
+    >>> model = to_onnx(b.freeze())
+    >>> onnx.checker.check_model(model, full_check=True)
+    >>> [n.op_type for n in model.graph.node]
+    ['Exp', 'ReduceSum']
+
+The rules live in the modules of this package named after the op families of
+:mod:`opgraph.ops` (``export/elementwise.py`` writes ``logaddexp``), each
+registered in :data:`EXPORT` with ``@EXPORT.rule("logaddexp")`` as an engine
+registers its rules (:mod:`opgraph.core.ruletable`); the ops with subgraph
+bodies are registered in :data:`BODY_EXPORT` (``export/control.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from opgraph.core.graph import Graph
+from opgraph.core.registry import CONST, get_op, resolve
+from opgraph.core.ruletable import RuleTable
+from opgraph.core.subgraph import Subgraph
+from opgraph.core.types import TensorType
+from opgraph.errors import GraphError
+from opgraph.io.onnx.export.common import AttrMap, Names, Rule, Types, elem_type
+
+OPSET = 18
+
+EXPORT = RuleTable.empty()
+"""The one-op translations, registered by the family modules with ``@EXPORT.rule(kind)``: opgraph kind -> export
+rule (ins, attrs, in_types, out_types) -> output names. It is the onnxruntime backend's rule table too."""
+BODY_EXPORT = RuleTable.empty()
+"""The rules of the ops with subgraph bodies (call, cond, while_loop, scan), kept apart from :data:`EXPORT`
+because they are tested with bodies (tests/test_io_onnx_control_export.py), not by the one-op cases."""
+RULES: dict[str, Rule] = EXPORT.rules
+"""opgraph kind -> export rule (the rules of :data:`EXPORT`)."""
+BODY_RULES: dict[str, Rule] = BODY_EXPORT.rules
+"""The rules of :data:`BODY_EXPORT`."""
+
+
+class OnnxExportError(GraphError):
+    """A graph cannot be written as ONNX: the message names the op."""
+
+
+class Exporter:
+    """Accumulates ONNX nodes and initializers for one graph."""
+
+    def __init__(self, graph: Graph, parent: Exporter | None = None) -> None:
+        self.graph = graph
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._counter = 0
+        #: the opgraph kind being exported (rules shared by several kinds look at it)
+        self.current_kind = ""
+        self._consts: dict[tuple[Any, ...], str] = {}
+        #: the exporter of the enclosing graph, for a control-flow body: names are unique across the model (ONNX
+        #: subgraphs may not reuse an outer name) and constants are the model's initializers, which bodies see
+        self.parent = parent
+
+    def fresh(self, hint: str = "t") -> str:
+        """A new tensor name (unique in the whole model, bodies included).
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.fresh("x"), ex.fresh()
+        ('_x1', '_t2')
+        """
+        if self.parent is not None:
+            return self.parent.fresh(hint)
+        self._counter += 1
+        return f"_{hint}{self._counter}"
+
+    def node(self, op_type: str, inputs: list[str], n_out: int = 1, outputs: list[str] | None = None,
+             **attrs: Any) -> list[str]:
+        """Append a node; return its output names.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.node("TopK", ["x", "k"], n_out=2, axis=0), ex.node("Relu", ["x"], outputs=["y"])
+        (['_topk1', '_topk2'], ['y'])
+        """
+        outs = outputs or [self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, **{k: v for k, v in attrs.items() if v is not None}))
+        return outs
+
+    def one(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """Append a one-output node; return its output name.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.one("Add", "a", "b"), ex.nodes[0].input
+        ('_add1', ['a', 'b'])
+        """
+        return self.node(op_type, list(inputs), **attrs)[0]
+
+    def const(self, value: Any, dtype: Any = None) -> str:
+        """An initializer holding ``value`` (shared between equal constants).
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.const(1.5), ex.const(1.5), ex.const(1.5, "float32"), len(ex.initializers)
+        ('_c1', '_c1', '_c2', 2)
+        """
+        if self.parent is not None:
+            return self.parent.const(value, dtype)
+        arr = np.array(value, dtype=dtype, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        name = self._consts.get(key)
+        if name is None:
+            name = self._consts[key] = self.fresh("c")
+            self.initializers.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def ints(self, values: Any) -> str:
+        """An int64 1-D initializer (axes, shapes, pads).
+
+        >>> import opgraph
+        >>> from onnx import numpy_helper
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> name = ex.ints((2, 3)); numpy_helper.to_array(ex.initializers[0])
+        array([2, 3])
+        """
+        return self.const(np.asarray(list(values), dtype=np.int64).reshape(-1))
+
+    def emit_graph(self, graph: Graph, names: dict[int, str]) -> None:
+        """Export every op of ``graph`` (``names`` holds its inputs' ONNX names and receives every value's).
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); b.output(b.exp(x))
+        >>> g = b.freeze(); ex = Exporter(g); names = {0: "x"}
+        >>> ex.emit_graph(g, names); [n.op_type for n in ex.nodes], names[int(g.outputs[0])]
+        (['Exp'], '_exp1')
+        """
+        for op in graph.topological_order().tolist():
+            kind = graph.kind_of(op)
+            outs = graph.op_outputs(op).tolist()
+            if graph.op_kind[op] == CONST.id:
+                names[outs[0]] = self.const(graph.constant_of(op))
+                continue
+            ins = graph.op_inputs(op).tolist()
+            out_types = [graph.type_of(v) for v in outs]
+            try:
+                produced = export_op(self, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
+                                     graph.attrs_of(op), out_types)
+            except _NoTranslation as exc:
+                raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
+            except OnnxExportError as exc:
+                raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
+            for v, n in zip(outs, produced, strict=True):
+                names[v] = n
+
+    def inline(self, body: Subgraph, args: Names) -> Names:
+        """Export ``body`` in place, its parameters bound to the tensors ``args``; the names of its results.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); b.output(b.negative(x))
+        >>> ex = Exporter(b.freeze())
+        >>> ex.inline(Subgraph(b.freeze()), ["a"]), ex.nodes[0].input
+        (['_neg1'], ['a'])
+        """
+        g = body.graph
+        names = dict(zip(g.inputs.tolist(), args, strict=True))
+        self.emit_graph(g, names)
+        return [names[v] for v in g.outputs.tolist()]
+
+    def body(self, body: Subgraph, args: list[str | None], name: str, *, lead: Types = (),
+             head: Callable[[Exporter, Names, Names], list[tuple[str, TensorType]]] | None = None) -> onnx.GraphProto:
+        """``body`` as an ONNX subgraph (the attribute of a Loop, If or Scan).
+
+        ``args[i]`` is the outer name parameter ``i`` stands for (ONNX bodies
+        see the enclosing scope), or None for a formal input of the subgraph
+        (in order, after ``lead``: formal inputs the body does not use, such as
+        a Loop's iteration number). ``head(exporter, formal_names, results)``
+        computes outputs that come before the body's results (a Loop body's
+        condition).
+
+        >>> import opgraph
+        >>> sb = opgraph.GraphBuilder(); a = sb.input(("float32", (2,)), name="a"); sb.output(sb.negative(a))
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> g = ex.body(Subgraph(sb.freeze()), [None], "branch")
+        >>> [i.name for i in g.input], [n.op_type for n in g.node], [o.name for o in g.output]
+        (['_in1'], ['Neg'], ['_neg2'])
+        """
+        sub = Exporter(body.graph, parent=self)
+        g = body.graph
+        formals = [self.fresh("in") for _ in lead]
+        infos = [_value_info(n, t) for n, t in zip(formals, lead, strict=True)]
+        names: dict[int, str] = {}
+        for v, a in zip(g.inputs.tolist(), args, strict=True):
+            if a is None:
+                a = self.fresh("in")
+                formals.append(a)
+                infos.append(_value_info(a, g.type_of(v)))
+            names[v] = a
+        sub.emit_graph(g, names)
+        results = [names[v] for v in g.outputs.tolist()]
+        pairs = [*(head(sub, formals, results) if head is not None else []),
+                 *zip(results, (g.type_of(v) for v in g.outputs.tolist()), strict=True)]
+        local = {o for n in sub.nodes for o in n.output}
+        outs: list[onnx.ValueInfoProto] = []
+        for n, t in pairs:
+            if n not in local or any(o.name == n for o in outs):  # each output is made in the body, once
+                n = sub.one("Identity", n)
+            outs.append(_value_info(n, t))
+        return helper.make_graph(sub.nodes, name, infos, outs)
+
+
+def _value_info(name: str, t: Any) -> onnx.ValueInfoProto:
+    """A tensor's ONNX type (unknown dims left unnamed: a body's shapes may change between trips)."""
+    if not isinstance(t, TensorType):
+        raise OnnxExportError(f"{name}: {t} is not a tensor")
+    return helper.make_tensor_value_info(name, elem_type(t.dtype), None if t.shape is None else list(t.shape))
+
+
+PROMOTE_TO_RESULT = frozenset({
+    "negative", "abs", "sign", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sigmoid", "erf", "erfc",
+    "bitwise_invert", "positive", "copy", "relu", "square", "expm1", "log1p", "log2", "log10", "exp2",
+    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide", "remainder", "fmod",
+    "hypot", "logaddexp", "bitwise_and", "bitwise_or", "bitwise_xor", "clip", "fma",
+    "sum", "prod", "mean", "logsumexp", "var", "std", "cumsum", "softmax", "log_softmax",
+    "matmul", "einsum", "outer", "tensordot", "concat", "stack", "conv", "conv2d", "conv_transpose", "det",
+})
+#: kinds computing on truth values (NumPy's logical ops and any/all take any dtype: nonzero is true)
+TRUTH_VALUED = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "any", "all"})
+#: comparisons: operands compared in their common dtype
+COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+
+
+def _operands(ex: Exporter, kind: str, ins: Names, it: Types, ot: Types) -> tuple[Names, Types]:
+    """The inputs of an op cast to the dtype(s) its ONNX nodes compute in (see PROMOTE_TO_RESULT)."""
+    if kind in TRUTH_VALUED:
+        want = [np.dtype(np.bool_)] * len(it)
+    elif kind in COMPARISONS:
+        want = [np.result_type(*(t.dtype for t in it))] * len(it)
+    elif kind == "where":
+        want = [np.dtype(np.bool_), ot[0].dtype, ot[0].dtype]
+    elif kind in PROMOTE_TO_RESULT and ot[0].dtype != np.bool_:
+        want = [ot[0].dtype] * len(it)
+    else:
+        return ins, it
+    names, types = [], []
+    for x, t, w in zip(ins, it, want, strict=True):
+        if t.dtype != w:
+            x, t = ex.one("Cast", x, to=elem_type(w)), TensorType(w, t.shape)
+        names.append(x)
+        types.append(t)
+    return names, types
+
+
+class _NoTranslation(Exception):
+    """An op kind (maybe one a decomposition uses) that has neither an export rule nor a decomposition."""
+
+
+def export_op(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrMap, out_types: Types) -> Names:
+    """ONNX nodes for one opgraph op on tensors ``ins``; the names of its outputs.
+
+    An op with an export rule (:data:`RULES`: a direct translation) gets it; any other op is written as its
+    decomposition into more basic ops (its ``OpDef.decompose``, the parts lowering gives a backend without the
+    op: a fused op's), each exported the same way. An op with neither is refused, saying why.
+
+    >>> import opgraph
+    >>> from opgraph.core.types import TensorType
+    >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+    >>> t = TensorType("float32", (2, 2))
+    >>> export_op(ex, "matmul_t", ["a", "b"], [t, t], {"transpose_a": False, "transpose_b": True}, [t])
+    ['_matmul2']
+    >>> [n.op_type for n in ex.nodes]
+    ['Transpose', 'MatMul']
+    """
+    rule = RULES.get(kind) or BODY_RULES.get(kind)
+    if rule is not None:
+        ex.current_kind = kind
+        names, types = _operands(ex, kind, ins, in_types, out_types)
+        return rule(ex, names, attrs, types, out_types)
+    return decomposed(ex, kind, ins, in_types, attrs)
+
+
+def decomposed(ex: Exporter, kind: str, ins: Names, in_types: Types, attrs: AttrMap) -> Names:
+    """ONNX nodes for op ``kind`` written as its decomposition (an export rule may defer to it for some dtypes).
+
+    >>> import opgraph
+    >>> from opgraph.core.types import TensorType
+    >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+    >>> out = decomposed(ex, "silu", ["x"], [TensorType("float64", (3,))], {})
+    >>> [n.op_type for n in ex.nodes]
+    ['Sigmoid', 'Mul']
+    """
+    fn = get_op(kind).decompose  # the op's parts live with the op, in its family module
+    if fn is None:
+        raise _NoTranslation(f"ONNX has no operator for {kind} and opgraph knows no decomposition of it into ops "
+                             "that have one")
+    emit = _Emit(ex, dict(zip(ins, in_types, strict=True)))
+    try:
+        res = fn(emit, ins, attrs)
+    except _NoTranslation as exc:
+        raise _NoTranslation(f"it is written as its decomposition, which uses an op that has none: {exc}") from None
+    if res is None:
+        raise _NoTranslation(f"its decomposition does not apply to operands {', '.join(map(repr, in_types))}")
+    return list(res) if isinstance(res, tuple) else [res]
+
+
+class _Emit:
+    """The emitter a decomposition writes with (:class:`opgraph.core.registry.Emit`): values are ONNX tensor names,
+    each op is typed by the registry and exported by :func:`export_op`."""
+
+    def __init__(self, ex: Exporter, types: dict[str, TensorType]) -> None:
+        self.ex = ex
+        self.types = types
+
+    def type_of(self, v: str) -> TensorType:
+        return self.types[v]
+
+    def constant(self, value: Any, dtype: Any = None) -> str:
+        arr = np.array(value, dtype=dtype)
+        name = self.ex.const(arr)
+        self.types[name] = TensorType.of(arr)
+        return name
+
+    def op(self, kind: str, *ins: str, **attrs: Any) -> Any:
+        in_types = [self.types[v] for v in ins]
+        r = resolve(kind, in_types, attrs)
+        if not all(isinstance(t, TensorType) for t in r.out_types):
+            raise _NoTranslation(f"{r.opdef.name} gives values that are not tensors")
+        out_types = cast("list[TensorType]", list(r.out_types))
+        outs = export_op(self.ex, r.opdef.name, list(ins), in_types, dict(r.attrs), out_types)
+        self.types.update(zip(outs, out_types, strict=True))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates: str = "refuse") -> onnx.ModelProto:
+    """Write ``graph`` as an ONNX model (see the module doc).
+
+    Inputs and outputs keep their names (unnamed ones become ``input_<id>`` /
+    ``output_<i>``); shapes with unknown dimensions are written as symbolic.
+    ONNX models have no state: a graph with update edges is refused, unless
+    ``updates="outputs"``, which writes each update's new value as one more
+    output, named after the input it updates (``w.next`` for input ``w``),
+    after the graph's outputs: one call of the model is one step, and the
+    caller feeds those values back.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> w = b.input(("float32", (2,)), name="w")
+    >>> b.update(b.multiply(w, 0.5), w)
+    >>> [o.name for o in to_onnx(b.freeze(), updates="outputs").graph.output]
+    ['w.next']
+    """
+    if updates not in ("refuse", "outputs"):
+        raise ValueError(f"updates must be 'refuse' or 'outputs', got {updates!r}")
+    if len(graph.updates) and updates == "refuse":
+        raise OnnxExportError("the graph has update edges (state); ONNX models have none (updates='outputs' writes "
+                              "each new state value as an extra output instead: 'opgraph convert --onnx-updates "
+                              "outputs' on the command line)")
+    ex = Exporter(graph)
+    names: dict[int, str] = {}
+    used: set[str] = set()
+
+    def unique(base: str) -> str:
+        n, k = base, 1
+        while n in used:
+            k += 1
+            n = f"{base}_{k}"
+        used.add(n)
+        return n
+
+    def value_info(v: int, n: str) -> onnx.ValueInfoProto:
+        t = graph.type_of(v)
+        if not isinstance(t, TensorType):
+            raise OnnxExportError(f"value {graph.value_label(v)} is not a tensor")
+        dims = None if t.shape is None else [d if d is not None else f"d{v}_{i}" for i, d in enumerate(t.shape)]
+        return helper.make_tensor_value_info(n, elem_type(t.dtype), dims)
+
+    inputs = []
+    for v in graph.inputs.tolist():
+        names[v] = unique(graph.name_of(v) or f"input_{v}")
+        inputs.append(value_info(v, names[v]))
+    out_ids = graph.outputs.tolist()
+    ex.emit_graph(graph, names)
+    outputs = []
+    for i, v in enumerate(out_ids):
+        n = unique(graph.name_of(v) or f"output_{i}")
+        ex.node("Identity", [names[v]], outputs=[n])
+        outputs.append(value_info(v, n))
+    for src, dst in graph.updates.tolist():  # updates == "outputs": each next state value, after the outputs
+        n = unique(f"{names[dst]}.next")
+        ex.node("Identity", [names[src]], outputs=[n])
+        outputs.append(value_info(src, n))
+    g = helper.make_graph(ex.nodes, name, inputs, outputs, initializer=ex.initializers)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="opgraph")
+    model.ir_version = min(model.ir_version, 10)
+    return _drop_identities(model)
+
+
+def _names_read(g: onnx.GraphProto) -> list[str]:
+    """The names the nodes of ``g`` read, once per use, bodies' outer-scope references included."""
+    out: list[str] = []
+    for node in g.node:
+        out.extend(node.input)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                out.extend(_names_read(a.g))
+    return out
+
+
+def _drop_identities(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rename away the Identity nodes that only give an output its name (when nothing else uses the source)."""
+    g = model.graph
+    graph_outputs = {o.name for o in g.output}
+    inits = {t.name for t in g.initializer}
+    inputs = {i.name for i in g.input}
+    uses: dict[str, int] = {}
+    for n in _names_read(g):
+        uses[n] = uses.get(n, 0) + 1
+    rename: dict[str, str] = {}
+    keep = []
+    for node in g.node:
+        if (node.op_type == "Identity" and node.output[0] in graph_outputs and uses.get(node.input[0]) == 1
+                and node.input[0] not in inits and node.input[0] not in inputs
+                and node.input[0] not in graph_outputs and node.input[0] not in rename):
+            rename[node.input[0]] = node.output[0]
+            continue
+        keep.append(node)
+    for node in keep:
+        for i, n in enumerate(node.output):
+            if n in rename:
+                node.output[i] = rename[n]
+    del g.node[:]
+    g.node.extend(keep)
+    return model
+
+
+# The family modules register their rules in EXPORT and BODY_EXPORT on import; they use this module's names.
+from opgraph.io.onnx.export import (  # noqa: E402,F401
+    contraction,
+    control,
+    elementwise,
+    fused,
+    indexing,
+    linalg,
+    nn,
+    reduction,
+    shape,
+)
