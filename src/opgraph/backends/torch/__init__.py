@@ -1316,7 +1316,7 @@ def _lrn_rule(info: OpInfo) -> Fn:
 
 
 def _resize_rule(info: OpInfo) -> Fn:
-    from opgraph.ops.nn import _resize_coordinates, _resize_taps
+    from opgraph.ops.nn import resize_coordinates, resize_taps
 
     attrs = dict(info.attrs)
     sizes, scales, roi = attrs["sizes"], attrs["scales"], attrs["roi"]
@@ -1341,12 +1341,12 @@ def _resize_rule(info: OpInfo) -> Fn:
             if identity or n_out == 0:
                 steps.append(None if identity else (torch.zeros(0, dtype=torch.int64), None))
                 continue
-            xo = _resize_coordinates(n_in, n_out, scale, ctm, box)
+            xo = resize_coordinates(n_in, n_out, scale, ctm, box)
             if ctm == "tf_crop_and_resize":
                 mshape = [1] * rank
                 mshape[axis] = n_out
                 outside = outside | ((xo < 0) | (xo > n_in - 1)).reshape(mshape)
-            idx, weights = _resize_taps(xo, n_in, attrs)
+            idx, weights = resize_taps(xo, n_in, attrs)
             wshape = [1] * rank
             wshape[axis] = n_out
             steps.append((torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)),
@@ -1509,10 +1509,10 @@ def _fma_rule(info: OpInfo) -> Fn:
 
 
 def _fused_rule(info: OpInfo) -> Fn:
-    from opgraph.ops.fused import _step_types
+    from opgraph.ops.fused import step_types
 
     program = info.attrs["program"]
-    types = _step_types(program, tuple(info.in_types))
+    types = step_types(program, tuple(info.in_types))
     steps: list[tuple[Fn, tuple[int, ...]]] = []
     for i, (kind, *refs) in enumerate(program):
         args = tuple(info.in_types[-r - 1] if r < 0 else types[r] for r in refs)
@@ -1828,10 +1828,10 @@ RULES: dict[str, RuleFactory] = {
 
 
 def _fused_limit(info: OpInfo) -> str | None:
-    from opgraph.ops.fused import _step_types
+    from opgraph.ops.fused import step_types
 
     program = info.attrs["program"]
-    types = _step_types(program, tuple(info.in_types))
+    types = step_types(program, tuple(info.in_types))
     for i, (kind, *refs) in enumerate(program):
         args = tuple(info.in_types[-r - 1] if r < 0 else types[r] for r in refs)
         why = BACKEND.why_not(OpInfo(kind, {}, args, (types[i],)))
