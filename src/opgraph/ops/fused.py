@@ -631,7 +631,13 @@ def fusable(kind: str) -> bool:
     return d.elementwise and not d.attrs and "no_fuse" not in d.traits
 
 
-def _step_types(program: tuple[tuple[Any, ...], ...], in_types: tuple[ValueType, ...]) -> list[TensorType]:
+def step_types(program: tuple[tuple[Any, ...], ...], in_types: tuple[ValueType, ...]) -> list[TensorType]:
+    """The type of each step of a ``fused_elementwise`` program on operands of ``in_types`` (a step refers to
+    operand ``k`` as ``-k - 1`` and to an earlier step by its index); raises OpTypeError naming a bad step.
+
+    >>> [str(t) for t in step_types((("exp", -1), ("add", 0, -2)), (TensorType("f4", (2,)), TensorType("f8", ())))]
+    ['f32[2]', 'f64[2]']
+    """
     from opgraph.core.registry import resolve
 
     out: list[TensorType] = []
@@ -652,7 +658,7 @@ def _step_types(program: tuple[tuple[Any, ...], ...], in_types: tuple[ValueType,
 
 
 def _fused_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
-    return (_step_types(attrs["program"], tuple(tensor(t) for t in in_types))[-1],)
+    return (step_types(attrs["program"], tuple(tensor(t) for t in in_types))[-1],)
 
 
 BLOCK_BYTES = 1 << 18
@@ -685,7 +691,7 @@ class _Plan:
     def __init__(self, program: tuple[tuple[Any, ...], ...], xs: tuple[np.ndarray, ...]) -> None:
         from opgraph.core.registry import get_op
 
-        types = _step_types(program, tuple(TensorType.of(x) for x in xs))
+        types = step_types(program, tuple(TensorType.of(x) for x in xs))
         nx = len(xs)
         last_use: dict[int, int] = {}
         for i, (_, *refs) in enumerate(program):

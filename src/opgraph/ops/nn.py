@@ -1675,11 +1675,14 @@ def _resize_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
     return (TensorType(x.dtype, sizes),)
 
 
-def _resize_coordinates(n_in: int, n_out: int, scale: float, mode: str, roi: tuple[float, float]) -> np.ndarray:
+def resize_coordinates(n_in: int, n_out: int, scale: float, mode: str, roi: tuple[float, float]) -> np.ndarray:
     """ONNX Resize's coordinate transform: the input coordinate of every output index along one axis.
 
     As ONNX's reference, the "resized length" in the formulas is ``scale * n_in`` (``n_out`` unless the model
     gave scales).
+
+    >>> resize_coordinates(2, 4, 2.0, "half_pixel", (0.0, 1.0))
+    array([-0.25,  0.25,  0.75,  1.25])
     """
     y = np.arange(n_out, dtype=np.float64)
     length = scale * n_in
@@ -1701,9 +1704,14 @@ def _resize_coordinates(n_in: int, n_out: int, scale: float, mode: str, roi: tup
     return (y + 0.5) / scale - 0.5
 
 
-def _resize_taps(xo: np.ndarray, n_in: int, attrs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+def resize_taps(xo: np.ndarray, n_in: int, attrs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
     """Source indices (n_out, taps), clamped into the input (ONNX pads with edge values), and their weights
-    (None for nearest)."""
+    (None for nearest).
+
+    >>> idx, w = resize_taps(np.array([0.25]), 2, {"mode": "linear", "exclude_outside": False})
+    >>> idx.tolist(), w.tolist()
+    ([[0, 1]], [[0.75, 0.25]])
+    """
     base = np.floor(xo)
     ratio = xo - base
     base = base.astype(np.int64)
@@ -1747,12 +1755,12 @@ def _resize_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
             # n_out == 0: an empty axis, nothing to interpolate.
             res = res if identity else np.take(res, np.zeros(0, np.intp), axis=axis)
             continue
-        xo = _resize_coordinates(n_in, n_out, scale, ctm, box)
+        xo = resize_coordinates(n_in, n_out, scale, ctm, box)
         if ctm == "tf_crop_and_resize":
             shape = [1] * rank
             shape[axis] = n_out
             outside = outside | ((xo < 0) | (xo > n_in - 1)).reshape(shape)
-        idx, weights = _resize_taps(xo, n_in, attrs)
+        idx, weights = resize_taps(xo, n_in, attrs)
         if weights is None:
             res = np.take(res, idx[:, 0], axis=axis)
             continue
