@@ -44,7 +44,6 @@ from opgraph.core.hooks import Hook
 from opgraph.core.registry import OpDef, Resolved, resolve, user_location
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
-from opgraph.ops.fold import fold
 
 _SEQ = itertools.count()
 _TRACING = 0  # how many traces are under way (only changes the wording of errors)
@@ -536,6 +535,8 @@ def _fold_small(node: _Node, r: Resolved) -> None:
         return
     if node.opdef.name == "cast" and node.inputs[0].dtype.kind == "c" and r.out_types[0].dtype.kind != "c":
         return  # NumPy's ComplexWarning belongs to evaluation
+    from opgraph.ops.fold import fold  # here, not at the top: `import opgraph` stays as light as it was
+
     # errstate "raise" (thread-local, unlike warning filters): overflow, division by zero or invalid values drop
     # the fold, so evaluation warns as it always does; a kernel's error too (evaluation reports it, with the
     # user's line). An output of unknown size (data-dependent) gets its value's type.
