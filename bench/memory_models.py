@@ -59,7 +59,7 @@ def mlp(scale: float = 1.0) -> Model:
 def _kernel(name: str) -> Callable[..., Any]:
     from opgraph.core.registry import get_op
 
-    return get_op(name).kernels["numpy"]
+    return get_op(name).kernel
 
 
 def _conv_eager(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@
   against bench/training_common.py's hand-written NumPy step.
 
 Besides the two steps, every kernel of the step graph is timed bare: the op's registered numpy kernel
-(``get_op(kind).kernel_for("numpy", version)``) on the same input arrays, writing into a preallocated
+(``get_op(kind).kernel_for(version)``) on the same input arrays, writing into a preallocated
 ``out=`` buffer where the kernel takes one, each timed alone with :mod:`timeit`. The per-kernel overhead is
 (compiled step - sum of the bare kernels) / number of kernels (the graph's non-constant ops).
 
@@ -88,7 +88,7 @@ def bare_kernels(graph: Any, feeds: dict[str, np.ndarray]) -> list[timeit.Timer]
         if graph.op_kind[op] == CONST.id:
             vals[outs[0]] = graph.constant_of(op)
             continue
-        kernel = get_op(graph.kind_of(op)).kernel_for("numpy", int(graph.op_version[op]))
+        kernel = get_op(graph.kind_of(op)).kernel_for(int(graph.op_version[op]))
         args = tuple(vals[i] for i in graph.op_inputs(op).tolist())
         attrs = graph.attrs_of(op)
         r = kernel(*args, **attrs)

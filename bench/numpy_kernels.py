@@ -52,7 +52,7 @@ def bare(kind: str, x: np.ndarray) -> Callable[[], Any]:
     from opgraph.core.registry import get_op
 
     d = get_op(kind)
-    kernel = d.kernel_for("numpy", getattr(d, "version", 1))
+    kernel = d.kernel_for(getattr(d, "version", 1))
     return lambda: kernel(x)
 
 

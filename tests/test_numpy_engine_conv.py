@@ -89,7 +89,7 @@ def check_case(case: dict[str, Any]) -> None:
     assert got.dtype == dt and got.shape == want.shape
     np.testing.assert_allclose(got, want, **tol(dt))
     # The conv op kind (ONNX Conv) runs the same kernel.
-    conv = get_op("conv").kernel_for("numpy", 1)
+    conv = get_op("conv").kernel_for(1)
     np.testing.assert_array_equal(conv(x, w, **geo), got)
 
 
@@ -167,7 +167,7 @@ def test_conv2d_and_conv_ops_agree(groups: int) -> None:
     a, c = opgraph.compile(b.freeze())(x=x, w=w)
     np.testing.assert_array_equal(a, c)
     np.testing.assert_allclose(a, torch_conv(x, w, (2, 1), ((1, 2), (0, 1)), (1, 2), groups), rtol=1e-4, atol=1e-4)
-    k2d = get_op("conv2d").kernel_for("numpy", 1)
+    k2d = get_op("conv2d").kernel_for(1)
     unbatched = k2d(x[1], w, stride=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2), groups=groups)
     np.testing.assert_array_equal(unbatched, a[1])
 

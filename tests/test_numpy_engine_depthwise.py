@@ -139,7 +139,7 @@ def test_specialize_loads_the_loop_for_large_depthwise_only(kind: str, monkeypat
     from opgraph.core.registry import get_op
     from opgraph.core.types import TensorType
 
-    specialize = get_op(kind).kernel_for("numpy", 1).specialize
+    specialize = get_op(kind).kernel_for(1).specialize
     attrs = {"groups": 48}
     monkeypatch.setattr(nn, "_depthwise_jit", None)
     for x, w, groups in [((1, 48, 20, 20), (48, 1, 3, 3), 48),  # too small

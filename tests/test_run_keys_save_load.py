@@ -153,7 +153,7 @@ def _softplus(x, out=None):
     return np.logaddexp(0.0, x, out=out)
 
 opgraph.register_op(OpDef(name="softplus", id=41616, arity=1, infer=lambda t, a: t, elementwise=True,
-                          kernels={"numpy": _softplus}))
+                          kernel=_softplus))
 '''
 SUFFIXES = [".cg", ".json", ".tdag.pkl", *([".graphml"] if importlib.util.find_spec("networkx") else []),
             *([".dask.pkl"] if importlib.util.find_spec("dask") else [])]

@@ -498,7 +498,7 @@ def _fold_small(node: _Node, r: Resolved) -> None:
     if node.opdef.name == "cast" and node.inputs[0].dtype.kind == "c" and r.out_types[0].dtype.kind != "c":
         return  # NumPy's ComplexWarning belongs to evaluation
     try:
-        fn = node.opdef.kernel_for("numpy", r.version)
+        fn = node.opdef.kernel_for(r.version)
         # errstate (thread-local, unlike warning filters): overflow, division by zero or invalid values raise
         # here, so the fold is dropped and evaluation warns as it always does
         with np.errstate(all="raise"):

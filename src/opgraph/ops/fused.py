@@ -137,7 +137,7 @@ FMA_TEMPORARY_MAX = 1 << 16
 
 
 register_op(OpDef(
-    name="fma", id=1000, arity=3, infer=_fma_infer, kernels={"numpy": _fma_kernel},
+    name="fma", id=1000, arity=3, infer=_fma_infer, kernel=_fma_kernel,
     elementwise=True, inplace=(0, 1, 2), family=FAMILY,
     decompose=_fma_parts,
     doc="fma(a, b, c) = a * b + c with broadcasting, the product written into the result's buffer (two "
@@ -203,7 +203,7 @@ _matmul_t_kernel.specialize = _matmul_t_specialize  # type: ignore[attr-defined]
 
 
 register_op(OpDef(
-    name="matmul_t", id=1001, arity=2, infer=_matmul_t_infer, kernels={"numpy": _matmul_t_kernel},
+    name="matmul_t", id=1001, arity=2, infer=_matmul_t_infer, kernel=_matmul_t_kernel,
     attrs={"transpose_a": Attr(attr_bool, False, "use a with its last two axes swapped"),
            "transpose_b": Attr(attr_bool, False, "use b with its last two axes swapped")},
     family=FAMILY,
@@ -477,7 +477,7 @@ def _momentum_kernel(p: np.ndarray, v: np.ndarray, g: np.ndarray, out: Any = Non
 register_op(OpDef(
     name="sgd_momentum_update", id=1010, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "mu": Attr(attr_float, doc="momentum")},
-    kernels={"numpy": _momentum_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    kernel=_momentum_kernel, inplace=(0, 1, 2), family=FAMILY,
     decompose=_momentum_parts,
     doc="sgd_momentum_update(p, v, g; lr, mu) -> (p - lr * v', v') with v' = mu * v + g",
 ))
@@ -509,7 +509,7 @@ def _adagrad_kernel(p: np.ndarray, acc: np.ndarray, g: np.ndarray, out: Any = No
 register_op(OpDef(
     name="adagrad_update", id=1011, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "eps": Attr(attr_float, doc="added to the root")},
-    kernels={"numpy": _adagrad_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    kernel=_adagrad_kernel, inplace=(0, 1, 2), family=FAMILY,
     decompose=_adagrad_parts,
     doc="adagrad_update(p, acc, g; lr, eps) -> (p - lr * g / (sqrt(acc') + eps), acc') with acc' = acc + g * g",
 ))
@@ -578,7 +578,7 @@ register_op(OpDef(
     name="adam_update", id=1012, arity=4, infer=lambda ts, a: _same_float_types(ts, 3),
     attrs={**_ADAM_ATTRS, "bc1": Attr(_F, doc="bias correction 1 - beta1^t"),
            "bc2": Attr(_F, doc="bias correction 1 - beta2^t")},
-    kernels={"numpy": _adam_kernel}, inplace=(3,), family=FAMILY,
+    kernel=_adam_kernel, inplace=(3,), family=FAMILY,
     decompose=_adam_update_parts,
     doc="adam_update(p, m, v, g; lr, b1, c1, b2, c2, bc1, bc2, eps, square_first) -> (p', m', v') with "
         "m' = b1 * m + c1 * g, v' = b2 * v + c2 * g * g, p' = p - lr * (m' / bc1) / (sqrt(v' / bc2) + eps)",
@@ -596,7 +596,7 @@ def _adam_t_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 register_op(OpDef(
     name="adam_update_t", id=1013, arity=6, infer=_adam_t_infer, attrs=dict(_ADAM_ATTRS),
-    kernels={"numpy": _adam_t_kernel}, inplace=(3,), family=FAMILY,
+    kernel=_adam_t_kernel, inplace=(3,), family=FAMILY,
     decompose=_adam_update_t_parts,
     doc="adam_update_t(p, m, v, g, bc1, bc2; lr, b1, c1, b2, c2, eps, square_first): adam_update with the bias "
         "corrections 1 - beta^t as scalar inputs (a step count t that lives in the graph)",
@@ -692,7 +692,7 @@ class _Plan:
             for r in refs:
                 if r >= 0:
                     last_use[r] = i
-        fns = [get_op(kind).kernel_for("numpy", 0) for kind, *_ in program]
+        fns = [get_op(kind).kernel_for(0) for kind, *_ in program]
         self.whole: list[tuple[Any, tuple[int, ...], int]] = []
         for i, (_, *refs) in enumerate(program):
             reuse = -1
@@ -747,7 +747,7 @@ class _Plan:
             if i not in last_use and i < n - 1:  # a result nothing reads: its buffer is free again
                 free.setdefault(dt, []).append(slot)
             slot_of.append(slot)
-            steps.append((get_op(kind).kernel_for("numpy", 0), tuple(-r - 1 if r < 0 else nx + r for r in refs),
+            steps.append((get_op(kind).kernel_for(0), tuple(-r - 1 if r < 0 else nx + r for r in refs),
                           slot))
         return steps, slots
 
@@ -1195,7 +1195,7 @@ register_op(OpDef(
                                          "the last step is the result"),
            "approx": Attr(attr_bool, False, "results may differ from the unfused ops' by a few ulp (set by "
                                             "optimize(..., fast_math=True)): float32 programs then run compiled")},
-    kernels={"numpy": _fused_kernel}, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
+    kernel=_fused_kernel, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
     decompose=_fused_parts,
     doc="fused_elementwise(*xs, program, approx): a chain of elementwise ops run as one kernel; each step calls the "
         "same NumPy kernel as the unfused op (bit-identical results); large results are computed block by block in "

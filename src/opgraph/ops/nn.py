@@ -338,7 +338,7 @@ def _max_pool2d_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, An
 
 
 register_op(OpDef(
-    name="relu", id=800, arity=1, infer=_relu_infer, kernels={"numpy": _relu_kernel},
+    name="relu", id=800, arity=1, infer=_relu_infer, kernel=_relu_kernel,
     elementwise=True, inplace=(0,), family=FAMILY, grad=_relu_grad,
     doc="relu(x): max(x, 0), same dtype (NaN stays NaN)",
 ))
@@ -406,12 +406,12 @@ def _log_softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndar
 _AXIS = {"axis": Attr(attr_int, -1, doc="the axis normalised over")}
 register_op(OpDef(
     name="softmax", id=801, arity=1, infer=_softmax_infer, attrs=_AXIS,
-    kernels={"numpy": _softmax_kernel}, inplace=(0,), family=FAMILY, grad=_softmax_grad,
+    kernel=_softmax_kernel, inplace=(0,), family=FAMILY, grad=_softmax_grad,
     doc="softmax(x, axis=-1): exp(x) / sum(exp(x)) along axis, stabilised by subtracting the max; float only",
 ))
 register_op(OpDef(
     name="log_softmax", id=802, arity=1, infer=_softmax_infer, attrs=_AXIS,
-    kernels={"numpy": _log_softmax_kernel}, inplace=(0,), family=FAMILY, grad=_log_softmax_grad,
+    kernel=_log_softmax_kernel, inplace=(0,), family=FAMILY, grad=_log_softmax_grad,
     doc="log_softmax(x, axis=-1): x - logsumexp(x) along axis, stabilised by subtracting the max; float only",
 ))
 
@@ -886,7 +886,7 @@ register_op(OpDef(
         "groups": Attr(_attr_groups, 1,
                        doc="channel groups: C and O are split into this many independent convolutions"),
     },
-    kernels={"numpy": _conv2d_kernel}, family=FAMILY, grad=_conv2d_grad,
+    kernel=_conv2d_kernel, family=FAMILY, grad=_conv2d_grad,
     doc="conv2d(x, w): 2-D cross-correlation of x (N, C, H, W) with w (O, C // groups, kH, kW) as in PyTorch; "
         "float only, result dtype np.result_type(x, w)",
 ))
@@ -987,7 +987,7 @@ def _avg_pool2d_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) ->
 
 register_op(OpDef(
     name="max_pool2d", id=804, arity=1, infer=_max_pool2d_infer,
-    attrs=_POOL_ATTRS, kernels={"numpy": _max_pool2d_kernel}, family=FAMILY, grad=_max_pool2d_grad,
+    attrs=_POOL_ATTRS, kernel=_max_pool2d_kernel, family=FAMILY, grad=_max_pool2d_grad,
     doc="max_pool2d(x, kernel_size, stride=kernel_size, padding=0): max over windows of the last two axes "
         "(padding never wins), as PyTorch's max_pool2d",
 ))
@@ -995,7 +995,7 @@ register_op(OpDef(
     name="avg_pool2d", id=805, arity=1, infer=_avg_pool2d_infer,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr(attr_bool, True, doc="divide by kH*kW even at the borders")},
     grad=_avg_pool2d_grad,
-    kernels={"numpy": _avg_pool2d_kernel}, family=FAMILY,
+    kernel=_avg_pool2d_kernel, family=FAMILY,
     doc="avg_pool2d(x, kernel_size, stride=kernel_size, padding=0, count_include_pad=True): mean over windows "
         "of the last two axes with zero padding, as PyTorch's avg_pool2d; float only",
 ))
@@ -1293,7 +1293,7 @@ _CONV_ATTRS = {
 }
 register_op(OpDef(
     name="conv", id=806, arity=2, infer=_conv_infer, attrs=_CONV_ATTRS,
-    kernels={"numpy": _conv_kernel}, family=FAMILY, grad=_conv_grad,
+    kernel=_conv_kernel, family=FAMILY, grad=_conv_grad,
     doc="conv(x, w, stride, padding, dilation, groups): N-d cross-correlation (ONNX Conv) of x (N, C, *spatial) "
         "with w (M, C // groups, *kernel), 1-3 spatial axes; float only, result dtype np.result_type(x, w)",
 ))
@@ -1301,7 +1301,7 @@ register_op(OpDef(
     name="conv_transpose", id=807, arity=2, infer=_conv_transpose_infer,
     attrs={**_CONV_ATTRS, "output_padding": Attr(optional(_attr_output_padding), None,
                                                  doc="zeros added at the end of each spatial axis; None: all 0")},
-    kernels={"numpy": _conv_transpose_kernel}, family=FAMILY, grad=_conv_transpose_grad,
+    kernel=_conv_transpose_kernel, family=FAMILY, grad=_conv_transpose_grad,
     doc="conv_transpose(x, w, stride, padding, output_padding, dilation, groups): ONNX ConvTranspose with explicit "
         "pads; x (N, C, *in), w (C, M // groups, *kernel), output size (in - 1) * stride - pad_begin - pad_end + "
         "dilation * (kernel - 1) + output_padding + 1; float only",
@@ -1541,13 +1541,13 @@ _POOL_ND_ATTRS = {
 }
 register_op(OpDef(
     name="max_pool", id=808, arity=1, infer=_max_pool_infer, attrs=_POOL_ND_ATTRS,
-    kernels={"numpy": _max_pool_kernel}, family=FAMILY, grad=_max_pool_grad,
+    kernel=_max_pool_kernel, family=FAMILY, grad=_max_pool_grad,
     doc="max_pool(x, kernel_size, stride, padding, dilation, ceil_mode=False): ONNX MaxPool over the 1-3 spatial "
         "axes of x (N, C, *spatial); padding never wins; integer or float dtypes",
 ))
 register_op(OpDef(
     name="max_pool_argmax", id=809, arity=1, infer=_max_pool_argmax_infer, attrs=_POOL_ND_ATTRS,
-    kernels={"numpy": _max_pool_argmax_kernel}, family=FAMILY, grad=no_grad,
+    kernel=_max_pool_argmax_kernel, family=FAMILY, grad=no_grad,
     doc="max_pool_argmax(x, ...): int64 positions of max_pool's maxima, flattened (C order) within each (n, c) "
         "plane of the unpadded input (PyTorch's return_indices); ties and NaNs take the first in window order",
 ))
@@ -1555,7 +1555,7 @@ register_op(OpDef(
     name="avg_pool", id=810, arity=1, infer=_float_pool_infer,
     attrs={**_POOL_ND_ATTRS, "count_include_pad": Attr(attr_bool, False, doc="divide by the taps in the padded "
                                                                              "input rather than in the input")},
-    kernels={"numpy": _avg_pool_kernel}, family=FAMILY, grad=_avg_pool_grad,
+    kernel=_avg_pool_kernel, family=FAMILY, grad=_avg_pool_grad,
     doc="avg_pool(x, kernel_size, stride, padding, dilation, ceil_mode=False, count_include_pad=False): ONNX "
         "AveragePool; the divisor counts the window's input cells (with count_include_pad, also its padding cells, "
         "but never ceil_mode's extension, as PyTorch); float only",
@@ -1563,7 +1563,7 @@ register_op(OpDef(
 register_op(OpDef(
     name="lp_pool", id=811, arity=1, infer=_float_pool_infer,
     attrs={"p": Attr(attr_float, 2.0, doc="the norm's exponent"), **_POOL_ND_ATTRS},
-    kernels={"numpy": _lp_pool_kernel}, family=FAMILY, grad=_lp_pool_grad,
+    kernel=_lp_pool_kernel, family=FAMILY, grad=_lp_pool_grad,
     doc="lp_pool(x, p=2.0, kernel_size, stride, padding, dilation, ceil_mode=False): ONNX LpPool, "
         "(sum |x|^p)^(1/p) over each window, zero padding; float only",
 ))
@@ -1625,7 +1625,7 @@ register_op(OpDef(
     name="lrn", id=812, arity=1, infer=_lrn_infer,
     attrs={"size": Attr(attr_int, doc="number of channels summed over"),
            "alpha": Attr(attr_float, 1e-4), "beta": Attr(attr_float, 0.75), "bias": Attr(attr_float, 1.0)},
-    kernels={"numpy": _lrn_kernel}, family=FAMILY, grad=_lrn_grad,
+    kernel=_lrn_kernel, family=FAMILY, grad=_lrn_grad,
     doc="lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0): ONNX LRN across channels (axis 1): x / (bias + alpha / size "
         "* sum of x^2 over channels [c - floor((size-1)/2), c + ceil((size-1)/2)])^beta; float only",
 ))
@@ -1785,7 +1785,7 @@ register_op(OpDef(
                        doc="per-axis scale factors used by the coordinate transform instead of sizes / input size"),
         "roi": Attr(optional(_attr_floats), None, doc="(starts..., ends...) normalised box for tf_crop_and_resize"),
     },
-    kernels={"numpy": _resize_kernel}, family=FAMILY,
+    kernel=_resize_kernel, family=FAMILY,
     doc="resize(x, sizes, mode='nearest', coordinate_transformation_mode='half_pixel', ...): ONNX Resize (opset 19, "
         "no antialias) to the output shape sizes, separable per axis; float dtypes, or any integer for 'nearest'",
 ))
@@ -1912,7 +1912,7 @@ register_op(OpDef(
            "padding_mode": Attr(_choice(GRID_PADDING_MODES), "zeros", doc="one of " + ", ".join(GRID_PADDING_MODES)),
            "align_corners": Attr(attr_bool, False, doc="-1 and 1 are the centres (not the outer edges) of the corner "
                                                        "pixels")},
-    kernels={"numpy": _grid_sample_kernel}, family=FAMILY, version=version_of_first,
+    kernel=_grid_sample_kernel, family=FAMILY, version=version_of_first,
     doc="grid_sample(x, grid, mode='linear', padding_mode='zeros', align_corners=False): ONNX GridSample (opset 20); "
         "x (N, C, *in), grid (N, *out, k) of normalised (x, y[, z]) in [-1, 1], k = number of spatial axes (1-3); "
         "result (N, C, *out) in x's dtype; float only",
@@ -2143,7 +2143,7 @@ register_op(OpDef(
     name="layer_norm", id=815, arity=None, min_inputs=1, infer=_layer_norm_infer,
     attrs={"axis": Attr(attr_int, -1, doc="the first normalised axis: axes axis .. last are normalised"),
            "epsilon": Attr(attr_float, 1e-5, doc="added to the variance")},
-    kernels={"numpy": layer_norm}, inplace=(0,), family=FAMILY, grad=_layer_norm_grad, decompose=_layer_norm_parts,
+    kernel=layer_norm, inplace=(0,), family=FAMILY, grad=_layer_norm_grad, decompose=_layer_norm_parts,
     doc="layer_norm(x, [scale, [bias]], axis=-1, epsilon=1e-5): ONNX LayerNormalization (mean and variance over "
         "axes axis .. last, (x - mean) / sqrt(var + epsilon) * scale + bias); float only, scale and bias in x's "
         "dtype broadcasting to x; one compiled loop per row with numba, else NumPy passes (row sums by BLAS)",

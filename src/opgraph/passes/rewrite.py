@@ -368,7 +368,7 @@ def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limi
     if guard is not None and not guard(old.attrs_of(op), args):
         return False
     try:
-        fn = opdef.kernel_for("numpy", int(old.op_version[op]))
+        fn = opdef.kernel_for(int(old.op_version[op]))
         with np.errstate(all="ignore"):
             result = fn(*args, **old.attrs_of(op))
     except Exception:  # a kernel that fails on these constants is left to fail at run time

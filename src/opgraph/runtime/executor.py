@@ -88,7 +88,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
         fn = kernels.get(kkey)
         if fn is None:
             try:
-                fn = kernels[kkey] = get_op(kind).kernel_for(backend, versions[op])
+                fn = kernels[kkey] = get_op(kind).kernel_for(versions[op])
             except (KeyError, NotImplementedError) as exc:
                 raise ExecutionError(f"op {op} ({graph.kind_of(op)}): {exc}") from None
         attrs = attr_dicts.get(attr_ids[op])

@@ -1,6 +1,6 @@
 """The numpy backend: every op's NumPy kernel, run by the arena runtime (:mod:`.arena`).
 
-The backend's rule table is every op's NumPy kernel (``OpDef.kernels["numpy"]``),
+The backend's rule table is every op's NumPy kernel (``OpDef.kernel``),
 so it runs every op kind. :meth:`NumpyBackend.compile_graph` compiles a graph
 into a :class:`~opgraph.backends.numpy.arena.CompiledGraph`: its memory planned
 into one preallocated arena, its schedule a flat program that the code
@@ -66,7 +66,7 @@ class NumpyBackend(Backend):
             d = get_op(kind)
         except KeyError:
             return False
-        return any(k == "numpy" or (isinstance(k, tuple) and k[0] == "numpy") for k in d.kernels)
+        return d.kernel is not None or bool(d.kernels)
 
     def kinds(self) -> frozenset[str]:
         return frozenset(d.name for d in all_ops() if self.has_kernel(d.name))

@@ -181,7 +181,7 @@ class CompiledGraph:
             fn = kernels.get(key)
             if fn is None:
                 try:
-                    fn = kernels[key] = get_op(kind).kernel_for(self.backend, key[1])
+                    fn = kernels[key] = get_op(kind).kernel_for(key[1])
                 except (KeyError, NotImplementedError) as exc:
                     raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
             aid = op_attr[op]

@@ -479,7 +479,7 @@ class Importer:
         # intermediates of the other dims' size from an empty input (a (2**40, 0) softmax reduces to (2**40, 1)).
         if r is not None and _nbytes(r.out_types) <= FOLD_LIMIT \
                 and _nbytes([*r.out_types, *(v.type for v in vals)], empty_as_one=True) <= FOLD_LIMIT:
-            fn = r.opdef.kernel_for("numpy", r.version)
+            fn = r.opdef.kernel_for(r.version)
             result = fn(*arrays, **dict(r.attrs))
             results = (result,) if len(r.out_types) == 1 else tuple(result)
             outs = []
