@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import opgraph
-import opgraph.ops.nn as nn_ops
+import opgraph.backends.numpy.nn as nn_ops
 import opgraph.ops.reduction as red_ops
 from opcheck import torch_depthwise
+from opgraph.backends.numpy.nn import conv_nd
 from opgraph.core.registry import get_op
-from opgraph.ops.nn import conv_nd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -1,10 +1,11 @@
 """The numpy backend: every op's NumPy kernel, run by the arena runtime (:mod:`.arena`).
 
-The backend's rule table is every op's NumPy kernel (``OpDef.kernel``),
-so it runs every op kind. :meth:`NumpyBackend.compile_graph` compiles a graph
-into a :class:`~opgraph.backends.numpy.arena.CompiledGraph`: its memory planned
-into one preallocated arena, its schedule a flat program that the code
-generator (:mod:`.codegen`) writes as one straight-line Python function.
+The engine runs every op kind: its own fast kernel where its rule table has
+one (:meth:`NumpyBackend.kernel_for`), else the op's reference kernel
+(``OpDef.kernel``). :meth:`NumpyBackend.compile_graph` compiles a graph into a
+:class:`~opgraph.backends.numpy.arena.CompiledGraph`: its memory planned into
+one preallocated arena, its schedule a flat program that the code generator
+(:mod:`.codegen`) writes as one straight-line Python function.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -17,7 +18,7 @@ generator (:mod:`.codegen`) writes as one straight-line Python function.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from opgraph.backends.numpy.arena import (
 from opgraph.backends.numpy.buffers import aligned_empty
 from opgraph.backends.numpy.codegen import SMALL_OUTPUT_BIN, Codegen
 from opgraph.core.graph import Graph
-from opgraph.core.registry import all_ops, get_op
+from opgraph.core.registry import OpDef, all_ops, get_op
 from opgraph.memory.plan import MemoryPlan
 
 __all__ = ["BACKEND", "BATCH_SLICED", "CODEGEN_LIMIT", "SMALL_OUTPUT_BIN", "WORKSPACE_LIMIT", "Codegen",
@@ -53,7 +54,22 @@ class _ArenaExecutable(Executable):
 
 
 class NumpyBackend(Backend):
-    """The default backend: every op's NumPy kernel, run by the arena runtime (:class:`CompiledGraph`)."""
+    """The default backend: every op's NumPy kernel, run by the arena runtime (:class:`CompiledGraph`).
+
+    Its rule table holds the engine's own fast kernels (numba loops, blocked and threaded NumPy), each
+    registered with ``@BACKEND.rule(kind)`` in the package's module named after the op's family; a kind
+    without one runs its reference kernel (``OpDef.kernel``), so every op kind runs, user ops included.
+    """
+
+    def kernel_for(self, kind: str | int | OpDef, version: int) -> Callable[..., Any]:
+        """The kernel this engine runs for ``kind`` at ``version``: its fast kernel, else the op's reference kernel.
+
+        >>> BACKEND.kernel_for("add", 12) is get_op("add").kernel_for(12)
+        True
+        """
+        d = get_op(kind)
+        fast = self.rules.get(d.name)
+        return fast if fast is not None else d.kernel_for(version)
 
     @staticmethod
     def has_kernel(kind: str) -> bool:
@@ -66,7 +82,7 @@ class NumpyBackend(Backend):
             d = get_op(kind)
         except KeyError:
             return False
-        return d.kernel is not None or bool(d.kernels)
+        return d.kernel is not None or bool(d.kernels) or d.name in BACKEND.rules
 
     def kinds(self) -> frozenset[str]:
         return frozenset(d.name for d in all_ops() if self.has_kernel(d.name))
@@ -91,3 +107,5 @@ class NumpyBackend(Backend):
 BACKEND = NumpyBackend(
     "numpy", doc="NumPy kernels in one planned memory arena (the default; always available)")
 
+# The family modules register the engine's fast kernels on BACKEND when imported, so they come after it.
+from opgraph.backends.numpy import nn  # noqa: E402,F401

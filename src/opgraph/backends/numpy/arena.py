@@ -65,7 +65,7 @@ WORKSPACE_LIMIT = 4 * 2**20
 """Bytes of kernel workspace above which a batched op runs on slices of the batch."""
 BATCH_SLICED = frozenset({"max_pool2d", "avg_pool2d"})
 """Ops computed sample by sample along axis 0 of their first input (other inputs whole). The convolution
-kernel (``opgraph.ops.nn.conv_nd``) bounds its own im2col workspace, so it is not among them."""
+kernel (``opgraph.backends.numpy.nn.conv_nd``) bounds its own im2col workspace, so it is not among them."""
 
 
 CODEGEN_LIMIT = 20_000
@@ -173,6 +173,7 @@ class CompiledGraph:
         op_kind, op_version, op_attr = g.op_kind.tolist(), g.op_version.tolist(), g.op_attr.tolist()
         kind_of = p.kind
         sliced = {get_op(name).id for name in BATCH_SLICED}
+        from opgraph.backends.numpy import BACKEND as engine  # the package imports this module first
         for op in p.schedule.tolist():
             kind = op_kind[op]
             if kind == CONST.id:
@@ -181,7 +182,7 @@ class CompiledGraph:
             fn = kernels.get(key)
             if fn is None:
                 try:
-                    fn = kernels[key] = get_op(kind).kernel_for(key[1])
+                    fn = kernels[key] = engine.kernel_for(kind, key[1])
                 except (KeyError, NotImplementedError) as exc:
                     raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
             aid = op_attr[op]
