@@ -16,7 +16,7 @@ saves the intermediate array, not a rounding).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from math import prod
 from typing import Any
 
@@ -169,37 +169,6 @@ def _matmul_t_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None
     if transpose_b:
         b = np.swapaxes(b, -1, -2)
     return np.asarray(np.matmul(a, b, out=out))
-
-
-def _matmul_ta(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a.T, b, out)  # type: ignore[no-any-return]
-
-
-def _matmul_tb(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b.T, out)  # type: ignore[no-any-return]
-
-
-def _matmul_tab(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a.T, b.T, out)  # type: ignore[no-any-return]
-
-
-def _matmul_t_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
-                         attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[()], tuple[()]] | None:
-    """For 2-D operands (where ``.T`` swaps the last two axes): one small function per transpose pattern.
-
-    >>> from opgraph.core.types import TensorType
-    >>> t = TensorType("f8", (2, 2))
-    >>> _matmul_t_specialize([t, t], [t], {"transpose_a": True, "transpose_b": False})[0].__name__
-    '_matmul_ta'
-    """
-    if any(t.shape is None or len(t.shape) != 2 for t in in_types):
-        return None
-    fn = {(False, False): np.matmul, (True, False): _matmul_ta, (False, True): _matmul_tb,
-          (True, True): _matmul_tab}[bool(attrs["transpose_a"]), bool(attrs["transpose_b"])]
-    return fn, (), ()
-
-
-_matmul_t_kernel.specialize = _matmul_t_specialize  # type: ignore[attr-defined]
 
 
 register_op(OpDef(
