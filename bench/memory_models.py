@@ -57,9 +57,9 @@ def mlp(scale: float = 1.0) -> Model:
 
 
 def _kernel(name: str) -> Callable[..., Any]:
-    from opgraph.core.registry import get_op
+    from opgraph.backends.numpy import BACKEND
 
-    return get_op(name).kernels["numpy"]
+    return BACKEND.kernel_for(name, 1)
 
 
 def _conv_eager(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@
   against bench/training_common.py's hand-written NumPy step.
 
 Besides the two steps, every kernel of the step graph is timed bare: the op's registered numpy kernel
-(``get_op(kind).kernel_for("numpy", version)``) on the same input arrays, writing into a preallocated
+(``opgraph.backends.numpy.BACKEND.kernel_for(kind, version)``) on the same input arrays, writing into a preallocated
 ``out=`` buffer where the kernel takes one, each timed alone with :mod:`timeit`. The per-kernel overhead is
 (compiled step - sum of the bare kernels) / number of kernels (the graph's non-constant ops).
 
@@ -79,7 +79,8 @@ def tiny_case() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray], Call
 def bare_kernels(graph: Any, feeds: dict[str, np.ndarray]) -> list[timeit.Timer]:
     """One timer per non-constant op of ``graph``: its numpy kernel on that op's input arrays (computed once,
     in topological order, from ``feeds``), into an ``out=`` buffer when the kernel takes one."""
-    from opgraph.core.registry import CONST, get_op
+    from opgraph.backends.numpy import BACKEND
+    from opgraph.core.registry import CONST
 
     vals: dict[int, Any] = {graph.find_value(k): np.asarray(v) for k, v in feeds.items()}
     timers = []
@@ -88,7 +89,7 @@ def bare_kernels(graph: Any, feeds: dict[str, np.ndarray]) -> list[timeit.Timer]
         if graph.op_kind[op] == CONST.id:
             vals[outs[0]] = graph.constant_of(op)
             continue
-        kernel = get_op(graph.kind_of(op)).kernel_for("numpy", int(graph.op_version[op]))
+        kernel = BACKEND.kernel_for(graph.kind_of(op), int(graph.op_version[op]))
         args = tuple(vals[i] for i in graph.op_inputs(op).tolist())
         attrs = graph.attrs_of(op)
         r = kernel(*args, **attrs)

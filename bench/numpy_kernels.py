@@ -48,11 +48,12 @@ def one_op(kind: str, x: np.ndarray, *operands: Any, level: int = 0, **attrs: An
 
 
 def bare(kind: str, x: np.ndarray) -> Callable[[], Any]:
-    """The op's registered numpy kernel (latest version) called directly."""
+    """The NumPy engine's kernel for the op (latest version) called directly."""
+    from opgraph.backends.numpy import BACKEND
     from opgraph.core.registry import get_op
 
     d = get_op(kind)
-    kernel = d.kernel_for("numpy", getattr(d, "version", 1))
+    kernel = BACKEND.kernel_for(d, getattr(d, "version", 1))
     return lambda: kernel(x)
 
 

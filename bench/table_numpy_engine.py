@@ -353,7 +353,8 @@ def kernels(rep: Report, run: Run) -> None:
                  f"{m['opgraph']['max_err']:.0e}"])
     notes = ["bench/numpy_kernels.py, one process, 1 thread, float32 (2,197,3072) input unless stated: contenders "
              f"interleaved over {_repeat()} rounds of ~20 ms each, median ms per call. one-op graph: "
-             "opgraph.compile(backend='numpy') of a graph with that op; bare: get_op(kind).kernel_for('numpy', v)(x); "
+             "opgraph.compile(backend='numpy') of a graph with that op; "
+             "bare: opgraph.backends.numpy.BACKEND.kernel_for(kind, v)(x); "
              "torch: torch.erf / torch.sigmoid on torch.from_numpy(x). max err: vs the reference column."]
     if "torch" not in r:
         notes.append("torch is not installed: no torch column.")

@@ -80,7 +80,7 @@ def test_missing_rule_names_the_op() -> None:
     from opgraph.core.registry import OpDef, register_op
 
     register_op(OpDef(name="test_nograd_op", id=59001, arity=1, infer=lambda t, a: t,
-                      kernels={"numpy": lambda x, out=None: x}), replace=True)
+                      kernel=lambda x, out=None: x), replace=True)
     b = opgraph.GraphBuilder()
     x = b.input(("float64", (3,)))
     loss = b.sum(b.op("test_nograd_op", x))
@@ -263,7 +263,7 @@ def test_driver_fixes_shape_and_dtype_of_rule_results() -> None:
 
     register_op(OpDef(name="test_double_bcast", id=59002, arity=1,
                       infer=lambda ts, a: (opgraph.TensorType(ts[0].dtype, (2, *ts[0].shape)),),
-                      kernels={"numpy": lambda x, out=None: np.broadcast_to(2 * x, (2, *x.shape)).copy()},
+                      kernel=lambda x, out=None: np.broadcast_to(2 * x, (2, *x.shape)).copy(),
                       grad=rule), replace=True)
     b = opgraph.GraphBuilder()
     x = b.input(("float32", (3,)))

@@ -382,7 +382,7 @@ def test_run_errors_are_clear() -> None:
 
 def test_executor_checks_kernels_against_type_rules() -> None:
     bad = register_op(OpDef(name="test_bad_kernel", id=59001, arity=1, infer=lambda t, a: t,
-                            kernels={"numpy": lambda x, out=None: x.astype(np.float32)}), replace=True)
+                            kernel=lambda x, out=None: x.astype(np.float32)), replace=True)
     b = opgraph.GraphBuilder()
     x = b.input(("float64", (2,)))
     b.output(b.op(bad, x))
@@ -398,7 +398,7 @@ def test_user_defined_op_end_to_end() -> None:
     def kernel(x, out=None, *, alpha):
         return np.multiply(np.where(x > 0, x, alpha * x), 1, out=out)
 
-    leaky = register_op(OpDef(name="test_leaky", id=59002, arity=1, infer=infer, kernels={"numpy": kernel},
+    leaky = register_op(OpDef(name="test_leaky", id=59002, arity=1, infer=infer, kernel=kernel,
                               attrs={"alpha": opgraph.Attr(float, 0.01)}, elementwise=True), replace=True)
     assert get_op(59002) is leaky
     b = opgraph.GraphBuilder()

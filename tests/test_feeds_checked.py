@@ -21,7 +21,7 @@ import pytest
 
 import opgraph
 from opgraph import backends
-from opgraph.backends import numpy as numpy_backend
+from opgraph.backends.numpy import arena as numpy_backend
 from opgraph.errors import ExecutionError, FeedError, GraphError, UnknownKeyError
 from opgraph.runtime.executor import execute
 

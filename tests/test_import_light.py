@@ -153,7 +153,7 @@ def test_runtime_registered_kinds_clash_with_unloaded_families_as_before() -> No
         "    except ValueError as exc:\n"
         "        print(exc)\n"
         "d = register_op(OpDef(name='my_cube', id=50102, arity=1, infer=infer, elementwise=True,\n"
-        "                      kernels={'numpy': lambda x, out=None: x ** 3}))\n"
+        "                      kernel=lambda x, out=None: x ** 3))\n"
         "b = opgraph.GraphBuilder(); x = b.input(('float64', (2,)), name='x'); b.output(b.my_cube(x))\n"
         "print(b.freeze().run({'x': [2.0, 3.0]})[0].tolist())")
     lines = out.splitlines()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opgraph
-from opgraph.backends import numpy as compiled_mod
+from opgraph.backends.numpy import arena as compiled_mod
 from opgraph.memory import plan_memory
 from opgraph.memory.remat import rematerialize
 from opgraph.runtime.compiled import compile

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opgraph
-from opgraph.backends import numpy as numpy_backend
 from opgraph.backends.numpy import CompiledGraph
+from opgraph.backends.numpy import arena as numpy_backend
 from opgraph.errors import ExecutionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

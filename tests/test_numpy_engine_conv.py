@@ -1,4 +1,4 @@
-"""The NumPy engine's convolution kernel (``opgraph.ops.nn.conv_nd``, behind both ``conv2d`` and ``conv``).
+"""The NumPy engine's convolution kernel (``opgraph.backends.numpy.nn.conv_nd``, behind both ``conv2d`` and ``conv``).
 
 Every case is compared with ``torch.nn.functional.conv{1,2,3}d`` computed in
 float64 (asymmetric padding through ``F.pad``): groups 1, 2, depthwise and
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import opgraph
 from opcheck import noncontiguous
-from opgraph.core.registry import get_op
-from opgraph.ops.nn import conv_nd
+from opgraph.backends.numpy import BACKEND as NUMPY
+from opgraph.backends.numpy.nn import conv_nd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -89,7 +89,7 @@ def check_case(case: dict[str, Any]) -> None:
     assert got.dtype == dt and got.shape == want.shape
     np.testing.assert_allclose(got, want, **tol(dt))
     # The conv op kind (ONNX Conv) runs the same kernel.
-    conv = get_op("conv").kernel_for("numpy", 1)
+    conv = NUMPY.kernel_for("conv", 1)
     np.testing.assert_array_equal(conv(x, w, **geo), got)
 
 
@@ -167,7 +167,7 @@ def test_conv2d_and_conv_ops_agree(groups: int) -> None:
     a, c = opgraph.compile(b.freeze())(x=x, w=w)
     np.testing.assert_array_equal(a, c)
     np.testing.assert_allclose(a, torch_conv(x, w, (2, 1), ((1, 2), (0, 1)), (1, 2), groups), rtol=1e-4, atol=1e-4)
-    k2d = get_op("conv2d").kernel_for("numpy", 1)
+    k2d = NUMPY.kernel_for("conv2d", 1)
     unbatched = k2d(x[1], w, stride=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2), groups=groups)
     np.testing.assert_array_equal(unbatched, a[1])
 
@@ -183,7 +183,7 @@ def test_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPatch, budge
                                           xs: tuple[int, ...], ws: tuple[int, ...], stride: tuple[int, ...],
                                           padding: tuple[tuple[int, int], ...], groups: int) -> None:
     """Small column budgets force the other chunkings: one sample, blocks of groups, bands of rows."""
-    from opgraph.ops import nn
+    from opgraph.backends.numpy import nn
 
     monkeypatch.setattr(nn, "_COLS_BYTES", budget)
     monkeypatch.setattr(nn, "_MIN_GEMM_COLUMNS", min_columns)
@@ -203,7 +203,7 @@ def test_threaded_blas_layout(monkeypatch: pytest.MonkeyPatch, budget: int, xs: 
                               ws: tuple[int, ...], stride: tuple[int, ...],
                               padding: tuple[tuple[int, int], ...]) -> None:
     """With a threaded BLAS, dense convolutions put several samples in one product; same results."""
-    from opgraph.ops import nn
+    from opgraph.backends.numpy import nn
 
     monkeypatch.setattr(nn, "_blas_threads", lambda: 2)
     monkeypatch.setattr(nn, "_WIDE_COLS_BYTES", budget)

@@ -1,5 +1,5 @@
-"""The compiled depthwise convolution loop (``opgraph.ops.nn._depthwise_loop``, used by ``conv_nd`` when numba
-is loaded) against torch in float64: strides, symmetric and asymmetric padding, dilation, 3x3 and 5x5 (and
+"""The compiled depthwise convolution loop (``opgraph.backends.numpy.nn._depthwise_loop``, used by ``conv_nd``
+when numba is loaded) against torch in float64: strides, symmetric and asymmetric padding, dilation, 3x3 and 5x5 (and
 other) kernels, batch 1 and 2, float32 and float64, ``out=``, non-contiguous inputs; the loop against the
 NumPy paths; numba disabled still correct; compiling a graph loads the loop, ``import opgraph`` does not.
 """
@@ -16,9 +16,9 @@ import pytest
 
 import opgraph
 from opcheck import noncontiguous, torch_depthwise
+from opgraph.backends.numpy import nn
+from opgraph.backends.numpy.nn import conv_nd
 from opgraph.core import _accel
-from opgraph.ops import nn
-from opgraph.ops.nn import conv_nd
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
@@ -136,10 +136,9 @@ def test_compiled_graph_uses_the_loop(kind: str, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize("kind", ["conv2d", "conv"])
 def test_specialize_loads_the_loop_for_large_depthwise_only(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgraph.core.registry import get_op
     from opgraph.core.types import TensorType
 
-    specialize = get_op(kind).kernel_for("numpy", 1).specialize
+    specialize = opgraph.backends.numpy.BACKEND.kernel_for(kind, 1).specialize
     attrs = {"groups": 48}
     monkeypatch.setattr(nn, "_depthwise_jit", None)
     for x, w, groups in [((1, 48, 20, 20), (48, 1, 3, 3), 48),  # too small

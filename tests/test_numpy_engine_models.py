@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import opgraph
-import opgraph.ops.nn as nn_ops
+import opgraph.backends.numpy.nn as nn_ops
 import opgraph.ops.reduction as red_ops
 from opcheck import torch_depthwise
+from opgraph.backends.numpy.nn import conv_nd
 from opgraph.core.registry import get_op
-from opgraph.ops.nn import conv_nd
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -100,7 +100,7 @@ def scipy_softmax(x: np.ndarray, axis: int) -> np.ndarray:
 @pytest.mark.parametrize("shape,axis", [((2, 3, 49, 49), 3), ((4, 197), -1), ((5, 7, 3), 1), ((2, 5000), 1),
                                         ((3, 1), 1), ((0, 4), 1)])
 def test_softmax_matches_scipy(shape: tuple[int, ...], axis: int, dtype: Any) -> None:
-    kernel = get_op("softmax").kernels["numpy"]
+    kernel = get_op("softmax").kernel
     x = (np.random.default_rng(4).standard_normal(shape) * 4).astype(dtype)
     if x.size:
         x.reshape(-1)[::7] = -np.inf  # masked attention positions
@@ -124,7 +124,7 @@ def test_softmax_matches_scipy(shape: tuple[int, ...], axis: int, dtype: Any) ->
                                                  ((1, 40, 14, 14), (2, 3), True), ((1, 8, 40, 40), (3, 2), True),
                                                  ((2, 3, 4), (0, 2), True)])
 def test_mean_matches_numpy(shape: tuple[int, ...], axis: tuple[int, ...], keepdims: bool, dtype: Any) -> None:
-    kernel = get_op("mean").kernels["numpy"]
+    kernel = get_op("mean").kernel
     x = np.random.default_rng(5).standard_normal(shape).astype(dtype) + 3
     want = np.mean(x.astype(np.float64), axis=axis, keepdims=keepdims)
     out = np.empty(want.shape, dtype)

@@ -22,9 +22,9 @@ from opgraph.optim import Adagrad, Momentum, training_step
 from opgraph.passes import optimize
 from opgraph.passes.pipeline import NUMPY_COST, FusionCost, fusion_regions
 
-FMA = get_op("fma").kernel_for("numpy", 0)
-MOMENTUM = get_op("sgd_momentum_update").kernel_for("numpy", 0)
-ADAGRAD = get_op("adagrad_update").kernel_for("numpy", 0)
+FMA = get_op("fma").kernel_for(0)
+MOMENTUM = get_op("sgd_momentum_update").kernel_for(0)
+ADAGRAD = get_op("adagrad_update").kernel_for(0)
 
 
 def allocated(fn: Callable[[], Any]) -> int:

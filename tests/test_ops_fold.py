@@ -17,7 +17,7 @@ def _draw_infer(in_types: tuple, attrs: dict) -> tuple:
 
 def test_nondeterministic_kinds_never_fold() -> None:
     d = register_op(OpDef(name="test_fold_draw", id=50201, arity=1, infer=_draw_infer,
-                          kernels={"numpy": lambda x, out=None: x + np.random.random(x.shape)}, family="user"),
+                          kernel=lambda x, out=None: x + np.random.random(x.shape), family="user"),
                     replace=True)
     t = TensorType("float64", (2,))
     assert fold(d, {}, 12, [np.zeros(2)], [t], limit=16) is not None

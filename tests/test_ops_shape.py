@@ -209,7 +209,7 @@ def test_ids_and_family() -> None:
     for name, id in IDS.items():
         d = get_op(name)
         assert (d.id, d.family, get_op(id).name) == (id, "shape", name)
-        assert d.doc and "numpy" in d.kernels
+        assert d.doc and d.kernel is not None
     assert VIEW_OPS <= set(IDS)
 
 
@@ -411,9 +411,9 @@ def test_split_of_one_section_is_one_value() -> None:
 
 def test_copy_shares_no_memory_and_view_ops_copy_into_out() -> None:
     x = np.arange(6.0).reshape(2, 3)
-    fn = get_op("copy").kernel_for("numpy", 12)
+    fn = get_op("copy").kernel_for(12)
     assert not np.shares_memory(fn(x), x)
-    r = get_op("reshape").kernel_for("numpy", 12)
+    r = get_op("reshape").kernel_for(12)
     buf = np.empty(6)
     assert r(x, out=buf, shape=(6,)) is buf and not np.shares_memory(buf, x)
 
@@ -536,7 +536,7 @@ BITCAST_PAIRS = [("float32", "int32"), ("int32", "float32"), ("float64", "int64"
 def test_bitcast_id_and_family() -> None:
     d = get_op("bitcast")
     assert (d.id, d.family, get_op(717).name) == (717, "shape", "bitcast")
-    assert d.doc and "numpy" in d.kernels and d.grad is None
+    assert d.doc and d.kernel is not None and d.grad is None
 
 
 @pytest.mark.parametrize(("src", "dst"), BITCAST_PAIRS)

@@ -78,7 +78,7 @@ class BlockKernel:
     declared dtype(s) (NumPy's own promotion can differ from the graph's declared type for a block).
 
     >>> import numpy as np
-    >>> k = BlockKernel(get_op("exp").kernel_for("numpy", 0), {}, ("float32",), "exp")
+    >>> k = BlockKernel(get_op("exp").kernel_for(0), {}, ("float32",), "exp")
     >>> k(np.zeros(2, dtype=np.float32))
     array([1., 1.], dtype=float32)
     """
@@ -117,7 +117,9 @@ def block_kernel(info: OpInfo) -> BlockKernel:
     >>> block_kernel(OpInfo("exp", {}, (T("f8", (2,)),), (T("f8", (2,)),)))
     BlockKernel('exp')
     """
-    fn = get_op(info.kind).kernel_for("numpy", info.version)
+    from opgraph.backends.numpy import BACKEND as NUMPY
+
+    fn = NUMPY.kernel_for(info.kind, info.version)
     return BlockKernel(fn, info.attrs, [t.dtype.name for t in info.out_types], info.kind)  # type: ignore[union-attr]
 
 

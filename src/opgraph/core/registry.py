@@ -17,7 +17,7 @@ of its kinds is looked up. Users register their own kinds with
     ...     return (t,)
     >>> cube = register_op(OpDef(
     ...     name="doc_cube", id=50001, arity=1, infer=cube_infer,
-    ...     kernels={"numpy": lambda x, out=None: np.power(x, 3, out=out)},
+    ...     kernel=lambda x, out=None: np.power(x, 3, out=out),
     ...     elementwise=True, doc="x ** 3"))
     >>> get_op("doc_cube") is cube
     True
@@ -254,9 +254,12 @@ class OpDef:
       :class:`~opgraph.errors.OpTypeError` with a reason when inputs are bad.
     * ``version(in_types, attrs) -> int``: picks the version stored on the op
       (default: the promoted input dtype's code).
-    * ``kernels``: ``{backend: fn}`` or ``{(backend, version): fn}``; a kernel
-      is ``fn(*arrays, out=None, **attrs)`` returning an array (one output) or
-      a tuple; ``out`` is a preallocated array (or tuple of them) to write into.
+    * ``kernel``: the reference kernel, plain NumPy: ``fn(*arrays, out=None, **attrs)``
+      returning an array (one output) or a tuple; ``out`` is a preallocated array
+      (or tuple of them) to write into. ``kernels``: ``{version: fn}``, kernels of
+      single versions, which win over ``kernel`` (:meth:`kernel_for`). An engine's
+      own faster kernel is a rule of that engine (``@BACKEND.rule(kind)`` in
+      ``opgraph.backends.numpy``), not part of the op.
     * flags: ``elementwise``, ``commutative``, ``inplace`` (the input
       positions whose buffer an output may overwrite).
     * ``grad``: the reverse-mode rule, filled by the autodiff layer's families.
@@ -295,7 +298,8 @@ class OpDef:
     arity: int | None = None
     min_inputs: int = 0
     attrs: Mapping[str, Attr] = field(default_factory=dict)
-    kernels: dict[Any, Callable[..., Any]] = field(default_factory=dict)
+    kernel: Callable[..., Any] | None = None
+    kernels: dict[int, Callable[..., Any]] = field(default_factory=dict)
     version: VersionFn = default_version
     elementwise: bool = False
     commutative: bool = False
@@ -308,15 +312,20 @@ class OpDef:
     traits: frozenset[str] = frozenset()
     fold_guard: Callable[[Mapping[str, Any], Sequence[np.ndarray]], bool] | None = None
 
-    def kernel_for(self, backend: str, version: int) -> Callable[..., Any]:
-        """The kernel for a backend and version (a versioned kernel wins).
+    def __post_init__(self) -> None:
+        for key in self.kernels:
+            if not isinstance(key, int) or isinstance(key, bool):
+                raise TypeError(kernels_key_message(self.name, key))
 
-        >>> get_op("add").kernel_for("numpy", 12) is not None
+    def kernel_for(self, version: int) -> Callable[..., Any]:
+        """The reference kernel of ``version`` (a kernel of that version wins over :attr:`kernel`).
+
+        >>> get_op("add").kernel_for(12) is get_op("add").kernel
         True
         """
-        fn = self.kernels.get((backend, version)) or self.kernels.get(backend)
+        fn = self.kernels.get(version) or self.kernel
         if fn is None:
-            raise NotImplementedError(f"op {self.name!r} has no {backend} kernel")
+            raise NotImplementedError(f"op {self.name!r} has no kernel")
         return fn
 
     def normalise_attrs(self, raw: Mapping[str, Any]) -> Attrs:
@@ -350,6 +359,24 @@ class OpDef:
             raise OpTypeError(f"takes {self.arity} input(s), got {n}")
         if n < self.min_inputs:
             raise OpTypeError(f"takes at least {self.min_inputs} input(s), got {n}")
+
+
+def kernels_key_message(name: str, key: Any) -> str:
+    """What ``OpDef(kernels=...)`` says about a key that is not a version (the old per-backend form).
+
+    >>> print(kernels_key_message("cube", "numpy"))  # doctest: +NORMALIZE_WHITESPACE
+    op 'cube': kernels={'numpy': fn} is the old per-backend form; write OpDef(kernel=fn)
+    (and kernels={version: fn} for a kernel of one version)
+    >>> OpDef(name="cube", id=50009, infer=lambda t, a: t, kernels={"numpy": abs})
+    Traceback (most recent call last):
+    ...
+    TypeError: op 'cube': kernels={'numpy': fn} is the old per-backend form; write OpDef(kernel=fn) ...
+    """
+    if isinstance(key, tuple) and len(key) == 2:
+        return (f"op {name!r}: kernels={{{key!r}: fn}} is the old per-backend form; write "
+                f"OpDef(kernels={{{key[1]!r}: fn}}) (and kernel=fn for every other version)")
+    return (f"op {name!r}: kernels={{{key!r}: fn}} is the old per-backend form; write OpDef(kernel=fn) "
+            f"(and kernels={{version: fn}} for a kernel of one version)")
 
 
 _BY_NAME: dict[str, OpDef] = {}
@@ -421,7 +448,7 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
 
     >>> from opgraph.core.registry import register_op, OpDef
     >>> d = register_op(OpDef(name="doc_ident", id=50002, arity=1,
-    ...                       infer=lambda t, a: t, kernels={"numpy": lambda x, out=None: x}))
+    ...                       infer=lambda t, a: t, kernel=lambda x, out=None: x))
     >>> d.id
     50002
     """

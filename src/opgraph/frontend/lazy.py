@@ -523,7 +523,7 @@ def apply(kind: str | OpDef, *args: Any, **attrs: Any) -> Any:
 
 
 def _fold_small(node: _Node, r: Resolved) -> None:
-    """Compute a small op on known values at once (constant folding), with the kernel the NumPy engine runs.
+    """Compute a small op on known values at once (constant folding), with the op's reference kernel.
 
     Interactive use reads arrays element by element (``x[i] == y[i]``); building and running a graph for each
     would cost a millisecond. Anything the fold cannot do quietly (a kernel error, a warning, a result of

@@ -64,7 +64,7 @@ class Kernel:
         self.version = version
 
     def __call__(self, *args: Any) -> Any:
-        fn = get_op(self.kind).kernel_for("numpy", self.version)
+        fn = get_op(self.kind).kernel_for(self.version)
         return fn(*[np.asarray(a) for a in args], **dict(self.attrs))
 
     def __reduce__(self) -> tuple[Any, ...]:

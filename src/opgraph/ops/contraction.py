@@ -218,7 +218,7 @@ def _outer_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -
 
 
 register_op(OpDef(
-    name="matmul", id=600, arity=2, infer=_matmul_infer, kernels={"numpy": _matmul_kernel}, family=FAMILY,
+    name="matmul", id=600, arity=2, infer=_matmul_infer, kernel=_matmul_kernel, family=FAMILY,
     grad=_matmul_grad,
     doc="matmul(a, b): NumPy's matmul (1-D operands promoted then removed; batch dims broadcast)",
 ))
@@ -600,7 +600,7 @@ _einsum_kernel.specialize = _einsum_specialize  # type: ignore[attr-defined]
 
 
 register_op(OpDef(
-    name="einsum", id=601, arity=None, min_inputs=1, infer=_einsum_infer, kernels={"numpy": _einsum_kernel},
+    name="einsum", id=601, arity=None, min_inputs=1, infer=_einsum_infer, kernel=_einsum_kernel,
     attrs={"subscripts": Attr(attr_str, doc="Einstein summation subscripts, as np.einsum ('ij,jk->ik')"),
            "optimize": Attr(attr_str, "auto", "opt_einsum path optimizer ('auto', 'greedy', 'optimal', ...)")},
     family=FAMILY, grad=_einsum_grad,
@@ -673,7 +673,7 @@ def _tensordot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = Non
 
 
 register_op(OpDef(
-    name="tensordot", id=602, arity=2, infer=_tensordot_infer, kernels={"numpy": _tensordot_kernel},
+    name="tensordot", id=602, arity=2, infer=_tensordot_infer, kernel=_tensordot_kernel,
     attrs={"axes": Attr(attr_any, 2, "N (last N axes of a with first N of b) or (axes of a, axes of b)")},
     family=FAMILY, grad=_tensordot_grad,
     doc="tensordot(a, b, axes=2): NumPy's tensordot (negative int axes are rejected)",
@@ -715,7 +715,7 @@ def _vecdot_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, 
 
 
 register_op(OpDef(
-    name="vecdot", id=603, arity=2, infer=_vecdot_infer, kernels={"numpy": _vecdot_kernel},
+    name="vecdot", id=603, arity=2, infer=_vecdot_infer, kernel=_vecdot_kernel,
     attrs={"axis": Attr(attr_int, -1, "axis to contract, counted on each operand (negative: from the end)")},
     family=FAMILY, grad=_vecdot_grad,
     doc="vecdot(x1, x2, axis=-1): sum(conj(x1) * x2) over axis with broadcast batch dims (Array API, np.vecdot)",
@@ -735,7 +735,7 @@ def _outer_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -
 
 
 register_op(OpDef(
-    name="outer", id=604, arity=2, infer=_outer_infer, kernels={"numpy": _outer_kernel}, family=FAMILY,
+    name="outer", id=604, arity=2, infer=_outer_infer, kernel=_outer_kernel, family=FAMILY,
     grad=_outer_grad,
     doc="outer(a, b): NumPy's outer product of the flattened inputs, shape (a.size, b.size)",
 ))

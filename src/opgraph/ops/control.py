@@ -651,7 +651,7 @@ def _call_kernel(*args: np.ndarray, out: Any = None, body: Subgraph) -> Any:
 CALL = register_op(OpDef(
     name="call", id=1300, grad=_call_grad, infer=_call_infer, version=_version,
     attrs={"body": Attr(attr_subgraph, doc="the function called (a Subgraph)")},
-    kernels={"numpy": _call_kernel}, workspace=_call_workspace, family=FAMILY,
+    kernel=_call_kernel, workspace=_call_workspace, family=FAMILY,
     doc="call(*args, body): the results of the subgraph body on args (a function stored once, called by "
         "any number of call ops)",
 ))
@@ -691,7 +691,7 @@ COND = register_op(OpDef(
     name="cond", id=1301, grad=_cond_grad, min_inputs=1, infer=_cond_infer, version=_version,
     attrs={"then_body": Attr(attr_subgraph, doc="the branch taken when pred is true"),
            "else_body": Attr(attr_subgraph, doc="the branch taken when pred is false")},
-    kernels={"numpy": _cond_kernel}, workspace=_cond_workspace, family=FAMILY,
+    kernel=_cond_kernel, workspace=_cond_workspace, family=FAMILY,
     doc="cond(pred, *operands, then_body, else_body): then_body(*operands) if pred (a one-element tensor) "
         "is nonzero, else else_body(*operands); both branches return the same dtypes and ranks",
 ))
@@ -748,7 +748,7 @@ WHILE_LOOP = register_op(OpDef(
            "body": Attr(attr_subgraph, doc="(*consts, *carry) -> (*carry, *ys)"),
            "num_consts": Attr(attr_int, 0, "how many leading inputs are loop-invariant operands"),
            "max_trip": Attr(optional(attr_int), None, "stop after this many trips (None: no bound)")},
-    kernels={"numpy": _while_kernel}, workspace=_while_workspace, family=FAMILY,
+    kernel=_while_kernel, workspace=_while_workspace, family=FAMILY,
     doc="while_loop(*consts, *init, cond_body, body, num_consts=0, max_trip=None): carry = init; while "
         "cond_body(*consts, *carry) (and fewer than max_trip trips): carry, *ys = body(*consts, *carry); "
         "returns the final carry and each y stacked along a new leading axis of run-time length",
@@ -837,7 +837,7 @@ SCAN = register_op(OpDef(
            "num_carry": Attr(attr_int, 0, "how many inputs after the consts are the initial carry"),
            "length": Attr(optional(attr_int), None, "the trip count (None: the xs' leading length)"),
            "reverse": Attr(attr_bool, False, "scan from the last slice to the first")},
-    kernels={"numpy": _scan_kernel}, workspace=_scan_workspace, family=FAMILY,
+    kernel=_scan_kernel, workspace=_scan_workspace, family=FAMILY,
     doc="scan(*consts, *init, *xs, body, num_consts=0, num_carry=0, length=None, reverse=False): for each "
         "leading slice x_i of the xs (in reverse with reverse=True): carry, *y_i = body(*consts, *carry, "
         "*x_i); returns the final carry and the y_i stacked (jax.lax.scan)",

@@ -373,7 +373,7 @@ def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
         kernel.ufunc = ufunc  # type: ignore[attr-defined]
     nin = 1 if doc.startswith("unary") else 2
     return register_op(OpDef(
-        name=name, id=id, arity=nin, infer=infer, kernels={"numpy": kernel},
+        name=name, id=id, arity=nin, infer=infer, kernel=kernel,
         elementwise=True, commutative=commutative, inplace=tuple(range(nin)),
         family=FAMILY, doc=doc, grad=GRADS.get(name),
     ))
@@ -586,7 +586,7 @@ def _part_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 for _name, _id, _fn in (("real", 42, np.real), ("imag", 43, np.imag)):
     register_op(OpDef(
         name=_name, id=_id, arity=1, infer=_part_infer,
-        kernels={"numpy": with_out(lambda x, _f=_fn: np.array(_f(x), copy=True))},
+        kernel=with_out(lambda x, _f=_fn: np.array(_f(x), copy=True)),
         elementwise=True, family=FAMILY, doc=f"NumPy's {_name}: the {_name} part (identity on reals for real)",
         grad=GRADS[_name],
     ))
@@ -599,7 +599,7 @@ def _round_kernel(x: np.ndarray, out: Any = None) -> np.ndarray:
 
 
 register_op(OpDef(
-    name="round", id=29, arity=1, infer=lambda ts, a: (tensor(ts[0]),), kernels={"numpy": _round_kernel},
+    name="round", id=29, arity=1, infer=lambda ts, a: (tensor(ts[0]),), kernel=_round_kernel,
     elementwise=True, inplace=(0,), family=FAMILY, grad=no_grad,
     doc="round half to even, keeping the dtype (NumPy's round with decimals=0)",
 ))
@@ -624,7 +624,7 @@ def _where_kernel(cond: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any = Non
 
 
 register_op(OpDef(
-    name="where", id=400, arity=3, infer=_where_infer, kernels={"numpy": _where_kernel},
+    name="where", id=400, arity=3, infer=_where_infer, kernel=_where_kernel,
     # Not x (position 1): the kernel copies y into out before reading x.
     elementwise=True, inplace=(2,), family=FAMILY, grad=_where_grad,
     doc="where(cond, x, y): x where cond else y, with broadcasting (NumPy's where)",
@@ -652,7 +652,7 @@ def _cast_kernel(x: np.ndarray, out: Any = None, *, dtype: str) -> np.ndarray:
 
 register_op(OpDef(
     name="cast", id=401, arity=1, infer=_cast_infer, version=_cast_version,
-    attrs={"dtype": Attr(attr_dtype, doc="target dtype")}, kernels={"numpy": _cast_kernel},
+    attrs={"dtype": Attr(attr_dtype, doc="target dtype")}, kernel=_cast_kernel,
     elementwise=True, family=FAMILY, grad=_cast_grad,
     doc="cast(x, dtype): NumPy's astype with unsafe casting (the version encodes source and target dtype)",
 ))
@@ -666,7 +666,7 @@ def _clip_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 
 register_op(OpDef(
     name="clip", id=402, arity=3, infer=_clip_infer,
-    kernels={"numpy": lambda x, lo, hi, out=None: np.clip(x, lo, hi, out=out)},
+    kernel=lambda x, lo, hi, out=None: np.clip(x, lo, hi, out=out),
     elementwise=True, inplace=(0,), family=FAMILY, grad=_clip_grad,
     doc="clip(x, lo, hi): NumPy's clip with array bounds",
 ))
@@ -764,7 +764,7 @@ gelu.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
 register_op(OpDef(
     name="gelu", id=44, arity=1, infer=_gelu_infer,
     attrs={"approximate": Attr(_attr_approximate, "none", doc="'none' (x * Phi(x), through erf) or 'tanh'")},
-    kernels={"numpy": gelu}, elementwise=True, inplace=(0,), family=FAMILY, grad=_gelu_grad, decompose=_gelu_parts,
+    kernel=gelu, elementwise=True, inplace=(0,), family=FAMILY, grad=_gelu_grad, decompose=_gelu_parts,
     doc="gelu(x, approximate): x * Phi(x), or torch's tanh approximation; float32 by a NumPy kernel (at most "
         "5 ulp for x >= -1, absolute error 1e-7 * |x| below, as the erf formula), float64 by SciPy's ndtr",
 ))
@@ -928,7 +928,7 @@ def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
 silu.specialize = _specializer(  # type: ignore[attr-defined]
     silu, lambda attrs, compiled: _silu_direct if compiled else _silu_block, blocked=True, scratch=2)
 register_op(OpDef(
-    name="silu", id=45, arity=1, infer=_float_infer("silu"), kernels={"numpy": silu}, elementwise=True,
+    name="silu", id=45, arity=1, infer=_float_infer("silu"), kernel=silu, elementwise=True,
     inplace=(0,), family=FAMILY, grad=_silu_grad, decompose=_silu_parts,
     doc="silu(x): x * sigmoid(x) (swish); float32 by a NumPy kernel, sigmoid and product per cache-sized block "
         "(at most 5 ulp for x >= -87, measured), float64 exactly as x * sigmoid(x)",
@@ -1052,13 +1052,13 @@ hard_sigmoid.specialize = _specializer(  # type: ignore[attr-defined]
 register_op(OpDef(
     name="hard_sigmoid", id=46, arity=1, infer=_float_infer("hard_sigmoid"),
     attrs={"alpha": Attr(attr_float, 0.2, doc="slope"), "beta": Attr(attr_float, 0.5, doc="offset")},
-    kernels={"numpy": hard_sigmoid}, elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_sigmoid_grad,
+    kernel=hard_sigmoid, elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_sigmoid_grad,
     decompose=_hard_sigmoid_parts,
     doc="hard_sigmoid(x, alpha=0.2, beta=0.5): max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid); float32 by "
         "a blocked NumPy kernel",
 ))
 register_op(OpDef(
-    name="hard_swish", id=47, arity=1, infer=_float_infer("hard_swish"), kernels={"numpy": hard_swish},
+    name="hard_swish", id=47, arity=1, infer=_float_infer("hard_swish"), kernel=hard_swish,
     elementwise=True, inplace=(0,), family=FAMILY, grad=_hard_swish_grad, decompose=_hard_swish_parts,
     doc="hard_swish(x): x * max(0, min(1, x / 6 + 1/2)) (ONNX HardSwish, torch's hardswish); float32 by a "
         "blocked NumPy kernel (one compiled loop with numba)",

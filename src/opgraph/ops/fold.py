@@ -101,7 +101,7 @@ def fold(opdef: OpDef, attrs: Mapping[str, Any], version: int, args: Sequence[np
     if opdef.fold_guard is not None and not opdef.fold_guard(attrs, list(args)):
         return None
     try:
-        fn = opdef.kernel_for("numpy", version)
+        fn = opdef.kernel_for(version)
         if errstate is None:
             result = fn(*args, **attrs)
         else:

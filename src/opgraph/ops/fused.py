@@ -16,7 +16,7 @@ saves the intermediate array, not a rounding).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from math import prod
 from typing import Any
 
@@ -137,7 +137,7 @@ FMA_TEMPORARY_MAX = 1 << 16
 
 
 register_op(OpDef(
-    name="fma", id=1000, arity=3, infer=_fma_infer, kernels={"numpy": _fma_kernel},
+    name="fma", id=1000, arity=3, infer=_fma_infer, kernel=_fma_kernel,
     elementwise=True, inplace=(0, 1, 2), family=FAMILY,
     decompose=_fma_parts,
     doc="fma(a, b, c) = a * b + c with broadcasting, the product written into the result's buffer (two "
@@ -171,39 +171,8 @@ def _matmul_t_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None
     return np.asarray(np.matmul(a, b, out=out))
 
 
-def _matmul_ta(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a.T, b, out)  # type: ignore[no-any-return]
-
-
-def _matmul_tb(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b.T, out)  # type: ignore[no-any-return]
-
-
-def _matmul_tab(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    return np.matmul(a.T, b.T, out)  # type: ignore[no-any-return]
-
-
-def _matmul_t_specialize(in_types: Sequence[Any], out_types: Sequence[Any],
-                         attrs: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[()], tuple[()]] | None:
-    """For 2-D operands (where ``.T`` swaps the last two axes): one small function per transpose pattern.
-
-    >>> from opgraph.core.types import TensorType
-    >>> t = TensorType("f8", (2, 2))
-    >>> _matmul_t_specialize([t, t], [t], {"transpose_a": True, "transpose_b": False})[0].__name__
-    '_matmul_ta'
-    """
-    if any(t.shape is None or len(t.shape) != 2 for t in in_types):
-        return None
-    fn = {(False, False): np.matmul, (True, False): _matmul_ta, (False, True): _matmul_tb,
-          (True, True): _matmul_tab}[bool(attrs["transpose_a"]), bool(attrs["transpose_b"])]
-    return fn, (), ()
-
-
-_matmul_t_kernel.specialize = _matmul_t_specialize  # type: ignore[attr-defined]
-
-
 register_op(OpDef(
-    name="matmul_t", id=1001, arity=2, infer=_matmul_t_infer, kernels={"numpy": _matmul_t_kernel},
+    name="matmul_t", id=1001, arity=2, infer=_matmul_t_infer, kernel=_matmul_t_kernel,
     attrs={"transpose_a": Attr(attr_bool, False, "use a with its last two axes swapped"),
            "transpose_b": Attr(attr_bool, False, "use b with its last two axes swapped")},
     family=FAMILY,
@@ -477,7 +446,7 @@ def _momentum_kernel(p: np.ndarray, v: np.ndarray, g: np.ndarray, out: Any = Non
 register_op(OpDef(
     name="sgd_momentum_update", id=1010, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "mu": Attr(attr_float, doc="momentum")},
-    kernels={"numpy": _momentum_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    kernel=_momentum_kernel, inplace=(0, 1, 2), family=FAMILY,
     decompose=_momentum_parts,
     doc="sgd_momentum_update(p, v, g; lr, mu) -> (p - lr * v', v') with v' = mu * v + g",
 ))
@@ -509,7 +478,7 @@ def _adagrad_kernel(p: np.ndarray, acc: np.ndarray, g: np.ndarray, out: Any = No
 register_op(OpDef(
     name="adagrad_update", id=1011, arity=3, infer=lambda ts, a: _same_float_types(ts, 2),
     attrs={"lr": Attr(attr_float, doc="learning rate"), "eps": Attr(attr_float, doc="added to the root")},
-    kernels={"numpy": _adagrad_kernel}, inplace=(0, 1, 2), family=FAMILY,
+    kernel=_adagrad_kernel, inplace=(0, 1, 2), family=FAMILY,
     decompose=_adagrad_parts,
     doc="adagrad_update(p, acc, g; lr, eps) -> (p - lr * g / (sqrt(acc') + eps), acc') with acc' = acc + g * g",
 ))
@@ -578,7 +547,7 @@ register_op(OpDef(
     name="adam_update", id=1012, arity=4, infer=lambda ts, a: _same_float_types(ts, 3),
     attrs={**_ADAM_ATTRS, "bc1": Attr(_F, doc="bias correction 1 - beta1^t"),
            "bc2": Attr(_F, doc="bias correction 1 - beta2^t")},
-    kernels={"numpy": _adam_kernel}, inplace=(3,), family=FAMILY,
+    kernel=_adam_kernel, inplace=(3,), family=FAMILY,
     decompose=_adam_update_parts,
     doc="adam_update(p, m, v, g; lr, b1, c1, b2, c2, bc1, bc2, eps, square_first) -> (p', m', v') with "
         "m' = b1 * m + c1 * g, v' = b2 * v + c2 * g * g, p' = p - lr * (m' / bc1) / (sqrt(v' / bc2) + eps)",
@@ -596,7 +565,7 @@ def _adam_t_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 register_op(OpDef(
     name="adam_update_t", id=1013, arity=6, infer=_adam_t_infer, attrs=dict(_ADAM_ATTRS),
-    kernels={"numpy": _adam_t_kernel}, inplace=(3,), family=FAMILY,
+    kernel=_adam_t_kernel, inplace=(3,), family=FAMILY,
     decompose=_adam_update_t_parts,
     doc="adam_update_t(p, m, v, g, bc1, bc2; lr, b1, c1, b2, c2, eps, square_first): adam_update with the bias "
         "corrections 1 - beta^t as scalar inputs (a step count t that lives in the graph)",
@@ -698,7 +667,7 @@ class _Plan:
             for r in refs:
                 if r >= 0:
                     last_use[r] = i
-        fns = [get_op(kind).kernel_for("numpy", 0) for kind, *_ in program]
+        fns = [get_op(kind).kernel_for(0) for kind, *_ in program]
         self.whole: list[tuple[Any, tuple[int, ...], int]] = []
         for i, (_, *refs) in enumerate(program):
             reuse = -1
@@ -753,7 +722,7 @@ class _Plan:
             if i not in last_use and i < n - 1:  # a result nothing reads: its buffer is free again
                 free.setdefault(dt, []).append(slot)
             slot_of.append(slot)
-            steps.append((get_op(kind).kernel_for("numpy", 0), tuple(-r - 1 if r < 0 else nx + r for r in refs),
+            steps.append((get_op(kind).kernel_for(0), tuple(-r - 1 if r < 0 else nx + r for r in refs),
                           slot))
         return steps, slots
 
@@ -1201,7 +1170,7 @@ register_op(OpDef(
                                          "the last step is the result"),
            "approx": Attr(attr_bool, False, "results may differ from the unfused ops' by a few ulp (set by "
                                             "optimize(..., fast_math=True)): float32 programs then run compiled")},
-    kernels={"numpy": _fused_kernel}, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
+    kernel=_fused_kernel, elementwise=True, inplace=_INPLACE_POSITIONS, family=FAMILY,
     decompose=_fused_parts,
     doc="fused_elementwise(*xs, program, approx): a chain of elementwise ops run as one kernel; each step calls the "
         "same NumPy kernel as the unfused op (bit-identical results); large results are computed block by block in "

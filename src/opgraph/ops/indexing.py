@@ -158,7 +158,7 @@ def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: i
     kernel.__name__ = f"{name}_numpy"
     extra = {} if version is None else {"version": version}
     return register_op(OpDef(
-        name=name, id=id, arity=arity, infer=infer, attrs=attrs or {}, kernels={"numpy": kernel},
+        name=name, id=id, arity=arity, infer=infer, attrs=attrs or {}, kernel=kernel,
         family=FAMILY, doc=doc, grad=grad, inplace=inplace, **extra,
     ))
 

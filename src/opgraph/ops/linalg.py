@@ -135,7 +135,7 @@ def _op(name: str, id: int, infer: InferFn, kernel: Callable[..., Any], doc: str
         attrs: dict[str, Attr] | None = None, arity: int = 1) -> OpDef:
     kernel.__name__ = f"{name}_numpy"
     return register_op(OpDef(name=name, id=id, arity=arity, infer=infer, attrs=attrs or {},
-                             kernels={"numpy": kernel}, family=FAMILY, doc=doc, grad=_LINALG_GRADS.get(name)))
+                             kernel=kernel, family=FAMILY, doc=doc, grad=_LINALG_GRADS.get(name)))
 
 
 # ---------------------------------------------------------------- gradient rules

@@ -283,14 +283,14 @@ _REDUCTION_GRADS: dict[str, Callable[..., Any]] = {
 
 for _name, _id, _fn in REDUCTIONS:
     register_op(OpDef(
-        name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernels={"numpy": _reduce_kernel(_name, _fn)},
+        name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernel=_reduce_kernel(_name, _fn),
         attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY, grad=_REDUCTION_GRADS[_name],
         doc=f"{_name}(x, axis=None, keepdims=False): NumPy's {_fn.__name__} over the given axes",
     ))
 
 for _name, _id, _fn in MOMENTS:
     register_op(OpDef(
-        name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernels={"numpy": _moment_kernel(_name, _fn)},
+        name=_name, id=_id, arity=1, infer=_reduce_infer(_name), kernel=_moment_kernel(_name, _fn),
         attrs={"axis": _AXES, "keepdims": _KEEPDIMS, "correction": _CORRECTION}, family=FAMILY,
         grad=_REDUCTION_GRADS[_name],
         doc=f"{_name}(x, axis=None, keepdims=False, correction=0.0): NumPy's {_fn.__name__} with ddof=correction",
@@ -318,7 +318,7 @@ def _arg_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 for _name, _id, _fn in (("argmax", 510, np.argmax), ("argmin", 511, np.argmin)):
     register_op(OpDef(
-        name=_name, id=_id, arity=1, infer=_arg_infer(_name), kernels={"numpy": _arg_kernel(_name, _fn)},
+        name=_name, id=_id, arity=1, infer=_arg_infer(_name), kernel=_arg_kernel(_name, _fn),
         attrs={"axis": Attr(optional(attr_int), None, "axis to search; None searches the flattened array"),
                "keepdims": _KEEPDIMS},
         family=FAMILY, grad=no_grad,
@@ -362,7 +362,7 @@ def _cum_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 for _name, _id, _fn in (("cumsum", 520, np.cumsum), ("cumprod", 521, np.cumprod)):
     register_op(OpDef(
-        name=_name, id=_id, arity=1, infer=_cum_infer(_name), kernels={"numpy": _cum_kernel(_name, _fn)},
+        name=_name, id=_id, arity=1, infer=_cum_infer(_name), kernel=_cum_kernel(_name, _fn),
         attrs={"axis": Attr(optional(attr_int), None, "axis to accumulate along; None flattens first")},
         family=FAMILY, grad=_cumsum_grad if _name == "cumsum" else _cumprod_grad,
         doc=f"{_name}(x, axis=None): NumPy's {_fn.__name__} (axis None: over the flattened array)",
@@ -403,7 +403,7 @@ def _logsumexp_kernel(x: np.ndarray, out: np.ndarray | None = None, *, axis: tup
 
 
 register_op(OpDef(
-    name="logsumexp", id=530, arity=1, infer=_reduce_infer("logsumexp"), kernels={"numpy": _logsumexp_kernel},
+    name="logsumexp", id=530, arity=1, infer=_reduce_infer("logsumexp"), kernel=_logsumexp_kernel,
     attrs={"axis": _AXES, "keepdims": _KEEPDIMS}, family=FAMILY, grad=_logsumexp_grad,
     doc="logsumexp(x, axis=None, keepdims=False): log(sum(exp(x))) computed stably, as scipy.special.logsumexp",
 ))

@@ -93,7 +93,7 @@ def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, *, arity: i
     extra = {} if version is None else {"version": version}
     return register_op(OpDef(
         name=name, id=id, arity=arity, min_inputs=min_inputs, infer=infer, attrs=attrs or {},
-        kernels={"numpy": kernel}, family=FAMILY, doc=doc, grad=_SHAPE_GRADS.get(name), **extra,
+        kernel=kernel, family=FAMILY, doc=doc, grad=_SHAPE_GRADS.get(name), **extra,
     ))
 
 

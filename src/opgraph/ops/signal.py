@@ -181,7 +181,7 @@ def _g_irfft(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> l
 def _register(name: str, id: int, infer: Any, kernel: Any, doc: str, grad: Any, *, inverse_attr: bool) -> OpDef:
     kernel.__name__ = f"{name}_numpy"
     return register_op(OpDef(
-        name=name, id=id, arity=1, infer=infer, attrs=_attrs(inverse_attr), kernels={"numpy": kernel},
+        name=name, id=id, arity=1, infer=infer, attrs=_attrs(inverse_attr), kernel=kernel,
         family=FAMILY, doc=doc, grad=grad,
     ))
 

@@ -95,7 +95,7 @@ def _register(id_: int, name: str, desc: str, kernel: Kernel | None = None, *, r
     register_op(OpDef(
         name=name, id=id_, arity=None, infer=_infer, version=_version,
         attrs={"nout": Attr(attr_int, 1, "number of outputs (from the file's record)")},
-        kernels={"numpy": kernel} if kernel is not None else {},
+        kernel=kernel,
         family=FAMILY, doc=f"TensCalc {name}: {desc}",
     ))
 
@@ -118,7 +118,7 @@ def tenscalc_op(id_: int, name: str, desc: str, *, multi: bool = False) -> Calla
     float64 results and ``out=``.
 
     >>> from opgraph.core.registry import get_op
-    >>> KERNELS["Ssum"] is ssum, get_op("Ssum").kernel_for("numpy", 0) is ssum
+    >>> KERNELS["Ssum"] is ssum, get_op("Ssum").kernel_for(0) is ssum
     (True, True)
     >>> ssum(np.array([1, 1]), np.array(1.0), np.array(2.0), nout=2)
     Traceback (most recent call last):

@@ -24,7 +24,7 @@ import numpy as np
 from opgraph.core import hooks, progress
 from opgraph.core.feeds import coerce_feed, input_id, value_id
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST, get_op
+from opgraph.core.registry import CONST
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError, GraphError
 
@@ -73,6 +73,10 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
         refs = [0] * graph.num_values
     pinned = set(target_ids)
 
+    # The NumPy engine's kernels (its fast ones where it has them), as compiled programs run them; imported
+    # here, not at the top, so that `import opgraph` (which installs this module as Graph.run) stays light.
+    from opgraph.backends.numpy import BACKEND as engine
+
     kernels: dict[tuple[int, int], Callable[..., Any]] = {}
     attr_dicts: dict[int, dict[str, Any]] = {}
     in_ptr, in_ids, out_ptr, out_ids = (graph.in_ptr.tolist(), graph.in_ids.tolist(),
@@ -88,7 +92,7 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
         fn = kernels.get(kkey)
         if fn is None:
             try:
-                fn = kernels[kkey] = get_op(kind).kernel_for(backend, versions[op])
+                fn = kernels[kkey] = engine.kernel_for(kind, versions[op])
             except (KeyError, NotImplementedError) as exc:
                 raise ExecutionError(f"op {op} ({graph.kind_of(op)}): {exc}") from None
         attrs = attr_dicts.get(attr_ids[op])

@@ -1,11 +1,10 @@
-"""The numpy backend: a planned graph as a flat program writing into one preallocated arena.
+"""The arena runtime: a planned graph as a flat program writing into one preallocated arena.
 
-The backend's rule table is every op's NumPy kernel (``OpDef.kernels["numpy"]``),
-so it runs every op kind. :meth:`NumpyBackend.compile_graph` plans the memory
-of a graph (:mod:`opgraph.memory`), allocates the arena once (one ``np.empty``
-of bytes, every planned value a typed view of it) and turns the schedule into
-a list of ``(kernel, input slots, output slot, attrs)``; a call only runs that
-list, each kernel writing into its planned buffer through ``out=``.
+:class:`CompiledGraph` plans the memory of a graph (:mod:`opgraph.memory`),
+allocates the arena once (one ``np.empty`` of bytes, every planned value a
+typed view of it) and turns the schedule into a list of ``(kernel, input
+slots, output slot, attrs)``; a call only runs that list, each kernel writing
+into its planned buffer through ``out=``.
 
     >>> import numpy as np, opgraph
     >>> from opgraph.backends.numpy import CompiledGraph
@@ -32,24 +31,22 @@ without ``out=``); results that are views of planned memory are copied.
 
 from __future__ import annotations
 
-import keyword
-import linecache
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from opgraph.backends.base import Backend, Executable, OpInfo
+from opgraph.backends.numpy.buffers import aligned_empty, typed_view
+from opgraph.backends.numpy.codegen import Codegen, failing_op
 from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds
 from opgraph.core.feeds import value_id as _value_id
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST, all_ops, get_op
+from opgraph.core.registry import CONST, get_op
 from opgraph.errors import ExecutionError, GraphError
 from opgraph.memory.limit import check_memory_limit
-from opgraph.memory.plan import ALIAS, ALIGN, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
+from opgraph.memory.plan import ALIAS, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
 
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
 """(kernel, input value ids, output value ids, attrs, op, mode); mode 1: one planned output,
@@ -68,24 +65,12 @@ WORKSPACE_LIMIT = 4 * 2**20
 """Bytes of kernel workspace above which a batched op runs on slices of the batch."""
 BATCH_SLICED = frozenset({"max_pool2d", "avg_pool2d"})
 """Ops computed sample by sample along axis 0 of their first input (other inputs whole). The convolution
-kernel (``opgraph.ops.nn.conv_nd``) bounds its own im2col workspace, so it is not among them."""
+kernel (``opgraph.backends.numpy.nn.conv_nd``) bounds its own im2col workspace, so it is not among them."""
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """A ``uint8`` array of ``nbytes`` whose data starts at a multiple of 64 bytes.
-
-    >>> a = aligned_empty(100)
-    >>> a.nbytes, a.ctypes.data % 64
-    (100, 0)
-    """
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes]
-
-
-def _view(buf: np.ndarray, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    return buf[offset:offset + nbytes].view(dtype).reshape(shape)
-
+CODEGEN_LIMIT = 20_000
+"""Programs of at most this many kernels run as one generated Python function; longer ones run in a loop
+over the program (generating and compiling the source of a very long function costs more than it saves)."""
 
 class CompiledGraph:
     """A graph compiled for repeated evaluation; see the module doc.
@@ -131,7 +116,7 @@ class CompiledGraph:
             if b == 0:
                 view = views.get((off, tid))
                 if view is None:
-                    view = views[off, tid] = _view(self.arena, off, nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+                    view = views[off, tid] = typed_view(self.arena, off, nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
                 self._slots[v] = view
             else:
                 self._bin_values.setdefault(b, []).append((v, off, nbytes[v] or 0, t.dtype, t.shape))  # type: ignore[union-attr]
@@ -151,7 +136,7 @@ class CompiledGraph:
                 self._state_bufs[b] = [aligned_empty(bn.size), aligned_empty(bn.size)]
                 self._swap[bn.owner] = b
         self._state_views = {
-            par: {v: _view(bufs[par], *e[1:]) for b, bufs in self._state_bufs.items() for (v, *_r), e in
+            par: {v: typed_view(bufs[par], *e[1:]) for b, bufs in self._state_bufs.items() for (v, *_r), e in
                   ((x, x) for x in self._bin_values.get(b, []))}
             for par in (0, 1)
         }
@@ -188,6 +173,7 @@ class CompiledGraph:
         op_kind, op_version, op_attr = g.op_kind.tolist(), g.op_version.tolist(), g.op_attr.tolist()
         kind_of = p.kind
         sliced = {get_op(name).id for name in BATCH_SLICED}
+        from opgraph.backends.numpy import BACKEND as engine  # the package imports this module first
         for op in p.schedule.tolist():
             kind = op_kind[op]
             if kind == CONST.id:
@@ -196,7 +182,7 @@ class CompiledGraph:
             fn = kernels.get(key)
             if fn is None:
                 try:
-                    fn = kernels[key] = get_op(kind).kernel_for(self.backend, key[1])
+                    fn = kernels[key] = engine.kernel_for(kind, key[1])
                 except (KeyError, NotImplementedError) as exc:
                     raise ExecutionError(f"op {op} ({g.kind_of(op)}): {exc}") from None
             aid = op_attr[op]
@@ -257,7 +243,7 @@ class CompiledGraph:
         :meth:`_execute` runs)."""
         fn = self._gen[parity]
         if fn is None and len(self.program) <= CODEGEN_LIMIT:
-            fn = self._gen[parity] = _Codegen(self, parity).build()
+            fn = self._gen[parity] = Codegen(self, parity).build()
         return fn
 
     def _signature(self, keys: tuple[Any, ...]) -> _Signature:
@@ -307,7 +293,7 @@ class CompiledGraph:
         except GraphError:
             raise
         except Exception as exc:
-            op = _failing_op(exc, fn)
+            op = failing_op(exc, fn)
             if op is None:
                 raise
             raise ExecutionError(f"op {op} ({g.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
@@ -375,7 +361,7 @@ class CompiledGraph:
 
     @property
     def code(self) -> str:
-        """The Python source a call runs (generated on first use; see :class:`_Codegen`).
+        """The Python source a call runs (generated on first use; see :class:`~opgraph.backends.numpy.codegen.Codegen`).
 
         >>> import opgraph
         >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.op("exp", x))
@@ -411,7 +397,7 @@ class CompiledGraph:
         for b in self._output_bins:
             buf = fresh[b] = aligned_empty(self.plan.bins[b].size)
             for v, off, nb, dt, shape in self._bin_values.get(b, ()):
-                slots[v] = _view(buf, off, nb, dt, shape)
+                slots[v] = typed_view(buf, off, nb, dt, shape)
         for v, view in self._state_views[self._parity].items():
             slots[v] = view
         self._execute(slots)
@@ -548,227 +534,6 @@ def _shares_planned(x: np.ndarray, slots: list[Any], ins: Sequence[int]) -> bool
     return any(isinstance(slots[i], np.ndarray) and np.shares_memory(x, slots[i]) for i in ins)
 
 
-CODEGEN_LIMIT = 20_000
-"""Programs of at most this many kernels run as one generated Python function; longer ones run in a loop
-over the program (generating and compiling the source of a very long function costs more than it saves)."""
-
-SMALL_OUTPUT_BIN = 1 << 16
-"""An output buffer of at most this many bytes that the plan shares between several values (values that die
-before the output is computed) is allocated per value instead: a few small arrays cost less per call than
-views of one buffer."""
-
-
-def _copy(a: Any) -> np.ndarray:
-    return np.array(a, copy=True)
-
-
-def _own(x: Any, ins: tuple[Any, ...]) -> np.ndarray:
-    """A result the kernel allocated, copied if it is a view of one of the op's inputs (planned memory)."""
-    x = np.asarray(x)
-    if not x.flags.owndata and any(isinstance(i, np.ndarray) and np.shares_memory(x, i) for i in ins):
-        x = x.copy()
-    return x
-
-
-def _failing_op(exc: BaseException, fn: Callable[..., Any]) -> int | None:
-    """The op whose line of the generated function ``fn`` raised ``exc`` (None if it was not raised there)."""
-    tb = exc.__traceback__
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code is fn.__code__:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    ops: list[int] = fn.line_op  # type: ignore[attr-defined]
-    return ops[line - 1] if line is not None and 0 < line <= len(ops) and ops[line - 1] >= 0 else None
-
-
-class _Codegen:
-    """Writes a compiled program as one straight-line Python function, as torch.fx emits code.
-
-    A kernel may offer ``kernel.specialize(in_types, out_types, attrs)``, returning ``(call, before, after)``
-    where ``call(*inputs, *before, out, *after)`` (all positional: keywords cost a NumPy call a quarter of
-    its time on small arrays) writes the op's result into ``out`` for inputs of exactly these types, e.g.
-    ``np.add.reduce(x, axis, None, out, keepdims)``; or None. The generated line then calls it directly. As
-    the hook runs once per op when the program is built, a kernel may also use it to prepare (load numba's
-    loops for inputs this large) and return None.
-
-    Everything that is the same on every call is bound once, as a global of the function: each kernel
-    (a NumPy ufunc itself where the op's kernel is a plain ufunc), its attributes, the arena views, the
-    constants, the state buffers of one parity, and the results of view ops on any of these (a reshape
-    of an arena buffer is computed here, not per call). What remains per call is one line per kernel:
-    ``k3(v1, s7, out=s9)``. Locals are the fed inputs, the fresh output buffers and values the kernels
-    allocate; they die when the function returns. Line numbers map back to ops for error messages.
-    """
-
-    def __init__(self, cg: CompiledGraph, parity: int) -> None:
-        self.cg = cg
-        self.parity = parity
-        self.ns: dict[str, Any] = {"_copyto": np.copyto, "_empty": np.empty, "_aligned_empty": aligned_empty,
-                                   "_asarray": np.asarray, "_own": _own, "_copy": _copy, "_tuple": tuple,
-                                   "_zip": zip}
-        self.static: dict[int, Any] = {}
-        self.names: dict[int, str] = {}
-        self.lines: list[str] = []
-        self.line_op: list[int] = [-1]  # line 1 is the def
-        self._bound: dict[int, str] = {}
-
-    def bind(self, prefix: str, obj: Any) -> str:
-        """A global of the generated function holding ``obj`` (one per object)."""
-        name = self._bound.get(id(obj))
-        if name is None:
-            name = self._bound[id(obj)] = f"{prefix}{len(self.ns)}"
-            self.ns[name] = obj
-        return name
-
-    def emit(self, line: str, op: int = -1) -> None:
-        self.lines.append("    " + line)
-        self.line_op.append(op)
-
-    def ref(self, v: int) -> str:
-        return self.names[v]
-
-    def set_static(self, v: int, arr: Any) -> None:
-        self.static[v] = arr
-        self.names[v] = self.bind("s", arr)
-
-    def kwargs(self, attrs: Mapping[str, Any]) -> str:
-        parts = []
-        for k, val in attrs.items():
-            if k.isidentifier() and not keyword.iskeyword(k):
-                parts.append(f", {k}={self.bind('a', val)}")
-            else:  # not a Python name: passed through a bound dict
-                return f", **{self.bind('a', dict(attrs))}"
-        return "".join(parts)
-
-    def build(self) -> Callable[..., Any]:
-        cg, p = self.cg, self.cg.plan
-        for v, s in enumerate(cg._slots):
-            if s is not None:
-                self.set_static(v, s)
-        for v, view in cg._state_views[self.parity].items():
-            self.set_static(v, view)
-        params = []
-        other = cg._state_views[self.parity ^ 1]
-        for v in cg._needed_inputs:
-            self.static.pop(v, None)
-            self.names[v] = f"v{v}"
-            src = cg._carried.get(v)
-            # a carried input defaults to the buffer the previous call (of the other parity) wrote
-            params.append(f"v{v}" if src is None else f"v{v}={self.bind('s', other[src])}")
-        for b in cg._output_bins:
-            entries = cg._bin_values.get(b, [])
-            if len(entries) == 1 and entries[0][1] == 0:
-                v, _off, _nb, dt, shape = entries[0]
-                self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
-                self.names[v] = f"v{v}"
-                continue
-            small = p.bins[b].size <= SMALL_OUTPUT_BIN
-            if not small:
-                self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})")
-            same: dict[tuple[int, np.dtype, tuple[int, ...]], str] = {}  # an in-place chain shares one view
-            for v, off, nb, dt, shape in entries:
-                name = same.get((off, dt, tuple(shape)))
-                if name is None:
-                    name = same[off, dt, tuple(shape)] = f"v{v}"
-                    if small:  # its own small array: cheaper than a view of a shared buffer, and always safe
-                        self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
-                    else:
-                        self.emit(f"v{v} = _b{b}[{off}:{off + nb}].view({self.bind('d', dt)})"
-                                  f".reshape({tuple(shape)!r})")
-                self.names[v] = name
-        for fn, ins, outs, attrs, op, mode in cg.program:
-            self.step(fn, ins, outs, attrs, op, mode)
-        outputs = [self.ref(v) if v in cg._own_output else f"_copy({self.ref(v)})" for v in cg.outputs]
-        sources = [self.ref(src) for src, _dst in cg.updates]
-        self.emit(f"return {_tuple_expr(outputs)}, {_tuple_expr(sources)}")
-        src = f"def _program({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
-        filename = f"<opgraph program {id(cg):x}.{self.parity}>"
-        code = compile(src, filename, "exec")
-        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the line
-        weakref.finalize(cg, linecache.cache.pop, filename, None)
-        # The source holds only names made here, integers and shapes; every value from the graph
-        # (attributes, constants, dtypes) is bound as a global, never written into the text.
-        exec(code, self.ns)
-        fn = self.ns["_program"]
-        fn.line_op = self.line_op
-        fn.source = src
-        return fn  # type: ignore[no-any-return]
-
-    def step(self, fn: Callable[..., Any], ins: tuple[int, ...], outs: tuple[int, ...], attrs: dict[str, Any],
-             op: int, mode: int) -> None:
-        cg = self.cg
-        args = ", ".join(self.ref(i) for i in ins)
-        direct = getattr(fn, "ufunc", None)
-        if mode == 1 and isinstance(direct, np.ufunc) and not attrs:
-            # a ufunc given out always writes into it; out as a positional argument is parsed faster
-            self.emit(f"{self.bind('u', direct)}({args}, {self.ref(outs[0])})", op)
-            return
-        specialize = getattr(fn, "specialize", None)
-        if mode == 1 and specialize is not None:
-            g = cg.graph
-            got = specialize([g.type_of(i) for i in ins], [g.type_of(v) for v in outs], attrs)
-            if got is not None:  # a call that writes into out, for exactly these types
-                call, before, after = got
-                parts = [args, *(self.bind("a", x) for x in before), self.ref(outs[0]),
-                         *(self.bind("a", x) for x in after)]
-                self.emit(f"{self.bind('r', call)}({', '.join(parts)})", op)
-                return
-        k, kw = self.bind("k", fn), self.kwargs(attrs)
-        if mode == 1:
-            o = self.ref(outs[0])
-            self.emit(f"_r = {k}({args}, out={o}{kw})", op)
-            self.emit(f"if _r is not {o}: _copyto({o}, _r, casting='unsafe')", op)
-        elif mode == 4:
-            if all(i in self.static for i in ins) and self.precompute(fn, ins, outs, attrs):
-                return
-            for v in outs:
-                self.names[v] = f"v{v}"
-            target = f"v{outs[0]}" if len(outs) == 1 else ", ".join(f"v{v}" for v in outs) + ","
-            self.emit(f"{target} = {k}({args}{kw})", op)
-        elif mode == 3:
-            o, x = self.ref(outs[0]), self.ref(ins[0])
-            rest = "".join(f", {self.ref(i)}" for i in ins[1:])
-            self.emit(f"for _sl in {self.bind('c', cg._chunks[op])}:", op)
-            self.emit(f"    _p = {o}[_sl]; _r = {k}({x}[_sl]{rest}, out=_p{kw})", op)
-            self.emit("    if _r is not _p: _copyto(_p, _r, casting='unsafe')", op)
-        elif mode == 2:
-            self.emit(f"_os = {_tuple_expr([self.ref(v) for v in outs])}; _r = {k}({args}, out=_os{kw})", op)
-            self.emit("for _o, _x in _zip(_os, _r):", op)
-            self.emit("    if _x is not _o: _copyto(_o, _x, casting='unsafe')", op)
-        else:
-            self.emit(f"_r = {k}({args}{kw})", op)
-            results = ["_r"]
-            if len(outs) != 1:
-                self.emit("_r = _tuple(_r)", op)
-                results = [f"_r[{i}]" for i in range(len(outs))]
-            for v, x in zip(outs, results, strict=True):
-                if cg.plan.kind[v] == PLANNED:
-                    self.emit(f"_copyto({self.ref(v)}, _asarray({x}), casting='unsafe')", op)
-                else:
-                    self.names[v] = f"v{v}"
-                    self.emit(f"v{v} = _own({x}, {_tuple_expr([self.ref(i) for i in ins])})", op)
-
-    def precompute(self, fn: Callable[..., Any], ins: tuple[int, ...], outs: tuple[int, ...],
-                   attrs: dict[str, Any]) -> bool:
-        """Compute a view op on fixed buffers once; False where the kernel copies (a view must stay a view)."""
-        srcs = [self.static[i] for i in ins]
-        try:
-            r = fn(*srcs, **attrs)
-        except Exception:  # run it per call instead, where the error names the op
-            return False
-        rs = (r,) if len(outs) == 1 else tuple(r)
-        views = [a for a in srcs if isinstance(a, np.ndarray)]
-        if not all(isinstance(x, np.ndarray) and any(np.may_share_memory(x, a) for a in views) for x in rs):
-            return False
-        for v, x in zip(outs, rs, strict=True):
-            self.set_static(v, x)
-        return True
-
-
-def _tuple_expr(items: Sequence[str]) -> str:
-    return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")" if items else "()"
-
-
 class EvalContext:
     """Incremental evaluation (Owl, seed 003): values persist between requests.
 
@@ -805,7 +570,7 @@ class EvalContext:
         self._bufs = [aligned_empty(b.size) for b in p.bins]
         for v, (b, off) in p.placement.items():
             t = g.type_of(v)
-            self.slots[v] = _view(self._bufs[b], off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
+            self.slots[v] = typed_view(self._bufs[b], off, p.nbytes[v] or 0, t.dtype, t.shape)  # type: ignore[union-attr]
         for op in np.flatnonzero(g.op_kind == CONST.id).tolist():
             v = int(g.op_outputs(op)[0])
             self.slots[v] = g.constant_of(op)
@@ -897,54 +662,3 @@ class EvalContext:
             news = [(dst, self.get(src)) for src, dst in self.compiled.updates]
             for dst, arr in news:
                 self.set(dst, arr)
-
-
-class _ArenaExecutable(Executable):
-    """A :class:`CompiledGraph` called positionally, as the runtime calls every backend's executables."""
-
-    def __init__(self, compiled: CompiledGraph) -> None:
-        self.compiled = compiled
-        self._inputs = compiled.graph.inputs.tolist()
-
-    def __call__(self, args: Sequence[Any]) -> list[Any]:
-        return self.compiled(dict(zip(self._inputs, args, strict=True)))
-
-
-class NumpyBackend(Backend):
-    """The default backend: every op's NumPy kernel, run by the arena runtime (:class:`CompiledGraph`)."""
-
-    @staticmethod
-    def has_kernel(kind: str) -> bool:
-        """True when op ``kind`` has a NumPy kernel (any version); the registry is asked, so user ops count too.
-
-        >>> NumpyBackend.has_kernel("add"), NumpyBackend.has_kernel("no_such_kind")
-        (True, False)
-        """
-        try:
-            d = get_op(kind)
-        except KeyError:
-            return False
-        return any(k == "numpy" or (isinstance(k, tuple) and k[0] == "numpy") for k in d.kernels)
-
-    def kinds(self) -> frozenset[str]:
-        return frozenset(d.name for d in all_ops() if self.has_kernel(d.name))
-
-    def why_not(self, info: OpInfo) -> str | None:
-        return None if self.has_kernel(info.kind) else f"op {info.kind!r} has no numpy kernel"
-
-    def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
-                 attrs: Mapping[str, Any] | None = None) -> bool:
-        return self.has_kernel(kind)
-
-    def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
-                      schedule: str | np.ndarray = "best", plan: MemoryPlan | None = None,
-                      memory_limit: Any = "auto", **options: Any) -> Executable:
-        """The arena runtime on ``graph`` (``schedule``/``plan``/``memory_limit`` as for :class:`CompiledGraph`)."""
-        self.check_device(device)
-        if options:
-            raise TypeError(f"the numpy backend takes no option(s) {sorted(options)}")
-        return _ArenaExecutable(CompiledGraph(graph, schedule=schedule, plan=plan, memory_limit=memory_limit))
-
-
-BACKEND = NumpyBackend(
-    "numpy", doc="NumPy kernels in one planned memory arena (the default; always available)")
