@@ -19,6 +19,7 @@ from opgraph.backends.base import OpInfo
 from opgraph.backends.jax import BACKEND
 from opgraph.backends.jax.dtypes import promoting
 
+# relu is an elementwise map like those of elementwise.py, so it promotes as they do; a NaN stays NaN as in NumPy
 BACKEND.rules_from({
     "relu": lambda x: jnp.where(x > 0, x, jnp.where(jnp.isnan(x), x, jnp.zeros((), x.dtype)))
     if jnp.issubdtype(x.dtype, jnp.floating) else jnp.maximum(x, jnp.zeros((), x.dtype)),
