@@ -22,8 +22,8 @@ graph and computing ``y`` on the cluster:
   threaded scheduler and on the 2-worker cluster; and opgraph's cost per op of building the dask graph for a chain
   of K elementwise ops, next to the same chain written in ``dask.array``.
 
-Every worker's peak RSS is read at the end by ``opgraph.backends.dask.worker_memory`` (its VmHWM), against its
-``memory_limit``.
+Every worker's peak RSS is read at the end by ``opgraph.backends.dask.chunking.worker_memory`` (its VmHWM),
+against its ``memory_limit``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def worker_report(client: Any, first_workers: set[str]) -> dict[str, Any]:
     except TimeoutError:
         pass
     info = client.scheduler_info()["workers"]
-    from opgraph.backends.dask import worker_memory
+    from opgraph.backends.dask.chunking import worker_memory
 
     facts = client.run(_worker_facts, on_error="ignore")
     added = {e.get("worker") for _, e in client.get_events("all") if e.get("action") == "add-worker"}

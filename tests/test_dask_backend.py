@@ -20,8 +20,8 @@ da = pytest.importorskip("dask.array", reason="the dask engine is an optional ex
 distributed = pytest.importorskip("distributed", reason="the dask engine is an optional extra; make test installs it")
 
 import opgraph  # noqa: E402
-from opgraph.backends import dask as dask_backend  # noqa: E402
 from opgraph.backends.base import BackendError  # noqa: E402
+from opgraph.backends.dask import chunking as dask_chunking  # noqa: E402
 
 WORKER_LIMIT = 512 << 20
 
@@ -213,11 +213,11 @@ def test_input_larger_than_worker_memory(client: Any, tmp_path: Path) -> None:
                                                                                   for k, v in p.items()})
     np.testing.assert_allclose(got, want, rtol=1e-4)
     assert workers(client) == first, "a worker was restarted (memory)"
-    memory = dask_backend.worker_memory(client)
+    memory = dask_chunking.worker_memory(client)
     assert len(memory) == 2
     for w, (peak, limit) in memory.items():
         assert 0 < peak < limit == WORKER_LIMIT, f"worker {w} peaked at {peak >> 20} MiB, its limit {limit >> 20} MiB"
-    budget, threads = dask_backend.worker_budget(client)
+    budget, threads = dask_chunking.worker_budget(client)
     assert budget == WORKER_LIMIT and threads == 1
 
 
