@@ -13,6 +13,7 @@ import opgraph
 import opgraph.numpy as onp
 from opgraph.backends.numpy import CompiledGraph
 from opgraph.optim import SGD, Adagrad, Adam, Momentum, Optimizer, StepRunner, Trainer, TrainingStep, training_step
+from opgraph.runtime.compiled import Program
 
 RTOL, ATOL = 1e-10, 1e-12
 OPTIMISERS = [SGD(0.1), Momentum(0.05, 0.9), Adagrad(0.3), Adam(0.05)]
@@ -236,7 +237,7 @@ def test_state_is_carried_by_update_edges_of_the_compiled_program(monkeypatch: p
     assert dests == {"w", "b", "w.m", "w.v", "b.m", "b.v", "adam.t"}
     assert {g.value_label(int(v)).lstrip("%") for v in g.inputs} == dests | {"x", "y"}
     compiled = trainer.runner.compiled
-    assert isinstance(compiled, CompiledGraph)
+    assert isinstance(compiled, Program) and isinstance(compiled.arena_runtime, CompiledGraph)
 
     def no_executor(*a: Any, **k: Any) -> Any:
         raise AssertionError("the reference executor ran a training step")

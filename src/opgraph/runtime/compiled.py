@@ -1,8 +1,13 @@
 """``opgraph.compile``: a graph made into a callable on a backend, partitioned where it must be.
 
-``compile(graph)`` uses the numpy backend's arena runtime
-(:class:`~opgraph.backends.numpy.CompiledGraph`). ``compile(graph,
-backend="jax" | "torch" | "onnxruntime")`` builds a :class:`Program`:
+``compile(graph, backend=...)`` returns a :class:`Program` on every engine,
+with one surface: call it, :meth:`~Program.explain`, :meth:`~Program.state`,
+:meth:`~Program.context` (incremental evaluation), :attr:`~Program.memory_plan`
+(where the engine plans memory), :attr:`~Program.code` (where it generates
+code) and :attr:`~Program.compile_seconds`. The numpy engine is a one-region
+engine like the others: a graph it runs whole is one region, the arena
+runtime (:class:`~opgraph.backends.numpy.CompiledGraph`, ``program.arena_runtime``)
+compiled on the graph itself, which a call reaches directly. Otherwise:
 
 1. **lower**: ops outside the backend's capability set are rewritten into
    ops inside it where a lowering rule knows how (:mod:`opgraph.passes.lower`:
@@ -31,13 +36,14 @@ between calls. :meth:`Program.explain` says which op runs where and why.
            [7., 7.]])
     >>> print(p.explain())
     backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call
-    region 0 on numpy: 2 op(s), 1 in, 1 out: einsum, fma
+    region 0 on numpy: 2 op(s) (einsum, fma), arena 0 B
 """
 
 from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,13 +52,14 @@ import numpy as np
 
 from opgraph import backends
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, region_graph
-from opgraph.backends.numpy import CompiledGraph, EvalContext, aligned_empty
+from opgraph.backends.numpy import CompiledGraph, EvalContext, NumpyBackend, aligned_empty
 from opgraph.core import progress
 from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds, target_ids, value_id
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST
+from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import ExecutionError
+from opgraph.memory.plan import MemoryPlan
 from opgraph.passes.dce import dce
 from opgraph.passes.lower import lower
 
@@ -214,15 +221,26 @@ class _Variant:
 
 
 class Program:
-    """A graph compiled on a backend other than numpy's arena runtime (see the module doc).
+    """A graph compiled on one engine, partitioned where it must be (see the module doc): what
+    :func:`compile` returns on every backend.
 
-    Called like :class:`~opgraph.backends.numpy.CompiledGraph`: feeds by id,
-    name or Value (names also as keywords), results as NumPy arrays in the
-    order of the graph's outputs (or of ``targets``).
+    Called with feeds by id, name or Value (names also as keywords); results are NumPy arrays in the order
+    of the graph's outputs (or of ``targets``). ``arena_runtime`` is the numpy engine's arena runtime when the whole
+    graph runs on it as one region (None otherwise); its other attributes (``plan``, ``positional()``, ...)
+    are reachable through the program too.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x")
+    >>> b.output(b.op("exp", x))
+    >>> p = opgraph.compile(b.freeze())
+    >>> type(p).__name__, p.arena_runtime is not None, p.memory_plan.arena_bytes >= 0, p(x=np.zeros(2))[0]
+    ('Program', True, True, array([1., 1.]))
     """
 
     def __init__(self, graph: Graph, backend: str | Backend, *, device: str | None = None, partition: bool = True,
-                 memory_limit: Any = "auto", **options: Any) -> None:
+                 memory_limit: Any = "auto", schedule: str | np.ndarray = "best", **options: Any) -> None:
+        started = time.perf_counter()
         self.graph = graph
         self.memory_limit = memory_limit
         self.backend = backend if isinstance(backend, Backend) else backends.get(backend)
@@ -234,12 +252,73 @@ class Program:
         self.options = options
         self._lock = threading.Lock()
         self._variants: dict[tuple[int, ...], _Variant] = {}
-        self._state: dict[int, tuple[str, Any]] = {}  # update destination (input position) -> (backend, array)
+        self._region_state: dict[int, tuple[str, Any]] = {}  # update destination (input position) -> (backend, array)
         self.outputs = graph.outputs.tolist()
         self._input_pos = {v: i for i, v in enumerate(graph.inputs.tolist())}
-        self.kernel_calls = 0
-        self.transfers = 0
-        self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time
+        self._kernel_calls = 0
+        self._transfers = 0
+        self.arena_runtime: CompiledGraph | None = None
+        if self._runs_whole_on_numpy():
+            with progress.task(f"compile: {graph.num_ops:,} ops for numpy (schedule, memory plan, program)"):
+                self.arena_runtime = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+        else:
+            self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time
+        self.compile_seconds = time.perf_counter() - started
+        """Seconds :func:`compile` took (lowering, partitioning, planning and each region's engine compile)."""
+
+    def _runs_whole_on_numpy(self) -> bool:
+        """True when the graph is one numpy region: the numpy engine, no engine options, and a kernel for every
+        kind (asked once per kind, so a graph of 10^7 ops costs a few kinds' look-ups)."""
+        be = self.backend
+        if not isinstance(be, NumpyBackend) or self.options or self.device != "cpu":
+            return False
+        kinds = np.unique(self.graph.op_kind).tolist()
+        return all(k == CONST.id or be.has_kernel(get_op(k).name) for k in kinds)
+
+    @property
+    def kernel_calls(self) -> int:
+        """Kernels run so far (on every engine: the ops of the regions run)."""
+        return self._kernel_calls + (self.arena_runtime.kernel_calls if self.arena_runtime is not None else 0)
+
+    @property
+    def transfers(self) -> int:
+        """Values moved between engines so far."""
+        return self._transfers
+
+    @property
+    def memory_plan(self) -> MemoryPlan | None:
+        """The memory plan, where the engine plans memory (the numpy arena); None elsewhere."""
+        return self.arena_runtime.plan if self.arena_runtime is not None else None
+
+    @property
+    def code(self) -> str | None:
+        """The generated source a call runs, where the engine generates code (numpy's straight-line function,
+        the torch and dask engines' programs); None where it does not (jax and onnxruntime compile the graph).
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.op("exp", x))
+        >>> print(opgraph.compile(b.freeze()).code.strip().splitlines()[0])
+        def _program(v0):
+        """
+        if self.arena_runtime is not None:
+            return self.arena_runtime.code
+        var = self.variant(tuple(self.outputs))
+        parts = []
+        for i, r in enumerate(var.regions):
+            for exe in r.executables.values():
+                src = getattr(exe, "source", None)
+                if src is None and hasattr(exe, "compiled"):  # a numpy region: its arena's code
+                    src = exe.compiled.code
+                if src is not None:
+                    parts.append(f"# region {i} on {r.backend}\n{src}")
+        return "\n\n".join(parts) or None
+
+    def __getattr__(self, name: str) -> Any:
+        # the arena runtime's own surface (plan, positional(), program, ...) where the graph runs whole on numpy
+        arena = self.__dict__.get("arena_runtime")
+        if arena is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(arena, name)
 
     # ---------------------------------------------------------------- building
     def variant(self, targets: tuple[int, ...], *, updates: bool = True) -> _Variant:
@@ -261,8 +340,14 @@ class Program:
         Values; keywords: input names; ``targets`` is this call's parameter), by
         :func:`~opgraph.core.feeds.resolve_feeds`.
         """
+        if self.arena_runtime is not None and targets is None:
+            return self.arena_runtime(feeds, **named)  # type: ignore[no-any-return]
         ids = resolve_feeds(self.graph, feeds, named)
         with self._lock:
+            if self.arena_runtime is not None and len(self.graph.updates):
+                raise ExecutionError("targets= on a program with update edges: its state lives in the arena, "
+                                     "which computes the graph's outputs; compile(graph.replace(outputs=...)) "
+                                     "for other targets, or run graph.run(feeds, targets) (no update)")
             return self._run(ids, targets)
 
     run = __call__
@@ -278,7 +363,7 @@ class Program:
         for v, data in feeds.items():  # keys are input ids (resolve_feeds)
             own = be.adopt_feed(data, g.type_of(v), g.value_label(v))
             env[linputs[self._input_pos[v]]] = (be.name, own) if own is not None else ("numpy", coerce_feed(g, v, data))
-        for pos, st in self._state.items():
+        for pos, st in self._region_state.items():
             env.setdefault(linputs[pos], st)
         for v, c in var.constants.items():
             env[v] = ("numpy", c)
@@ -300,7 +385,7 @@ class Program:
             shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
             results.append(np.array(a, copy=True) if shared or not a.flags.writeable else a)
         for (_src, dst), st in zip(lg.updates.tolist(), states, strict=True):
-            self._state[var.input_pos[dst]] = st
+            self._region_state[var.input_pos[dst]] = st
         return results
 
     def _finish(self, env: dict[int, tuple[str, Any]], results: Sequence[int],
@@ -335,7 +420,7 @@ class Program:
                 if where != "numpy":
                     arr = backends.get(where).to_numpy(arr)
                 arr = be.from_numpy(np.asarray(arr), self.device if r.backend == self.backend.name else None)
-                self.transfers += 1
+                self._transfers += 1
             args.append(arr)
         shapes = None if r.static else tuple(tuple(np.shape(a)) for a in args)
         exe = var._executable(self, r, shapes)
@@ -347,15 +432,17 @@ class Program:
             kinds = sorted({lg.kind_of(op) for op in r.ops})
             raise ExecutionError(f"{r.backend} region of {len(r.ops)} op(s) ({', '.join(kinds[:6])}) failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        self.kernel_calls += len(r.ops)
+        self._kernel_calls += len(r.ops)
         for v, o in zip(r.outputs, outs, strict=True):
             env[v] = (r.backend, o)
 
     # ---------------------------------------------------------------- state and reports
     def state(self, key: Any) -> np.ndarray:
         """A copy of the state an update destination holds for the next call (as NumPy)."""
+        if self.arena_runtime is not None:
+            return self.arena_runtime.state(key)
         v = value_id(self.graph, key)
-        got = self._state.get(self._input_pos.get(v, -1))
+        got = self._region_state.get(self._input_pos.get(v, -1))
         if got is None:
             raise KeyError(f"{self.graph.value_label(v)} holds no state (not an update destination, or no call yet)")
         where, arr = got
@@ -363,8 +450,10 @@ class Program:
 
     def reset_state(self) -> None:
         """Forget the update-edge state: the next call must feed every update destination again."""
+        if self.arena_runtime is not None:
+            self.arena_runtime.reset_state()
         with self._lock:
-            self._state.clear()
+            self._region_state.clear()
 
     def context(self) -> ProgramContext:
         """A new incremental evaluation context on this program (see :class:`ProgramContext`)."""
@@ -372,6 +461,10 @@ class Program:
 
     def placement(self) -> list[tuple[int, str, str, str]]:
         """``(op, kind, backend, why)`` for every op of the lowered graph (constants excluded)."""
+        if self.arena_runtime is not None:
+            g = self.graph
+            return [(op, g.kind_of(op), "numpy", "in its capability set") for op in range(g.num_ops)
+                    if g.op_kind[op] != CONST.id]
         var = self.variant(tuple(self.outputs))
         g = var.lowered
         out: list[tuple[int, str, str, str]] = []
@@ -384,6 +477,8 @@ class Program:
 
     def explain(self) -> str:
         """Which op runs where and why, the regions, the lowering applied and the transfers per call."""
+        if self.arena_runtime is not None:
+            return self.arena_runtime.explain()
         var = self.variant(tuple(self.outputs))
         lines = [f"backend {self.backend.name} (device {self.device}); "
                  f"{len(var.regions)} region(s), {var.transfers} transfer(s) between backends per call"]
@@ -408,19 +503,21 @@ class Program:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
+        if self.arena_runtime is not None:
+            return f"<Program on numpy: one region, {self.arena_runtime!r}>"
         var = self.variant(tuple(self.outputs))
         return (f"<Program on {self.backend.name}: {sum(len(r.ops) for r in var.regions)} ops in "
                 f"{len(var.regions)} region(s)>")
 
 
 class ProgramContext:
-    """Incremental evaluation on an engine: values persist between requests, a region at a time.
+    """Incremental evaluation, the one context of every :class:`Program`: values persist between requests.
 
-    As :class:`~opgraph.backends.numpy.EvalContext` does op by op on the
-    numpy arena, :meth:`set` gives an input a new value and :meth:`get`
-    recomputes only the regions whose inputs changed since they last ran
-    (a region is one compiled callable of its engine: the unit the engine
-    runs). ``kernel_calls`` counts the ops of the regions run.
+    :meth:`set` gives an input a new value and :meth:`get` recomputes only
+    what the change reaches: op by op on a graph that runs whole on numpy
+    (its arena knows each op's buffer), a region at a time elsewhere (a
+    region is one compiled callable of its engine: the unit the engine
+    runs). ``kernel_calls`` counts the ops run.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -432,11 +529,15 @@ class ProgramContext:
     (array([1., 1.]), 3)
     >>> _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # nothing changed: free
     3
+    >>> ctx.set("y", np.ones(2)); _ = ctx.get(b.freeze().outputs[0]); ctx.kernel_calls   # exp too: add wrote over it
+    6
     """
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.graph = program.graph
+        # a graph run whole on numpy is one region, but its arena knows each op: incremental op by op there
+        self._ops = EvalContext(program.arena_runtime) if program.arena_runtime is not None else None
         self._lock = threading.RLock()
         self._inputs: dict[int, tuple[str, Any]] = {}   # input position -> (backend, array)
         self._stamp: dict[int, int] = {}                # input position -> when it was last set
@@ -446,6 +547,8 @@ class ProgramContext:
 
     def set(self, key: Any, data: Any) -> None:
         """Give an input a new value; regions that read it (directly or not) run again when next needed."""
+        if self._ops is not None:
+            return self._ops.set(key, data)
         with self._lock:
             g = self.graph
             v = input_id(g, key, verb="set")
@@ -456,6 +559,10 @@ class ProgramContext:
 
     def get(self, key: Any) -> np.ndarray:
         """The value of ``key`` (a copy), running only the regions whose inputs changed since their last run."""
+        if self._ops is not None:
+            got = self._ops.get(key)
+            self.kernel_calls = self._ops.kernel_calls
+            return got
         with self._lock:
             g, prog = self.graph, self.program
             t = value_id(g, key)
@@ -489,6 +596,10 @@ class ProgramContext:
 
     def update(self) -> None:
         """Apply the update edges: each destination input takes its source's current value."""
+        if self._ops is not None:
+            self._ops.update()
+            self.kernel_calls = self._ops.kernel_calls
+            return
         with self._lock:
             news = [(int(dst), self.get(int(src))) for src, dst in self.graph.updates.tolist()]
             for dst, arr in news:
@@ -536,12 +647,8 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
         if example_inputs is not None:
             auto.choice = choose(graph, example_inputs, budget=budget, device=device, **options)
         return auto  # type: ignore[return-value]
-    if backend == "numpy" and not options and device in (None, "cpu"):
-        backends.get("numpy")
-        with progress.task(f"compile: {graph.num_ops:,} ops for numpy (schedule, memory plan, program)"):
-            compiled = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
-        return compiled
-    return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, **options)
+    return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, schedule=schedule,
+                   **options)
 
 
 def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None, backend: str) -> list[np.ndarray]:
