@@ -202,13 +202,13 @@ def test_small_windows_read_every_text_as_one_window_does(monkeypatch: pytest.Mo
     whole = [_outcome(lambda t=t: loads_json(t)) for t in texts]
     assert any(w[0] == "graph" for w in whole) and any("malformed JSON at line" in w[1] for w in whole)
     for window in (1, 3, 64):
-        monkeypatch.setattr(jsonfmt, "_WINDOW", window)
+        monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", window)
         for t, want in zip(texts, whole, strict=True):
             assert _outcome(lambda t=t: loads_json(t.encode())) == want, (window, t[-60:])
 
 
 def test_text_that_is_not_utf8_is_reported_before_a_syntax_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsonfmt, "_WINDOW", 16)
+    monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", 16)
     text = dumps_json(chain_graph(50)).encode().replace(b'"version": 1,', b'"version": 1!,')
     assert text.index(b"!") < 2000
     with pytest.raises(FormatError, match="malformed JSON at line 3 column 15: Expecting ',' delimiter"):
@@ -225,7 +225,7 @@ def test_characters_cut_by_a_window_are_read_whole(monkeypatch: pytest.MonkeyPat
     text = dumps_json(b.freeze()).encode()
     want = _outcome(lambda: loads_json(text.decode()))
     for window in (1, 2, 3, 5):
-        monkeypatch.setattr(jsonfmt, "_WINDOW", window)
+        monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", window)
         assert _outcome(lambda: loads_json(text)) == want
         assert _outcome(lambda: loads_json(text[:-7])) == _outcome(lambda: loads_json(text[:-7].decode()))
 

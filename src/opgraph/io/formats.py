@@ -660,12 +660,12 @@ def _get_name(data: Mapping[str, Any], where: str) -> str | None:
 
 
 def _value_type(text: Any, where: str) -> Any:
-    from opgraph.io.jsonfmt import _Bad, _decode_type
+    from opgraph.io.jsonfmt.encoding import BadJson, decode_type
 
     obj = _parse_json(text, where)
     try:
-        return _decode_type(obj, "")
-    except _Bad as exc:
+        return decode_type(obj, "")
+    except BadJson as exc:
         raise FormatError(f"{where}: {exc.path + ': ' if exc.path else ''}{exc.message}") from None
 
 
