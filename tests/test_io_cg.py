@@ -21,7 +21,7 @@ import opgraph
 import opgraph.io.cg as cg
 from opcheck import rand
 from opgraph.core.dtypes import DTYPE_CODES
-from opgraph.core.graph import Graph, Symbols
+from opgraph.core.graph import Graph, Symbols, ranges
 from opgraph.core.types import TensorType
 from opgraph.errors import FormatError
 from opgraph.io import load, save
@@ -811,7 +811,7 @@ def test_mutated_metadata_json_verify_or_raise_format_error(name: str, data: st.
 
 
 def test_ranges_helper() -> None:
-    got = cg.format.ranges(np.array([3, 10, 7]), np.array([5, 10, 9]))
+    got = ranges(np.array([3, 10, 7]), np.array([5, 10, 9]))
     assert got.tolist() == [3, 4, 7, 8]
     assert math.prod([]) == 1  # the 0-d constant case relies on it
 

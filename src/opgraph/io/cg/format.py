@@ -66,23 +66,6 @@ def fail_at(path: str, record: int | str, offset: int, message: str) -> NoReturn
 
 
 # ---------------------------------------------------------------- helpers
-def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, e)`` for each pair (int64), vectorised."""
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(ends, dtype=np.int64) - starts
-    keep = lengths > 0
-    if not keep.all():
-        starts, lengths = starts[keep], lengths[keep]
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    out = np.ones(total, dtype=np.int64)
-    offsets = np.cumsum(lengths) - lengths
-    out[0] = starts[0]
-    out[offsets[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
-    return np.cumsum(out, out=out)
-
-
 def op_chunks(n_ops: int, *ptrs: np.ndarray) -> Iterator[tuple[int, int]]:
     """Ranges ``[lo, hi)`` of ops with at most ``CHUNK`` ops and ids per CSR pointer (one op at least)."""
     lo = 0

@@ -12,7 +12,7 @@ import numpy as np
 
 from opgraph.core import progress
 from opgraph.core.builder import exact_key
-from opgraph.core.graph import Graph, Symbols
+from opgraph.core.graph import Graph, Symbols, ranges
 from opgraph.core.registry import CONST, Attrs, OpDef, get_op, unknown_op_message
 from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType, ValueType
@@ -43,7 +43,6 @@ from opgraph.io.cg.format import (
     Where,
     base_path,
     fail_at,
-    ranges,
 )
 from opgraph.io.cg.scan import CgFile, CgioLayout, CgLayout, CgsLayout, check_whole, scan_file
 

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from opgraph.core import progress
-from opgraph.core.graph import Graph
+from opgraph.core.graph import Graph, ranges
 from opgraph.core.registry import CONST, USER_IDS, get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import TensorType, ValueType
@@ -53,7 +53,6 @@ from opgraph.io.cg.format import (
     int_range,
     max_count,
     op_chunks,
-    ranges,
 )
 
 

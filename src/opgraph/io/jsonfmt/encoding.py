@@ -516,12 +516,3 @@ def expect_pairs(x: Any, path: str, width: int, what: str) -> list[list[Any]]:
         if not (isinstance(row, list) and len(row) == width):
             raise BadJson(f"{path}[{i}]", f"expected an array of {width} items")
     return rows
-
-
-def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, e)`` for each pair (int64)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(ends, dtype=np.int64) - starts
-    if len(lengths) == 0 or int(lengths.sum()) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))

@@ -13,7 +13,8 @@ import numpy as np
 from opgraph.core import progress
 from opgraph.core.builder import exact_key
 from opgraph.core.gcpause import paused_gc
-from opgraph.core.graph import Graph, Symbols
+from opgraph.core.graph import Graph, Symbols, ranges
+from opgraph.core.intern import Interner
 from opgraph.core.registry import CONST, OpDef, get_op, unknown_op_message
 from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType, ValueType
@@ -43,7 +44,6 @@ from opgraph.io.jsonfmt.encoding import (
     expect_str,
     has_ref,
     key_path,
-    ranges,
     short_repr,
     swap_refs,
     where_of,
@@ -140,8 +140,8 @@ class Doc:
         self.descriptions: dict[tuple[str, int], str] = {}
         # value definitions: inputs and op outputs, kept apart (inputs are numbered first)
         self.names: dict[str, int] = {}  # interned "%name" refs -> -1 - id
-        self.type_ids: dict[ValueType, int] = {}
-        self.types: list[ValueType] = []
+        self.type_table: Interner[ValueType] = Interner()
+        self.types = self.type_table.items
         self.type_keys: dict[tuple[Any, ...], int] = {}
         self.defs = {"inputs": _Defs(), "ops": _Defs()}
         # ops, in file order
@@ -280,10 +280,7 @@ class Doc:
                 if hit is not None:
                     return hit
         vt = decode_type(t, key_path(where(), "type"))
-        tid = self.type_ids.get(vt)
-        if tid is None:
-            tid = self.type_ids[vt] = len(self.types)
-            self.types.append(vt)
+        tid = self.type_table.id(vt)
         if key is not None:
             self.type_keys[key] = tid
         return tid
@@ -673,17 +670,11 @@ class Doc:
                         raise BadJson(f"ops[{i}].outputs", f"{opdef.name} gives {len(out_types)} output(s), "
                                                         f"the file lists {len(outs)}")
                     for j in missing:
-                        value_type[outs[j]] = self._type_id(out_types[j])
+                        value_type[outs[j]] = self.type_table.id(out_types[j])
             except BadJson as exc:
                 self.keep((_C_OPS, i, _R_INFER), exc)
                 return
 
-    def _type_id(self, t: ValueType) -> int:
-        tid = self.type_ids.get(t)
-        if tid is None:
-            tid = self.type_ids[t] = len(self.types)
-            self.types.append(t)
-        return tid
 
 
 class _Defs:

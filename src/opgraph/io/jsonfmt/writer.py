@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.gcpause import paused_gc
-from opgraph.core.graph import Graph
+from opgraph.core.graph import Graph, ranges
 from opgraph.core.registry import get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.io._atomic import atomic_files
@@ -25,7 +25,6 @@ from opgraph.io.jsonfmt.encoding import (
     Unencodable,
     enc_value,
     encode_array,
-    ranges,
     type_json,
 )
 
