@@ -212,7 +212,7 @@ def _io_base_score(base: int, sets: np.ndarray, gets: np.ndarray, produced: np.n
 
 
 def detect_io_base(sets: np.ndarray, gets: np.ndarray, produced: np.ndarray, const_out: np.ndarray,
-                    limit: int) -> int | None:
+                   limit: int) -> int | None:
     s0 = _io_base_score(0, sets, gets, produced, const_out, limit)
     s1 = _io_base_score(1, sets, gets, produced, const_out, limit)
     if s0 is None and s1 is None:
@@ -286,7 +286,7 @@ def scalar_copies(view: Graph, counts: Sequence[int]) -> tuple[Graph, list[int]]
     if not ok.all():
         k = int(idx[np.flatnonzero(~ok)[0]])
         raise CopyProblem(k, f"copy destination {int(dst[k])} is not an input "
-                              f"(it is produced by record {int(view.value_producer[dst[k]])})")
+                             f"(it is produced by record {int(view.value_producer[dst[k]])})")
     # A scalar copied twice by one gateway has no single meaning.
     key = rec[idx] * n_vals + dst[idx]
     _, first = np.unique(key, return_index=True)
@@ -330,7 +330,7 @@ def scalar_copies(view: Graph, counts: Sequence[int]) -> tuple[Graph, list[int]]
         if len(other):  # its new value would need the size the file does not store
             k = int(idx[first_pair])
             raise CopyProblem(k, f"copy destination {int(dst[k])} is a scalar of variable {var}, which record "
-                                  f"{int(other[0])} reads as a tensor (only ftensor2scalars may read it)")
+                                 f"{int(other[0])} reads as a tensor (only ftensor2scalars may read it)")
         outs = view.out_ids[view.out_ptr[op]:view.out_ptr[op + 1]].astype(np.int64)
         n = len(outs)
         members = by_group[bounds[gi]:bounds[gi + 1]]

@@ -220,19 +220,19 @@ class _Reader:
                 fail_at(f.path, rec, off, f"negative data length {length}")
             if length > n - pos - 2 * w:
                 fail_at(f.path, rec, off, f"data length {length} runs past the end of the file "
-                                        f"({n - pos - 2 * w} bytes left; truncated?)")
+                                          f"({n - pos - 2 * w} bytes left; truncated?)")
             data = body[pos + 2 * w:pos + 2 * w + length]
             if rtype == METADATA_RECORD:
                 self.metadata = (rec, off, data)
             elif rtype == SUBGRAPH_RECORD:
                 if self.embedded:
                     fail_at(f.path, rec, off, "a subgraph record inside a subgraph record (every body is stored "
-                                            "once, in the top-level .cgc file)")
+                                              "once, in the top-level .cgc file)")
                 self.bodies[rec] = self._read_subgraph(rec, off, off + 2 * w, data)
             else:
                 if self.bodies and not self.embedded:
                     fail_at(f.path, rec, off, f"constant record (type {rtype}) after a subgraph record (constants come "
-                                            f"first: constant i is record i)")
+                                              f"first: constant i is record i)")
                 def fail(msg: str, rec: int = rec, off: int = off) -> NoReturn:
                     fail_at(f.path, rec, off, msg)
 

@@ -368,4 +368,4 @@ def check_whole(f: CgFile, n_records: int) -> None:
     """A file of integers must not end in part of one."""
     if len(f.body) % f.w:
         fail_at(f.path, n_records, 1 + (len(f.body) // f.w) * f.w,
-              f"{len(f.body) % f.w} trailing byte(s) after the last record (truncated integer)")
+                f"{len(f.body) % f.w} trailing byte(s) after the last record (truncated integer)")

@@ -37,7 +37,7 @@ _MAX_DIM = 2**62
 INT32 = (-(2**31), 2**31 - 1)
 
 TOP_KEYS = ("format", "version", "subgraphs", "inputs", "constants", "ops", "outputs", "updates", "symbols",
-             "file_meta")
+            "file_meta")
 BODY_KEYS = ("name", "inputs", "constants", "ops", "outputs", "updates", "symbols", "file_meta")
 DEF_KEYS = ("value", "number", "type", "name", "description")
 OP_KEYS = ("op", "id", "index", "inputs", "outputs", "attrs", "version", "name", "description")
@@ -248,7 +248,7 @@ def dec_value(obj: Any, path: str, refs: bool = False) -> Any:
                 raise BadJson(sub, "a NumPy scalar must have shape []")
             return arr[()]
         raise BadJson(path, f"unknown tag {tag!r} (expected float, complex, list, dict, bytes, ndarray, numpy or "
-                         f"subgraph)")
+                            f"subgraph)")
     raise BadJson(path, f"unexpected JSON value {obj!r}")
 
 
@@ -353,7 +353,7 @@ def decode_array_body(obj: dict[str, Any], path: str) -> np.ndarray:
     size = math.prod(shape)
     if len(raw) != size * dtype.itemsize:
         raise BadJson(bpath, f"{len(raw)} bytes of data for {size} {dtype.name} elements of shape {list(shape)} "
-                          f"(expected {size * dtype.itemsize})")
+                             f"(expected {size * dtype.itemsize})")
     arr = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
     if dtype.kind == "b" and raw.translate(None, b"\x00\x01"):
         raise BadJson(bpath, "boolean data must be bytes 0 and 1")
@@ -418,14 +418,14 @@ def _flatten(data: Any, shape: list[int], depth: int, index: list[int], out: lis
         if isinstance(data, (list, dict)):
             where = path + "".join(f"[{i}]" for i in index)
             raise BadJson(where, f"expected a scalar at depth {depth} for shape {shape}, got a nested "
-                              f"{'array' if isinstance(data, list) else 'object'}")
+                                 f"{'array' if isinstance(data, list) else 'object'}")
         out.append(data)
         return
     if not isinstance(data, list) or len(data) != shape[depth]:
         where = path + "".join(f"[{i}]" for i in index)
         got = f"an array of {len(data)}" if isinstance(data, list) else repr(data)
         raise BadJson(where, f"data do not match shape {shape}: expected an array of {shape[depth]} "
-                          f"at depth {depth}, got {got}")
+                             f"at depth {depth}, got {got}")
     for i, x in enumerate(data):
         index.append(i)
         _flatten(x, shape, depth + 1, index, out, path)

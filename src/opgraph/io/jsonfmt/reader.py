@@ -353,7 +353,7 @@ class Doc:
             for j, ref in enumerate(ins):
                 if type(ref) is not str:
                     raise BadJson(f"ops[{i}].inputs[{j}]",
-                               f"expected a value ref (a string like \"%x\"), got {short_repr(ref)}")
+                                  f"expected a value ref (a string like \"%x\"), got {short_repr(ref)}")
                 codes.append(_ref_code(ref, names))
                 n_in += 1
             rank, j = _R_ATTRS, 0
@@ -408,11 +408,11 @@ class Doc:
         check_keys(doc, TOP_KEYS, "")
         if doc.get("format") != FORMAT:
             raise BadJson("format", f"not an opgraph JSON graph: \"format\" is {short_repr(doc.get('format'))}, "
-                                 f"expected \"{FORMAT}\"")
+                                    f"expected \"{FORMAT}\"")
         version = doc.get("version")
         if type(version) is not int or version not in (VERSION_PLAIN, VERSION):
             raise BadJson("version", f"unsupported version {short_repr(version)}; this opgraph reads versions "
-                                  f"{VERSION_PLAIN} to {VERSION}")
+                                     f"{VERSION_PLAIN} to {VERSION}")
         if "subgraphs" in doc:
             if version < 2:
                 raise BadJson("subgraphs", "subgraph records need version 2")
@@ -448,7 +448,7 @@ class Doc:
             k = int(np.flatnonzero(again)[0])
             earlier = int(named[first[np.searchsorted(uniq, name_ids[k])]])
             raise BadJson(key_path(def_path(int(named[k])), "value"),
-                       f"ref {self._ref(int(code[named[k]]))!r} is defined twice (first at {def_path(earlier)})")
+                          f"ref {self._ref(int(code[named[k]]))!r} is defined twice (first at {def_path(earlier)})")
         name_number = np.full(len(self.names), -1, dtype=np.int64)
         name_number[uniq] = numbers[named[first]]
         missing = np.flatnonzero(def_type[:n_inputs] < 0)
@@ -481,7 +481,7 @@ class Doc:
             return v
 
         outputs = [resolve(r, f"outputs[{i}]") for i, r in enumerate(expect_array(doc.get("outputs", []), "outputs",
-                                                                           "the outputs"))]
+                                                                                   "the outputs"))]
         updates = [[resolve(s, f"updates[{i}][0]"), resolve(d, f"updates[{i}][1]")]
                    for i, (s, d) in enumerate(expect_pairs(doc.get("updates", []), "updates", 2, "the updates"))]
 
@@ -513,7 +513,7 @@ class Doc:
                         raise BadJson(f"symbols.{key}[{i}]", f"{key} {k} is named twice")
                     table[k] = expect_str(name, f"symbols.{key}[{i}][1]", "a name")
             for i, (kind, k, text) in enumerate(expect_pairs(sym.get("descriptions", []), "symbols.descriptions", 3,
-                                                       "[kind, index, text] triples")):
+                                                             "[kind, index, text] triples")):
                 key = (expect_str(kind, f"symbols.descriptions[{i}][0]", "a kind"),
                        expect_int(k, f"symbols.descriptions[{i}][1]", "an index"))
                 if key in descriptions:
@@ -577,7 +577,7 @@ class Doc:
                 if ref.index >= n:
                     if self.in_body:
                         raise BadJson(where, f"subgraph {ref.index} is not a record before this one (a record "
-                                          f"refers only to records before it)")
+                                             f"refers only to records before it)")
                     raise BadJson(where, f"subgraph {ref.index} is not in 'subgraphs' ({n} record(s))")
                 return self.bodies[ref.index]
 
@@ -632,7 +632,7 @@ class Doc:
             i = int(np.searchsorted(ptr, k, side="right")) - 1
             j = k - int(ptr[i])
             self.keep((_C_OPS, i, _R_INPUTS, j), BadJson(f"ops[{i}].inputs[{j}]",
-                                                      f"unknown value ref {self._ref(int(codes[k]))!r}"))
+                                                         f"unknown value ref {self._ref(int(codes[k]))!r}"))
         return ins
 
     def _infer_all(self, n_vals: int, n_inputs: int, numbers: np.ndarray, def_ptr: np.ndarray,
@@ -668,7 +668,7 @@ class Doc:
                 if missing:
                     if len(out_types) != len(outs):
                         raise BadJson(f"ops[{i}].outputs", f"{opdef.name} gives {len(out_types)} output(s), "
-                                                        f"the file lists {len(outs)}")
+                                                           f"the file lists {len(outs)}")
                     for j in missing:
                         value_type[outs[j]] = self.type_table.id(out_types[j])
             except BadJson as exc:
@@ -712,7 +712,7 @@ def _read_bodies(raw: Any, source: str, verify: bool) -> list[Subgraph]:
         except BadJson as exc:
             inner = exc.path
             raise BadJson(f"{path}{inner if inner.startswith('[') else '.' + inner}" if inner else path,
-                       exc.message) from None
+                          exc.message) from None
         bodies.append(Subgraph(graph, name=name))
     return bodies
 
@@ -811,7 +811,7 @@ def _read_attrs(obj: Any, opdef: OpDef, path: str) -> tuple[tuple[str, Any], ...
         for k, _ in decoded:
             if k not in opdef.attrs:
                 raise BadJson(key_path(path, k), f"{opdef.name} has no attribute {k!r} "
-                                               f"(it takes {', '.join(opdef.attrs) or 'none'})")
+                                                 f"(it takes {', '.join(opdef.attrs) or 'none'})")
         return decoded
     return _check_attrs(decoded, opdef, path, set(obj) == set(opdef.attrs))
 
@@ -822,7 +822,7 @@ def _check_attrs(decoded: tuple[tuple[str, Any], ...], opdef: OpDef, path: str,
         spec = opdef.attrs.get(k)
         if spec is None:
             raise BadJson(key_path(path, k), f"{opdef.name} has no attribute {k!r} "
-                                           f"(it takes {', '.join(opdef.attrs) or 'none'})")
+                                             f"(it takes {', '.join(opdef.attrs) or 'none'})")
         try:
             spec.normalise(v)
         except Exception as exc:
@@ -850,7 +850,7 @@ def _infer(opdef: OpDef, attrs: tuple[tuple[str, Any], ...], ins: list[int], val
         t = int(value_type[v])
         if t < 0:
             raise BadJson(f"{path}.inputs[{j}]", f"the type of {ref(codes[first + j])} is not known here; give the "
-                                              f"op's output types and version, or list the ops in topological order")
+                                                 f"op's output types and version, or list the ops in topological order")
         in_types.append(types[t])
     try:
         opdef.check_arity(len(in_types))

@@ -260,7 +260,7 @@ STREAMED = ("inputs", "constants", "ops")
 
 def _reject_constant(name: str) -> Any:
     raise BadJson("", f"malformed JSON: {name} is not JSON (write 'nan'/'inf' in constant data, "
-                   f"{{\"float\": \"nan\"}} in attributes)")
+                      f"{{\"float\": \"nan\"}} in attributes)")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
