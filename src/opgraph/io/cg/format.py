@@ -62,6 +62,13 @@ class Where:
 
 
 def fail_at(path: str, record: int | str, offset: int, message: str) -> NoReturn:
+    """Raise the reader's :class:`~opgraph.errors.FormatError`, naming file, record and byte offset.
+
+    >>> fail_at("m.cg", 3, 25, "bad record")
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.FormatError: m.cg: record 3 at byte offset 25: bad record
+    """
     raise FormatError(f"{path}: record {record} at byte offset {offset}: {message}")
 
 
@@ -95,10 +102,20 @@ def chunk_len(part: Any) -> int:
 
 
 def base_path(path: str | os.PathLike[str]) -> str:
+    """The base name of a .cg file set: ``path`` without one of the four suffixes.
+
+    >>> base_path("runs/model.cgio"), base_path("runs/model"), base_path("runs/v1.2")
+    ('runs/model', 'runs/model', 'runs/v1.2')
+    """
     p = os.fspath(path)
     root, ext = os.path.splitext(p)
     return root if ext.lower() in SUFFIXES else p
 
 
 def int_range(bits: int) -> int:
+    """The largest signed integer of ``bits`` bits (the files' index width).
+
+    >>> int_range(16), int_range(32)
+    (32767, 2147483647)
+    """
     return 2 ** (bits - 1) - 1

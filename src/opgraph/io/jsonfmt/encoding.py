@@ -59,12 +59,22 @@ class Unencodable(Exception):
 
 
 def key_path(path: str, key: str) -> str:
+    """The JSON path of ``key`` inside the object at ``path`` (as problems are reported).
+
+    >>> key_path("ops[2]", "attrs"), key_path("", "ops"), key_path("file_meta", "a b")
+    ('ops[2].attrs', 'ops', 'file_meta["a b"]')
+    """
     if key.isidentifier():
         return f"{path}.{key}" if path else key
     return f"{path}[{json.dumps(key)}]"
 
 
 def where_of(path: str) -> str:
+    """``path`` for a message, naming the top level when it is empty.
+
+    >>> where_of(""), where_of("ops[0]")
+    ('(top level)', 'ops[0]')
+    """
     return path or "(top level)"
 
 
@@ -434,6 +444,14 @@ def _flatten(data: Any, shape: list[int], depth: int, index: list[int], out: lis
 
 # ----------------------------------------------------------------------------- types
 def type_json(t: ValueType) -> dict[str, Any]:
+    """A value type as the JSON form writes it (``{"void": true}`` for the void type).
+
+    >>> import opgraph
+    >>> type_json(opgraph.VOID)
+    {'void': True}
+    >>> decode_type(type_json(opgraph.VOID), "t") is opgraph.VOID
+    True
+    """
     if isinstance(t, VoidType):
         return {"void": True}
     return t.to_json()
@@ -474,6 +492,14 @@ def _tensor_type(dtype: str, shape: tuple[int | None, ...] | None) -> TensorType
 
 # ----------------------------------------------------------------------------- reading: checks
 def check_keys(obj: dict[str, Any], allowed: Sequence[str], path: str) -> None:
+    """Raise :class:`BadJson` at the first key of ``obj`` that is not ``allowed``.
+
+    >>> check_keys({"op": "exp"}, ("op", "name"), "ops[0]")
+    >>> check_keys({"opp": "exp"}, ("op", "name"), "ops[0]")
+    Traceback (most recent call last):
+    ...
+    opgraph.io.jsonfmt.encoding.BadJson: unknown key 'opp' (allowed: op, name)
+    """
     for key in obj:
         if key not in allowed:
             raise BadJson(key_path(path, key), f"unknown key {key!r} (allowed: {', '.join(allowed)})")
@@ -492,6 +518,15 @@ def expect_array(x: Any, path: str, what: str) -> list[Any]:
 
 
 def expect_int(x: Any, path: str, what: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``x`` when it is a JSON integer within ``[lo, hi]``; else :class:`BadJson` at ``path`` naming ``what``.
+
+    >>> expect_int(3, "ops[0].index", "an op index", lo=0)
+    3
+    >>> expect_int(True, "ops[0].index", "an op index")
+    Traceback (most recent call last):
+    ...
+    opgraph.io.jsonfmt.encoding.BadJson: expected an op index (an integer), got true
+    """
     if type(x) is not int:
         raise BadJson(path, f"expected {what} (an integer), got {short_repr(x)}")
     if (lo is not None and x < lo) or (hi is not None and x > hi):
@@ -506,6 +541,11 @@ def expect_str(x: Any, path: str, what: str) -> str:
 
 
 def short_repr(x: Any) -> str:
+    """``x`` as JSON (its repr when it is not JSON data), cut to 60 characters, for messages.
+
+    >>> short_repr([1, "a"]), len(short_repr("x" * 100))
+    ('[1, "a"]', 60)
+    """
     s = json.dumps(x) if isinstance(x, (list, dict, str, int, float, bool, type(None))) else repr(x)
     return s if len(s) <= 60 else s[:57] + "..."
 
