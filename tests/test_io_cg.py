@@ -21,7 +21,7 @@ import opgraph
 import opgraph.io.cg as cg
 from opcheck import rand
 from opgraph.core.dtypes import DTYPE_CODES
-from opgraph.core.graph import Graph, Symbols
+from opgraph.core.graph import Graph, Symbols, ranges
 from opgraph.core.types import TensorType
 from opgraph.errors import FormatError
 from opgraph.io import load, save
@@ -423,7 +423,7 @@ def random_cgio_stream(rng: np.random.Generator, nrec: int) -> list[int]:
 def scan_outcome(fn: Any) -> tuple[Any, ...]:
     try:
         return ("ok", fn().tolist())
-    except cg._ScanError as e:
+    except cg.scan.ScanError as e:
         return ("error", e.record, e.pos, e.reason)
 
 
@@ -448,11 +448,11 @@ def test_vectorised_scanner_equals_reference(kind: str) -> None:
             raw = raw[: int(rng.integers(0, len(raw)))]
         body = np.frombuffer(raw, dtype=np.uint8)
         if kind == "cgs":
-            layout: cg._Layout = cg._CgsLayout(body, w, np.dtype(f"<i{w}"))
+            layout: cg.scan.Layout = cg.scan.CgsLayout(body, w, np.dtype(f"<i{w}"))
         else:
             dt = np.dtype("<i4" if trial % 2 else "<i8")
             a = body[: len(body) // dt.itemsize * dt.itemsize].view(dt)
-            layout = cg._CgLayout(a) if kind == "cg" else cg._CgioLayout(a)
+            layout = cg.scan.CgLayout(a) if kind == "cg" else cg.scan.CgioLayout(a)
         want = scan_outcome(lambda layout=layout: cg.scan_records_reference(layout))
         for block in (1, 2, 3, 7, 64):
             assert scan_outcome(lambda layout=layout, block=block: cg.scan_records(layout, block=block)) == want
@@ -462,13 +462,13 @@ def test_vectorised_scanner_equals_reference(kind: str) -> None:
 def test_scanner_large_stream_and_uniform_fast_path() -> None:
     rng = np.random.default_rng(5)
     vals = random_cg_stream(rng, 30000)
-    layout = cg._CgLayout(np.array(vals, dtype="<i4"))
+    layout = cg.scan.CgLayout(np.array(vals, dtype="<i4"))
     want = cg.scan_records_reference(layout)
     assert np.array_equal(cg.scan_records(layout), want)
     assert np.array_equal(cg.scan_records(layout, block=997), want)
     uniform = np.tile(np.array([12, 2, 1, 0, 1, 2], "<i4"), 5000)
-    assert cg._CgLayout(uniform).uniform() is not None
-    assert np.array_equal(cg.scan_records(cg._CgLayout(uniform)), np.arange(0, len(uniform), 6))
+    assert cg.scan.CgLayout(uniform).uniform() is not None
+    assert np.array_equal(cg.scan_records(cg.scan.CgLayout(uniform)), np.arange(0, len(uniform), 6))
 
 
 # ---------------------------------------------------------------- bad input
@@ -656,7 +656,7 @@ def test_failed_save_leaves_earlier_files(tmp_path: Path, monkeypatch: pytest.Mo
     b.output(b.exp(b.input(("float32", (2,)))))
     other = b.freeze()
     calls = []
-    real = cg._write_file
+    real = cg.writer._write_file
 
     def flaky(f: Any, chunks: Any) -> None:
         if calls:
@@ -664,7 +664,7 @@ def test_failed_save_leaves_earlier_files(tmp_path: Path, monkeypatch: pytest.Mo
         calls.append(1)
         real(f, chunks)
 
-    monkeypatch.setattr(cg, "_write_file", flaky)
+    monkeypatch.setattr(cg.writer, "_write_file", flaky)
     with pytest.raises(OSError, match="simulated"):
         save_cg(other, tmp_path / "m")
     assert calls == [1]
@@ -811,7 +811,7 @@ def test_mutated_metadata_json_verify_or_raise_format_error(name: str, data: st.
 
 
 def test_ranges_helper() -> None:
-    got = cg._ranges(np.array([3, 10, 7]), np.array([5, 10, 9]))
+    got = ranges(np.array([3, 10, 7]), np.array([5, 10, 9]))
     assert got.tolist() == [3, 4, 7, 8]
     assert math.prod([]) == 1  # the 0-d constant case relies on it
 

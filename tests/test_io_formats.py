@@ -31,8 +31,8 @@ from opgraph.io.formats import (
     format_for_path,
     formats,
     get_format,
-    to_graphml_graph,
 )
+from opgraph.io.nx.graphml import to_graphml_graph
 from opgraph.passes.dce import dce
 from test_io_cg import TC_CASES, TENSCALC, rich_graph
 from test_io_dag import graphs

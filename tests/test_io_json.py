@@ -387,9 +387,9 @@ def test_void_type_round_trip() -> None:
     types = [*g.types, opgraph.VOID]
     doc = to_json_dict(remake(g, types=types))  # an unused void entry does not matter
     assert doc == to_json_dict(g)
-    from opgraph.io.jsonfmt import _decode_type, _type_json
+    from opgraph.io.jsonfmt.encoding import decode_type, type_json
 
-    assert _decode_type(_type_json(opgraph.VOID), "t") is opgraph.VOID
+    assert decode_type(type_json(opgraph.VOID), "t") is opgraph.VOID
 
 
 def test_hand_written_document_infers_types_versions_and_defaults() -> None:

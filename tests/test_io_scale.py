@@ -202,13 +202,13 @@ def test_small_windows_read_every_text_as_one_window_does(monkeypatch: pytest.Mo
     whole = [_outcome(lambda t=t: loads_json(t)) for t in texts]
     assert any(w[0] == "graph" for w in whole) and any("malformed JSON at line" in w[1] for w in whole)
     for window in (1, 3, 64):
-        monkeypatch.setattr(jsonfmt, "_WINDOW", window)
+        monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", window)
         for t, want in zip(texts, whole, strict=True):
             assert _outcome(lambda t=t: loads_json(t.encode())) == want, (window, t[-60:])
 
 
 def test_text_that_is_not_utf8_is_reported_before_a_syntax_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsonfmt, "_WINDOW", 16)
+    monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", 16)
     text = dumps_json(chain_graph(50)).encode().replace(b'"version": 1,', b'"version": 1!,')
     assert text.index(b"!") < 2000
     with pytest.raises(FormatError, match="malformed JSON at line 3 column 15: Expecting ',' delimiter"):
@@ -225,7 +225,7 @@ def test_characters_cut_by_a_window_are_read_whole(monkeypatch: pytest.MonkeyPat
     text = dumps_json(b.freeze()).encode()
     want = _outcome(lambda: loads_json(text.decode()))
     for window in (1, 2, 3, 5):
-        monkeypatch.setattr(jsonfmt, "_WINDOW", window)
+        monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", window)
         assert _outcome(lambda: loads_json(text)) == want
         assert _outcome(lambda: loads_json(text[:-7])) == _outcome(lambda: loads_json(text[:-7].decode()))
 
@@ -309,7 +309,7 @@ def test_cg_save_and_load_peak_memory(tmp_path: Path, monkeypatch: pytest.Monkey
     assert save_peak <= 0.5 * size, save_peak / size
     # The reader's own share (Graph.verify, in core, is measured apart): the graph it builds plus
     # less than the file size.
-    monkeypatch.setattr(cg._Reader, "_verify", lambda self, graph: None)
+    monkeypatch.setattr(cg.reader._Reader, "_verify", lambda self, graph: None)
     back, read_peak = peak(lambda: load_cg(base))
     assert read_peak <= back.nbytes + size, (read_peak - back.nbytes) / size
     monkeypatch.undo()
@@ -334,7 +334,7 @@ def test_ids_beyond_int32_in_a_64_bit_file_are_reported_not_wrapped(tmp_path: Pa
     body = bytearray(Path(str(base) + ".cg").read_bytes())
     ints = np.frombuffer(memoryview(body)[1:], dtype="<i8")
     # Record 20 is the 5th op after the constants: exp, add, multiply, exp, add(v, w): its second input.
-    starts = cg.scan_records(cg._CgLayout(ints))
+    starts = cg.scan_records(cg.scan.CgLayout(ints))
     pos = int(starts[20]) + 4
     assert ints[pos] == 1
     struct_bytes = np.array([2**32 + 1], dtype="<i8").tobytes()
@@ -345,7 +345,7 @@ def test_ids_beyond_int32_in_a_64_bit_file_are_reported_not_wrapped(tmp_path: Pa
         load_cg(base)
 
 
-def _counting_walk(layout: cg._Layout) -> tuple[np.ndarray, int]:
+def _counting_walk(layout: cg.scan.Layout) -> tuple[np.ndarray, int]:
     calls = 0
     step = layout.step
 
@@ -362,9 +362,9 @@ def test_scanner_keeps_python_steps_few_when_ids_are_large() -> None:
     # Ids far larger than a block: a cursor that starts mid-record used to jump out of its
     # block at once, and then every record was walked in Python.
     g = mixed_graph(200_000)
-    stream = np.concatenate(list(cg._Writer(g)._cg_stream(np.dtype("<i4"))))
-    starts, calls = _counting_walk(cg._CgLayout(stream))
-    assert np.array_equal(starts, cg.scan_records_reference(cg._CgLayout(stream)))
+    stream = np.concatenate(list(cg.writer._Writer(g)._cg_stream(np.dtype("<i4"))))
+    starts, calls = _counting_walk(cg.scan.CgLayout(stream))
+    assert np.array_equal(starts, cg.scan_records_reference(cg.scan.CgLayout(stream)))
     assert calls < len(starts) // 50, calls
 
 
@@ -385,15 +385,15 @@ def test_scanner_with_long_records_and_damage_equals_the_reference() -> None:
             a[int(rng.integers(0, len(a)))] = int(rng.integers(-5, 10**6))
         elif trial % 3 == 2:
             a = a[: int(rng.integers(1, len(a) + 1))]
-        layout = cg._CgLayout(a)
+        layout = cg.scan.CgLayout(a)
         try:
             want: Any = cg.scan_records_reference(layout).tolist()
-        except cg._ScanError as e:
+        except cg.scan.ScanError as e:
             want = (e.record, e.pos, e.reason)
         for block in (None, 7, 64, 1000):
             try:
                 got: Any = cg.scan_records(layout, block=block).tolist()
-            except cg._ScanError as e:
+            except cg.scan.ScanError as e:
                 got = (e.record, e.pos, e.reason)
             assert got == want, (trial, block)
 
@@ -402,7 +402,7 @@ def test_failed_cg_save_leaves_the_old_files(tmp_path: Path, monkeypatch: pytest
     base = tmp_path / "g"
     save_cg(chain_graph(10), base)
     before = cg_bytes(base)
-    real = cg._Writer._cg_stream
+    real = cg.writer._Writer._cg_stream
 
     def failing(self: Any, dt: np.dtype) -> Any:
         for k, chunk in enumerate(real(self, dt)):
@@ -410,7 +410,7 @@ def test_failed_cg_save_leaves_the_old_files(tmp_path: Path, monkeypatch: pytest
                 raise OSError("disk full")
             yield chunk
 
-    monkeypatch.setattr(cg._Writer, "_cg_stream", failing)
+    monkeypatch.setattr(cg.writer._Writer, "_cg_stream", failing)
     with pytest.raises(OSError, match="disk full"):
         save_cg(mixed_graph(500_000), base)
     assert cg_bytes(base) == before

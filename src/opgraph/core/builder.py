@@ -58,6 +58,7 @@ import numpy as np
 from opgraph.core import hooks
 from opgraph.core.dtypes import as_dtype
 from opgraph.core.graph import INDEX, PTR, Graph, Op, Symbols, Value
+from opgraph.core.intern import Interner
 from opgraph.core.registry import CONST, Attrs, OpDef, build_error, exact_key, get_op, resolve
 from opgraph.core.types import TensorType, ValueType, as_type
 from opgraph.errors import GraphError, OpTypeError
@@ -325,10 +326,10 @@ class GraphBuilder:
         # signatures with one output also in _memo1 as (signature id, output type id).
         self._memo: dict[tuple[Any, ...], int] = {}
         self._memo1: dict[tuple[Any, ...], tuple[int, int]] = {}
-        self._types: list[ValueType] = []
-        self._type_ids: dict[ValueType, int] = {}
-        self._attrs: list[Attrs] = []
-        self._attr_ids: dict[Any, int] = {}
+        self._type_table: Interner[ValueType] = Interner()
+        self._types = self._type_table.items
+        self._attr_table: Interner[Attrs] = Interner(key=exact_key)
+        self._attrs = self._attr_table.items
         self._constants: list[np.ndarray] = []
         self._const_keys: dict[Any, tuple[int, int]] = {}
         self._inputs: list[int] = []
@@ -400,21 +401,6 @@ class GraphBuilder:
             self._release()
 
     # ------------------------------------------------------------ interning
-    def _type_id(self, t: ValueType) -> int:
-        tid = self._type_ids.get(t)
-        if tid is None:
-            tid = self._type_ids[t] = len(self._types)
-            self._types.append(t)
-        return tid
-
-    def _attr_id(self, a: Attrs) -> int:
-        key = exact_key(a)
-        aid = self._attr_ids.get(key)
-        if aid is None:
-            aid = self._attr_ids[key] = len(self._attrs)
-            self._attrs.append(a)
-        return aid
-
     def _sig_id(self, kid: int, aid: int, in_tids: tuple[int, ...], version: int,
                 out_tids: tuple[int, ...]) -> int:
         # Keyed without version and outputs: they follow from kind, attributes and input types.
@@ -705,7 +691,7 @@ class GraphBuilder:
         try:
             self._touch()
             vid = len(self._value_type)
-            self._value_type.append(self._type_id(t))
+            self._value_type.append(self._type_table.id(t))
             self._inputs.append(vid)
             self._resync()
             if name is not None:
@@ -768,8 +754,8 @@ class GraphBuilder:
             cidx = len(self._constants)
             self._constants.append(arr)
             # One signature per constant: its attribute (the table index) is its own.
-            tid = self._type_id(TensorType.of(arr))
-            vid = self._append_op(self._new_sig(CONST.id, self._attr_id((("index", cidx),)), 0, (tid,)), ())
+            tid = self._type_table.id(TensorType.of(arr))
+            vid = self._append_op(self._new_sig(CONST.id, self._attr_table.id((("index", cidx),)), 0, (tid,)), ())
             if key is not None:
                 self._const_keys[key] = (vid, cidx)
             if name is not None:
@@ -868,8 +854,8 @@ class GraphBuilder:
                 sid, key = None, None
             if sid is None:
                 r = resolve(opdef, [self._types[t] for t in in_tids], attrs)
-                out_tids = tuple([self._type_id(t) for t in r.out_types])
-                sid = self._sig_id(kid, self._attr_id(r.attrs), in_tids, r.version, out_tids)
+                out_tids = tuple([self._type_table.id(t) for t in r.out_types])
+                sid = self._sig_id(kid, self._attr_table.id(r.attrs), in_tids, r.version, out_tids)
                 if key is not None:
                     self._memo[key] = sid
                     if len(out_tids) == 1:

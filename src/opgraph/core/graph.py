@@ -74,8 +74,12 @@ class Symbols:
     """Names of io gateway records (.cgs record type 4), keyed by gateway record number."""
 
 
-def _csr_rows(ptr: np.ndarray) -> np.ndarray:
-    """For each entry of a CSR array, the row it belongs to."""
+def csr_rows(ptr: np.ndarray) -> np.ndarray:
+    """For each entry of a CSR array, the row it belongs to (``ptr`` is the row pointer).
+
+    >>> csr_rows(np.array([0, 2, 2, 3])).tolist()
+    [0, 0, 2]
+    """
     counts = np.diff(ptr)
     return np.repeat(np.arange(len(counts), dtype=INDEX), counts)
 
@@ -371,7 +375,7 @@ class Graph:
                 producer[table] = np.arange(self.num_ops, dtype=INDEX)[:, None]
                 index[table] = np.arange(a, dtype=INDEX)
         else:
-            rows = _csr_rows(self.out_ptr)
+            rows = csr_rows(self.out_ptr)
             producer[self.out_ids] = rows
             index[self.out_ids] = np.arange(len(self.out_ids)) - self.out_ptr[rows]
         return producer, index
@@ -469,7 +473,7 @@ class Graph:
         hit = self._cache.get("consumers")
         if hit is None:
             order = np.argsort(self.in_ids, kind="stable")
-            ops = _csr_rows(self.in_ptr)[order]
+            ops = csr_rows(self.in_ptr)[order]
             counts = np.bincount(self.in_ids, minlength=self.num_values)
             ptr = np.zeros(self.num_values + 1, dtype=PTR)
             np.cumsum(counts, out=ptr[1:])
@@ -521,7 +525,7 @@ class Graph:
                                    < np.arange(lo, hi, dtype=INDEX)[:, None], n)
             else:
                 vp, ids, ptr = self.value_producer, self.in_ids, self.in_ptr
-                hit = _all_chunked(lambda lo, hi: vp[ids[ptr[lo]:ptr[hi]]] < _csr_rows(ptr[lo:hi + 1]) + lo, n)
+                hit = _all_chunked(lambda lo, hi: vp[ids[ptr[lo]:ptr[hi]]] < csr_rows(ptr[lo:hi + 1]) + lo, n)
             self._cache["ordered"] = hit
         return hit
 
@@ -565,7 +569,7 @@ class Graph:
         hit = self._cache.get("op_edges")
         if hit is None:
             prod = self.input_producers()
-            rows = _csr_rows(self.in_ptr)
+            rows = csr_rows(self.in_ptr)
             keep = prod >= 0
             hit = self._cache["op_edges"] = (prod[keep].astype(INDEX), rows[keep])
         return hit
@@ -598,7 +602,7 @@ class Graph:
         # One NumPy round per level while levels are wide (np.unique keeps each level sorted by index).
         while len(frontier) >= _NARROW:
             parts.append(frontier)
-            nxt = succ[_ranges(sptr[frontier], sptr[frontier + 1])]
+            nxt = succ[ranges(sptr[frontier], sptr[frontier + 1])]
             uniq, cnt = np.unique(nxt, return_counts=True)
             indeg[uniq] -= cnt
             frontier = uniq[indeg[uniq] == 0].astype(INDEX)
@@ -681,8 +685,8 @@ class Graph:
         # value -> values computed from it: consumers' outputs, as CSR over values.
         ptr, cons = self.consumers()
         n_out = np.diff(self.out_ptr)[cons]
-        succ = self.out_ids[_ranges(self.out_ptr[cons], self.out_ptr[cons + 1])]
-        counts = np.bincount(_csr_rows(ptr), weights=n_out, minlength=self.num_values).astype(PTR)
+        succ = self.out_ids[ranges(self.out_ptr[cons], self.out_ptr[cons + 1])]
+        counts = np.bincount(csr_rows(ptr), weights=n_out, minlength=self.num_values).astype(PTR)
         sptr = np.zeros(self.num_values + 1, dtype=PTR)
         np.cumsum(counts, out=sptr[1:])
         self._cache["value_succ"] = (sptr, succ)
@@ -885,7 +889,7 @@ class Graph:
             ptr = self.out_ptr
 
             def agree_csr(lo: int, hi: int) -> np.ndarray:
-                rows = _csr_rows(ptr[lo:hi + 1])
+                rows = csr_rows(ptr[lo:hi + 1])
                 ids = out_ids[ptr[lo]:ptr[hi]]
                 pos = np.arange(ptr[lo], ptr[hi]) - ptr[lo:hi][rows]
                 return (vp[ids] == rows + lo) & (vi[ids] == pos)
@@ -900,7 +904,7 @@ class Graph:
     def _producer_problems(self, problems: list[str]) -> None:
         n_vals = self.num_values
         counts = np.bincount(self.out_ids, minlength=n_vals)
-        out_rows = _csr_rows(self.out_ptr)
+        out_rows = csr_rows(self.out_ptr)
         for v in np.flatnonzero(counts > 1)[:20]:
             ops = out_rows[self.out_ids == v]
             problems.append(f"value {int(v)} is produced more than once: by "
@@ -1369,7 +1373,7 @@ def _padded(ptr: np.ndarray, entries: np.ndarray, arity: int | None) -> tuple[np
     if width > 4 or n * width > 2 * len(entries) + n:
         return entries, -1
     table = np.full((n, width), -1, dtype=entries.dtype)
-    rows = _csr_rows(ptr)
+    rows = csr_rows(ptr)
     table[rows, np.arange(len(entries)) - ptr[rows]] = entries
     return table.reshape(-1), width
 
@@ -1473,7 +1477,7 @@ def _reach(ptr: np.ndarray, adj: np.ndarray, start: np.ndarray, n: int) -> np.nd
     frontier = np.unique(start)
     while len(frontier) >= _NARROW:
         mask[frontier] = True
-        nxt = adj[_ranges(ptr[frontier], ptr[frontier + 1])]
+        nxt = adj[ranges(ptr[frontier], ptr[frontier + 1])]
         nxt = np.unique(nxt[nxt >= 0])
         frontier = nxt[~mask[nxt]]
     if len(frontier):
@@ -1494,19 +1498,25 @@ def _reach(ptr: np.ndarray, adj: np.ndarray, start: np.ndarray, n: int) -> np.nd
     return mask
 
 
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, e)`` for each pair, vectorised."""
-    lengths = ends - starts
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, e)`` for each pair (int64; empty and reversed pairs give nothing), vectorised.
+
+    >>> ranges(np.array([3, 10, 7]), np.array([5, 10, 9])).tolist()
+    [3, 4, 7, 8]
+    """
+    starts = np.asarray(starts, dtype=PTR)
+    lengths = np.asarray(ends, dtype=PTR) - starts
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, dtype=PTR)
-    keep = lengths > 0
-    starts, lengths = starts[keep], lengths[keep]
-    offsets = np.cumsum(lengths) - lengths
     out = np.ones(total, dtype=PTR)
+    offsets = np.cumsum(lengths) - lengths
     out[0] = starts[0]
     out[offsets[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
-    return np.cumsum(out)
+    return np.cumsum(out, out=out)
 
 
 def hash_rows(rows: np.ndarray) -> np.ndarray:

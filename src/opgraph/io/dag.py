@@ -186,10 +186,15 @@ def dag_to_backward_unidag(dag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Jo
     >>> dag_to_backward_unidag({"b": {"fn": "exp", "args": ("a",)}})
     {(('a',), 'exp', 'b'): ()}
     """
-    return {_job(dag, v): tuple(_job(dag, a) for a in dag[v]["args"] if _hashable(a) and a in dag) for v in dag}
+    return {_job(dag, v): tuple(_job(dag, a) for a in dag[v]["args"] if is_hashable(a) and a in dag) for v in dag}
 
 
-def _hashable(x: Any) -> bool:
+def is_hashable(x: Any) -> bool:
+    """Whether ``x`` can be a dict key (its hash does not raise).
+
+    >>> is_hashable(("a", 1)), is_hashable(["a"])
+    (True, False)
+    """
     try:
         hash(x)
     except TypeError:
@@ -332,7 +337,7 @@ def _topo_keys(tdag: Mapping[Hashable, Mapping[str, Any]]) -> list[Hashable]:
             state[key] = 1
             stack.append((key, True))
             for a in reversed(tdag[key]["args"]):
-                p = producer.get(a) if _hashable(a) else None
+                p = producer.get(a) if is_hashable(a) else None
                 if p is not None and state.get(p) != 2:
                     if state.get(p) == 1:
                         raise GraphError(f"the dag has a cycle through {p!r}")
@@ -340,7 +345,12 @@ def _topo_keys(tdag: Mapping[Hashable, Mapping[str, Any]]) -> list[Hashable]:
     return order
 
 
-def _keep_name(name: Hashable) -> str | None:
+def kept_name(name: Hashable) -> str | None:
+    """The name a graph keeps for a DAG key: the key when it is a string the converters did not generate, else None.
+
+    >>> kept_name("loss"), kept_name(("x", 0))
+    ('loss', None)
+    """
     if isinstance(name, str) and not _GENERATED.fullmatch(name):
         return name
     return None
@@ -365,7 +375,7 @@ def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[
     for name in inputs:
         if name not in types:
             raise GraphError(f"no type given for input {name!r}")
-        env[name] = b.input(as_type(types[name]), name=_keep_name(name))
+        env[name] = b.input(as_type(types[name]), name=kept_name(name))
     for key in _topo_keys(tdag):
         entry = tdag[key]
         kind, attrs = parse_fn(entry["fn"])
@@ -375,7 +385,7 @@ def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[
         else:
             args = []
             for a in entry["args"]:
-                if not _hashable(a) or a not in env:
+                if not is_hashable(a) or a not in env:
                     raise GraphError(f"{key!r} uses {a!r}, which is neither an input nor computed")
                 args.append(env[a])
             res = b.op(kind, *args, **attrs)
@@ -384,7 +394,7 @@ def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[
             raise GraphError(f"{key!r}: op {kind} has {len(outs)} outputs")
         for var, val in zip(key, outs, strict=True):
             env[var] = val
-            name = _keep_name(var)
+            name = kept_name(var)
             if name is not None:
                 b.name(val, name)
     for o in outputs:

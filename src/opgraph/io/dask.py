@@ -46,7 +46,7 @@ from opgraph.core.graph import Graph, Value
 from opgraph.core.registry import get_op, unknown_op_message
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
-from opgraph.io.dag import Constant, _hashable, _keep_name, to_tuple_dag
+from opgraph.io.dag import Constant, is_hashable, kept_name, to_tuple_dag
 
 
 class Kernel:
@@ -207,12 +207,12 @@ class _Importer:
             if _is_task(expr) or _is_key(expr, self.dsk):
                 raise GraphError(f"input {key!r} must be data in the Dask graph, not a task")
             arr = np.asarray(expr)
-            v = self.b.input(TensorType.of(arr), name=_keep_name(key))
+            v = self.b.input(TensorType.of(arr), name=kept_name(key))
             self.feeds[v.id] = arr
             self.env[key] = v
             return
         value = self.materialize(self.expr(expr, key))
-        name = _keep_name(key)
+        name = kept_name(key)
         if isinstance(value, Value) and name is not None and value.name is None:
             self._name(value.id, name)
         self.env[key] = value
@@ -262,8 +262,8 @@ class _Importer:
             return self.op(fn.kind, args, {**dict(fn.attrs), **kwargs}, where)
         if fn is operator.getitem and isinstance(args[0], (tuple, list)):
             return args[0][_int(args[1])]
-        translator = self.functions.get(fn) if _hashable(fn) else None
-        if translator is None and _hashable(fn):
+        translator = self.functions.get(fn) if is_hashable(fn) else None
+        if translator is None and is_hashable(fn):
             translator = KNOWN.get(fn)
         if translator is None and self.call_unknown:
             # get() runs the graph once on the data it holds, so calling the function now is exact

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.graph import PTR, Graph, Symbols, _csr_rows, _ranges
+from opgraph.core.graph import PTR, Graph, Symbols, csr_rows, ranges
+from opgraph.core.intern import Interner
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op, resolve
 from opgraph.core.types import TensorType, ValueType
 
@@ -72,7 +73,7 @@ def compact(graph: Graph, keep_op: np.ndarray, value_map: np.ndarray | None = No
     keep_op = np.asarray(keep_op, dtype=bool)
     keep_val = np.zeros(nv, dtype=bool)
     keep_val[graph.inputs] = True
-    out_rows = _csr_rows(graph.out_ptr)
+    out_rows = csr_rows(graph.out_ptr)
     keep_val[graph.out_ids[keep_op[out_rows]]] = True
     new_vid = np.cumsum(keep_val, dtype=np.int64) - 1
     new_op = np.cumsum(keep_op, dtype=np.int64) - 1
@@ -81,12 +82,12 @@ def compact(graph: Graph, keep_op: np.ndarray, value_map: np.ndarray | None = No
     n_in = np.diff(graph.in_ptr)[kept]
     in_ptr = np.zeros(len(kept) + 1, dtype=PTR)
     np.cumsum(n_in, out=in_ptr[1:])
-    in_sel = _ranges(graph.in_ptr[kept], graph.in_ptr[kept + 1])
+    in_sel = ranges(graph.in_ptr[kept], graph.in_ptr[kept + 1])
     in_ids = new_vid[vmap[graph.in_ids[in_sel]]]
     n_out = np.diff(graph.out_ptr)[kept]
     out_ptr = np.zeros(len(kept) + 1, dtype=PTR)
     np.cumsum(n_out, out=out_ptr[1:])
-    out_ids = new_vid[graph.out_ids[_ranges(graph.out_ptr[kept], graph.out_ptr[kept + 1])]]
+    out_ids = new_vid[graph.out_ids[ranges(graph.out_ptr[kept], graph.out_ptr[kept + 1])]]
 
     vals = np.flatnonzero(keep_val)
     prod = graph.value_producer[vals].astype(np.int64)
@@ -162,14 +163,10 @@ class Emitter:
     def __init__(self, old: Graph) -> None:
         self.old = old
         self.base_ops, self.base_values = old.num_ops, old.num_values
-        self.types: list[ValueType] = list(old.types)
-        self.type_ids: dict[ValueType, int] = {}
-        for i, t in enumerate(self.types):
-            self.type_ids.setdefault(t, i)
-        self.attrs: list[Attrs] = list(old.attrs)
-        self.attr_ids: dict[Any, int] = {}
-        for i, a in enumerate(self.attrs):
-            self.attr_ids.setdefault(exact_key(a), i)
+        type_table: Interner[ValueType] = Interner(list(old.types))
+        attr_table: Interner[Attrs] = Interner(list(old.attrs), key=exact_key)
+        self.types, self.type_ids, self._tid = type_table.items, type_table.ids, type_table.id
+        self.attrs, self.attr_ids, self._aid = attr_table.items, attr_table.ids, attr_table.id
         self.constants: list[np.ndarray] = list(old.constants)
         self.kind: list[int] = old.op_kind.tolist()
         self.attr: list[int] = old.op_attr.tolist()
@@ -226,21 +223,6 @@ class Emitter:
         return [find(v) for v in self.in_ids[self.in_ptr[op]:self.in_ptr[op + 1]]]
 
     # ------------------------------------------------------------ emitting
-    def _tid(self, t: ValueType) -> int:
-        tid = self.type_ids.get(t)
-        if tid is None:
-            tid = self.type_ids[t] = len(self.types)
-            self.types.append(t)
-        return tid
-
-    def _aid(self, a: Attrs) -> int:
-        key = exact_key(a)
-        aid = self.attr_ids.get(key)
-        if aid is None:
-            aid = self.attr_ids[key] = len(self.attrs)
-            self.attrs.append(a)
-        return aid
-
     def raw_op(self, kind: int, aid: int, version: int, ins: list[int], out_tids: list[int] | tuple[int, ...],
                const: int = -1) -> int:
         """Append an op whose types are known; return its first output."""
@@ -352,11 +334,11 @@ class Emitter:
         n_in = np.diff(in_ptr)[op_order]
         ptr = np.zeros(n_ops + 1, dtype=np.int64)
         np.cumsum(n_in, out=ptr[1:])
-        ins = new_vid[vm[in_ids[_ranges(in_ptr[op_order], in_ptr[op_order + 1])]]]
+        ins = new_vid[vm[in_ids[ranges(in_ptr[op_order], in_ptr[op_order + 1])]]]
         n_out = np.diff(out_ptr)[op_order]
         optr = np.zeros(n_ops + 1, dtype=np.int64)
         np.cumsum(n_out, out=optr[1:])
-        outs = new_vid[out_ids[_ranges(out_ptr[op_order], out_ptr[op_order + 1])]]
+        outs = new_vid[out_ids[ranges(out_ptr[op_order], out_ptr[op_order + 1])]]
         prod = vprod[val_order]
         value_producer = np.where(prod >= 0, new_op[np.maximum(prod, 0)], -1)
         names: dict[int, str] = {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opgraph.core.graph import Graph, _csr_rows, _ranges, hash_rows
+from opgraph.core.graph import Graph, csr_rows, hash_rows, ranges
 from opgraph.core.registry import CONST, all_ops
 from opgraph.passes.base import PassResult, compact, use_counts
 
@@ -43,14 +43,14 @@ def dce(graph: Graph, *, max_rounds: int = 32) -> PassResult:
 def _dead_ops(g: Graph, max_rounds: int) -> np.ndarray:
     no, nv = g.num_ops, g.num_values
     uses = use_counts(g)
-    out_rows = _csr_rows(g.out_ptr)
+    out_rows = csr_rows(g.out_ptr)
     live = np.bincount(out_rows, weights=uses[g.out_ids] > 0, minlength=no)
     dead = live == 0
     newly = np.flatnonzero(dead)
     for _ in range(max_rounds):
         if len(newly) == 0:
             return dead
-        ins = g.in_ids[_ranges(g.in_ptr[newly], g.in_ptr[newly + 1])]
+        ins = g.in_ids[ranges(g.in_ptr[newly], g.in_ptr[newly + 1])]
         if len(ins) == 0:
             return dead
         uses -= np.bincount(ins, minlength=nv)
@@ -59,7 +59,7 @@ def _dead_ops(g: Graph, max_rounds: int) -> np.ndarray:
         prods = np.unique(prods[prods >= 0])
         prods = prods[~dead[prods]]
         n_out = g.out_ptr[prods + 1] - g.out_ptr[prods]
-        outs = g.out_ids[_ranges(g.out_ptr[prods], g.out_ptr[prods + 1])]
+        outs = g.out_ids[ranges(g.out_ptr[prods], g.out_ptr[prods + 1])]
         rows = np.repeat(np.arange(len(prods)), n_out)
         alive = np.bincount(rows, weights=uses[outs] > 0, minlength=len(prods))
         newly = prods[alive == 0]
@@ -135,8 +135,8 @@ def cse(graph: Graph, *, max_rounds: int = 64) -> PassResult:
         groups.append((ops, cols, in_pos, comm[ops]))
     vmap = np.arange(nv, dtype=np.int64)
     rep_op = np.arange(no, dtype=np.int64)
-    out_rows = _csr_rows(graph.out_ptr)
-    in_rows = _csr_rows(graph.in_ptr)
+    out_rows = csr_rows(graph.out_ptr)
+    in_rows = csr_rows(graph.in_ptr)
     subset: np.ndarray | None = None  # after the first round, only ops reading a newly merged value can merge
     for _round in range(max_rounds):
         new = 0
@@ -212,4 +212,4 @@ def _cse_walk(graph: Graph, vmap: np.ndarray, rep_op: np.ndarray, is_const: np.n
     return PassResult(compact(graph, keep, np.asarray(vm, dtype=np.int64)), {"cse.ops": dropped})
 
 
-__all__ = ["_ranges", "cse", "dce"]
+__all__ = ["cse", "dce", "ranges"]

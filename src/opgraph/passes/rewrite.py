@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.graph import Graph, _csr_rows
+from opgraph.core.graph import Graph, csr_rows
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
 from opgraph.ops.fold import fold as fold_op
@@ -327,7 +327,7 @@ def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fo
     """Ops a rule or folding might apply to, found with whole-array operations."""
     no = g.num_ops
     cand = np.zeros(no, dtype=bool)
-    rows = _csr_rows(g.in_ptr)
+    rows = csr_rows(g.in_ptr)
     prod = g.input_producers()
     pk = np.where(prod >= 0, g.op_kind[np.maximum(prod, 0)], -1)
     has: dict[int, np.ndarray] = {}
