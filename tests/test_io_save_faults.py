@@ -344,7 +344,7 @@ def test_concurrent_saves_in_threads(tmp_path: Path, fmt: str) -> None:
 
 def test_atomic_files_directly(tmp_path: Path) -> None:
     """The writer itself: an error in the block, and a path given twice."""
-    from opgraph._atomic import atomic_files
+    from opgraph.core.atomic import atomic_files
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_bytes(b"A")

@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opgraph._atomic import atomic_files
 from opgraph.core import hooks
+from opgraph.core.atomic import atomic_files
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST
 from opgraph.core.subgraph import Subgraph, subgraphs_of
@@ -497,7 +497,7 @@ def render(graph: Graph | OpGraph, path: str | os.PathLike[str], *, format: str 
     """Render ``graph`` to ``path`` (svg, png or pdf; default: from the extension) with ``dot``.
 
     Also writes ``.dot``/``.gv`` files (the DOT text, no binary needed). The file
-    is replaced atomically (:func:`opgraph._atomic.atomic_files`): a failed save
+    is replaced atomically (:func:`opgraph.core.atomic.atomic_files`): a failed save
     leaves any earlier file as it was and no temporary behind. Raises
     :class:`GraphvizNotFoundError` naming the ``dot`` binary and how to install it
     when it is missing. Returns the path written.

@@ -419,7 +419,7 @@ def _install_hint(missing: str) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
-    from opgraph._atomic import atomic_files
+    from opgraph.core.atomic import atomic_files
     from opgraph.core.feeds import input_id, value_id
 
     settings = []
@@ -492,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     >>> build_parser().parse_args(["dump", "g.json"]).command
     'dump'
     """
-    from opgraph._version import __version__
+    from opgraph._version import __version__  # the root package would import every layer
 
     parser = _Parser(prog=PROG, description="Inspect, check, convert, run and print opgraph graph files "
                                             "(.json: the JSON form; no extension or .cg: a .cg file set; "

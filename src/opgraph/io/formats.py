@@ -468,7 +468,7 @@ def _convert(name: str, path: str | os.PathLike[str], fn: Callable[[], Any]) -> 
 
 
 def _write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    from opgraph.io._atomic import atomic_files
+    from opgraph.core.atomic import atomic_files
 
     with atomic_files([path]) as (f,):
         f.write(data)

@@ -13,12 +13,12 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from opgraph.core import progress
+from opgraph.core.atomic import atomic_files
 from opgraph.core.graph import Graph, ranges
 from opgraph.core.registry import CONST, USER_IDS, get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
-from opgraph.io._atomic import atomic_files
 from opgraph.io.cg.encoding import (
     CopyProblem,
     const_record_default,

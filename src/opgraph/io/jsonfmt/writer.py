@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.core.atomic import atomic_files
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, ranges
 from opgraph.core.registry import get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
-from opgraph.io._atomic import atomic_files
 from opgraph.io.jsonfmt.encoding import (
     ALL_DIGITS,
     DEFAULT_INLINE_LIMIT,

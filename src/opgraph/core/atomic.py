@@ -2,8 +2,8 @@
 
 Every writer of opgraph goes through :func:`atomic_files`: the .cg file set
 (four files), JSON, ONNX, GraphML, the pickles, the drawings and
-``opgraph run -o``. This module sits beside :mod:`opgraph.errors`, below every
-layer, because both ``io`` and ``viz`` (a layer under ``io``) use it.
+``opgraph run -o``. This module sits in ``core``, below every layer, because
+``io``, ``viz`` (a layer under ``io``) and the ``cli`` use it.
 
 What is guaranteed
 ------------------
