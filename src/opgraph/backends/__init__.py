@@ -31,11 +31,12 @@ _MODULES = {
     "onnxruntime": "opgraph.backends.onnxruntime",
     "dask": "opgraph.backends.dask",
 }
+_BUILT_IN = frozenset(_MODULES)
 _PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime", "dask": "dask"}
 _LOADED: dict[str, Backend] = {}
 
 __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", "OpInfo", "available", "get",
-           "names", "register", "unsupported_ops"]
+           "names", "register", "unregister", "unsupported_ops"]
 
 
 class BackendNotInstalledError(BackendError, MissingDependencyError):
@@ -57,11 +58,23 @@ def register(backend: Backend, module: str | None = None) -> Backend:
     >>> from opgraph.backends.base import Backend
     >>> register(Backend("doc_echo")).name in names()
     True
-    >>> _ = _MODULES.pop("doc_echo"), _LOADED.pop("doc_echo")
+    >>> unregister("doc_echo")
     """
     _MODULES[backend.name] = module or type(backend).__module__
     _LOADED[backend.name] = backend
     return backend
+
+
+def unregister(name: str) -> None:
+    """Forget a backend added with :func:`register` (a built-in one is loaded again on next use).
+
+    >>> from opgraph.backends.base import Backend
+    >>> _ = register(Backend("doc_gone")); unregister("doc_gone"); "doc_gone" in names()
+    False
+    """
+    _LOADED.pop(name, None)
+    if name not in _BUILT_IN:
+        _MODULES.pop(name, None)
 
 
 def get(name: str) -> Backend:

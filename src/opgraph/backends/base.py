@@ -35,6 +35,43 @@ generation does), which ``jax.jit`` or ``torch.compile`` then compile whole.
         return (v3,)
     >>> fn(consts, np.zeros(2))
     (array([1., 1.]),)
+
+Adding a rule to an engine
+--------------------------
+One decorated function in the engine's module named after the op's family
+(``get_op(kind).family``), registered on the engine's ``BACKEND``:
+``@BACKEND.rule("logaddexp")`` over a factory ``OpInfo -> callable`` in
+``backends/torch/elementwise.py``; ``@BACKEND.limit("logaddexp")`` for the
+cases it cannot run (the partitioner sends those ops to numpy and
+``explain()`` quotes the reason). ``tests/test_layout.py`` checks where
+every rule stands; the op suite (``tests/test_backend_ops_<engine>.py``)
+compares every claimed op with NumPy.
+
+Adding an engine
+----------------
+A package ``backends/<engine>/``: ``__init__.py`` holds the
+:class:`Backend` subclass (:meth:`Backend.compile_graph` returning an
+:class:`Executable`; ``from_numpy``/``to_numpy`` for its arrays) and
+``BACKEND``, and imports its family modules at its end, where the rules are
+registered; name it in :mod:`opgraph.backends` (``_MODULES``, and the
+package it needs), add ``tests/test_backend_ops_<engine>.py`` (three lines,
+as the others) and the extra in ``pyproject.toml``. The smallest engine,
+registered for the session, runs what it has and leaves the rest to numpy:
+
+    >>> from opgraph import backends
+    >>> class Echo(Backend):
+    ...     def compile_graph(self, graph, *, device=None, donate=(), **options):
+    ...         fn, consts, _ = straight_line(graph, lambda info: self.rules[info.kind](info))
+    ...         return lambda args: list(fn(consts, *args))
+    >>> echo = Echo("doc_echo", dtypes=frozenset({"float64"}))
+    >>> @echo.rule("exp")
+    ... def exp_rule(info):
+    ...     return np.exp
+    >>> _ = backends.register(echo)
+    >>> f = opgraph.compile(b.freeze(), backend="doc_echo")
+    >>> f(x=np.zeros(2))[0], [(kind, where) for _op, kind, where, _why in f.placement()]
+    (array([1., 1.]), [('multiply', 'numpy'), ('exp', 'doc_echo')])
+    >>> backends.unregister("doc_echo")
 """
 
 from __future__ import annotations

@@ -61,6 +61,29 @@ order), so ``load(save(g))`` equals ``g`` names, descriptions and
 without feeds unless ``feeds=`` is given, so the inputs are keys the user
 must fill in before running it), the output keys, the input keys and their
 types (so the file loads back with the same input types).
+
+**Adding a format.** A module (or package, split by job as ``io/cg/``:
+layout, encoding, writer, reader) that translates between the core
+:class:`~opgraph.core.graph.Graph` and the file, and one
+``register(Format(name, suffixes, description, save, load))`` at the end
+of this module. A loader checks every declared length and index before it
+allocates or uses it, never executes code (a pickle only with
+``allow_pickle=True``) and raises :class:`~opgraph.errors.FormatError`
+naming the file and the offset; a saver converts first and writes through
+:func:`opgraph.core.atomic.atomic_files`. Tests: round trips in
+``tests/test_io_<format>.py``, and the format's loader in the fuzzers
+(``tests/test_fuzz_loaders.py``, ``tools/fuzz.py``). A format registered
+for a session, used and removed:
+
+    >>> import numpy as np, opgraph, os, tempfile
+    >>> from opgraph.io import jsonfmt
+    >>> _ = register(Format("doc_json", (".docjson",), "JSON under another suffix",
+    ...                     save=jsonfmt.save_json, load=jsonfmt.load_json))
+    >>> b = opgraph.GraphBuilder(); b.output(b.op("exp", b.input(("f8", (2,)), name="x")))
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.docjson")
+    >>> _ = save(b.freeze(), path); load(path).equals(b.freeze())
+    True
+    >>> unregister("doc_json")
 """
 
 from __future__ import annotations
@@ -187,6 +210,16 @@ def register(fmt: Format) -> Format:
             raise ValueError(f"format {fmt.name}: suffix {s!r} must be lower case and start with '.'")
     _REGISTRY[fmt.name] = fmt
     return fmt
+
+
+def unregister(name: str) -> None:
+    """Forget the format called ``name`` (a user's, registered with :func:`register`).
+
+    >>> _ = register(Format("doc_gone", (".docgone",), "", save=lambda g, p: None)); unregister("doc_gone")
+    >>> "doc_gone" in [f.name for f in formats()]
+    False
+    """
+    _REGISTRY.pop(name, None)
 
 
 def formats() -> list[Format]:
@@ -746,4 +779,5 @@ __all__ = [
     "missing_dependency",
     "register",
     "save",
+    "unregister",
 ]
