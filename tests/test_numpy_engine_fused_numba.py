@@ -49,9 +49,9 @@ def compiled_used(program: tuple, *xs: np.ndarray) -> bool:
 
 @pytest.fixture(autouse=True)
 def _numba_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    monkeypatch.setattr(_accel, "enabled", True)
+    monkeypatch.setattr(accel, "enabled", True)
 
 
 # ---------------------------------------------------------------- per-step bounds (dense sweeps)
@@ -189,11 +189,11 @@ def test_not_compiled_cases_are_bit_identical() -> None:
 
 
 def test_disabled_numba_is_bit_identical(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
     x = np.random.default_rng(6).standard_normal(N).astype(np.float32)
     program = (("sin", -1), ("tanh", 0), ("exp", 1))
-    monkeypatch.setattr(_accel, "enabled", False)
+    monkeypatch.setattr(accel, "enabled", False)
     assert not compiled_used(program, x)
     assert np.array_equal(run(program, x, approx=True), run(program, x, approx=False))
 

@@ -177,9 +177,9 @@ def test_update_kernels_alias_and_paths(monkeypatch: pytest.MonkeyPatch, compile
                                         n: int) -> None:
     """Every result in every operand's memory (and fresh), compiled loop and NumPy path: bit-identical to the
     unfused expressions; a result partly overlapping an operand is computed aside."""
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    monkeypatch.setattr(_accel, "enabled", compiled)
+    monkeypatch.setattr(accel, "enabled", compiled)
     rng = np.random.default_rng(n)
     base = [(rng.random(n) + 0.5).astype(dtype) for _ in range(4 if kind.startswith("adam") else 3)]
     extra = [np.asarray(0.271, dtype), np.asarray(0.003, dtype)] if kind.startswith("adam") else []

@@ -136,7 +136,7 @@ def _gelu_tanh_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray)
 
 # With numba installed (the ``fast`` extra), the polynomial passes of erf and gelu run as one compiled loop per
 # block (the same arithmetic, with fused multiply-adds), and NumPy's SIMD tanh does the rest: about 5x faster
-# than the NumPy passes on large arrays. Loaded on the first large array, like opgraph.core._accel (importing
+# than the NumPy passes on large arrays. Loaded on the first large array, like opgraph.core.accel (importing
 # numba costs about 0.4 s, which only arrays of millions of elements or many calls repay); without numba (or
 # with OPGRAPH_NUMBA=0) the NumPy passes run.
 _NUMBA_LOAD_MIN = 1 << 21
@@ -218,9 +218,9 @@ def _compiled(n: int, *, load: bool = False) -> Any:
     """The compiled loops for an array of ``n`` elements, or None to run the NumPy passes (``load``: load
     numba for any array that would use the loops, as a compiled program does once, when it is built)."""
     global _numba
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    if not _accel.enabled or n < _NUMBA_MIN:
+    if not accel.enabled or n < _NUMBA_MIN:
         return None
     if _numba is None:
         if n < _NUMBA_LOAD_MIN and not load and "numba" not in sys.modules:

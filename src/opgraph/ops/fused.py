@@ -206,7 +206,7 @@ results stay in L2)."""
 
 
 def update_numba_usable() -> bool:
-    """True when the update kernels run compiled: numba is installed and ``opgraph.core._accel`` is enabled.
+    """True when the update kernels run compiled: numba is installed and ``opgraph.core.accel`` is enabled.
 
     Finding numba does not import it (the first update kernel call does, once: about 0.3 s, plus compiling or
     loading the cached loops). The optimiser fuses smaller updates when this holds (see
@@ -216,10 +216,10 @@ def update_numba_usable() -> bool:
     True
     """
     global _nb_usable, _ACCEL
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    _ACCEL = _accel  # read on every kernel call (tests switch it off)
-    if not _accel.enabled:
+    _ACCEL = accel  # read on every kernel call (tests switch it off)
+    if not accel.enabled:
         return False
     if _nb_usable is None:
         import importlib.util
@@ -249,7 +249,7 @@ def update_fusion_pays(kind: str, size: int | None) -> bool:
 
 
 _nb_usable: bool | None = None
-_ACCEL: Any = None  # opgraph.core._accel, bound by update_numba_usable (which runs before _ACCEL is read)
+_ACCEL: Any = None  # opgraph.core.accel, bound by update_numba_usable (which runs before _ACCEL is read)
 _nb_upd: Any = None  # None: not loaded yet; False: numba missing or unusable; else {name: compiled loop}
 _CONSTS: dict[Any, np.ndarray] = {}
 
@@ -1094,9 +1094,9 @@ def _nb_kernel(program: tuple[tuple[Any, ...], ...], plan: _Plan, xs: tuple[np.n
     """The compiled kernel of a float32 ``program`` on ``xs`` (into an operand's memory with ``alias``), or
     None to run NumPy's kernels."""
     global _nb
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    if not _accel.enabled or size < APPROX_MIN or plan.dtype != np.float32 \
+    if not accel.enabled or size < APPROX_MIN or plan.dtype != np.float32 \
             or any(x.dtype != np.float32 for x in xs) or any(step[0] not in _NB_EXPR for step in program):
         return None
     if _nb is None:
