@@ -661,8 +661,13 @@ def _attr_output_padding(v: Any) -> tuple[int, ...]:
     return vals
 
 
-class _Geometry:
-    """The per-axis stride, padding and dilation of an op with ``nsp`` spatial axes, defaults filled."""
+class Geometry:
+    """The per-axis stride, padding and dilation of an op with ``nsp`` spatial axes, defaults filled.
+
+    >>> g = Geometry({"stride": (2, 1)}, 2)
+    >>> g.stride, g.pads, g.spans((3, 3))
+    ((2, 1), ((0, 0), (0, 0)), (3, 3))
+    """
 
     def __init__(self, attrs: dict[str, Any], nsp: int) -> None:
         def per_axis(name: str, default: Any) -> tuple[Any, ...]:
@@ -733,7 +738,7 @@ def _fill_value(dtype: np.dtype) -> Any:
 
 # ---------------------------------------------------------------- conv, conv_transpose
 def _conv_common_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any],
-                       transpose: bool) -> tuple[np.dtype, _Geometry | None, Any, Any]:
+                       transpose: bool) -> tuple[np.dtype, Geometry | None, Any, Any]:
     x, w = tensor(in_types[0], "x"), tensor(in_types[1], "w")
     dtype = np.result_type(_float_dtype(x, "x"), _float_dtype(w, "w"))
     nsp = None if w.shape is None else len(w.shape) - 2
@@ -743,7 +748,7 @@ def _conv_common_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any],
     xs = _nd_input(x, nsp)
     if nsp is None and xs is not None:
         nsp = len(xs) - 2
-    geo = None if nsp is None else _Geometry(attrs, nsp)
+    geo = None if nsp is None else Geometry(attrs, nsp)
     if w.shape is not None and any(k == 0 for k in w.shape[2:]):
         raise OpTypeError(f"kernel size must be >= 1, got w shape {w.shape}")
     return dtype, geo, xs, w.shape
@@ -773,7 +778,7 @@ def _conv_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 
 def _conv_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, stride: tuple[int, ...] | None,
                  padding: PadPairs | None, dilation: tuple[int, ...] | None, groups: int) -> np.ndarray:
-    geo = _Geometry({"stride": stride, "padding": padding, "dilation": dilation}, x.ndim - 2)
+    geo = Geometry({"stride": stride, "padding": padding, "dilation": dilation}, x.ndim - 2)
     return conv_nd(x, w, out, stride=geo.stride, padding=geo.pads, dilation=geo.dilation, groups=groups)
 
 
@@ -809,7 +814,7 @@ def _conv_transpose_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, str
                            dilation: tuple[int, ...] | None, groups: int) -> np.ndarray:
     dtype = np.result_type(x.dtype, w.dtype)
     work = _work_dtype(dtype)
-    geo = _Geometry({"stride": stride, "padding": padding, "dilation": dilation,
+    geo = Geometry({"stride": stride, "padding": padding, "dilation": dilation,
                      "output_padding": output_padding}, x.ndim - 2)
     n, c, *ins = x.shape
     _, mg, *kernel = w.shape
@@ -869,7 +874,7 @@ def _conv_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) ->
     g = cots[0]
     xs, ys = static_shape(x.type), static_shape(g.type)
     kernel = static_shape(w.type)[2:]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     groups = attrs["groups"]
     # x: conv_transpose is conv's adjoint; output_padding restores the rows the strided windows skipped.
     extra = tuple(n + pb + pe - ((o - 1) * s + span) for n, o, s, (pb, pe), span
@@ -886,7 +891,7 @@ def _conv_transpose_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str
     g = cots[0]
     xs = static_shape(x.type)
     kernel = static_shape(w.type)[2:]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     groups = attrs["groups"]
     gx = _crop_to(b, b.op("conv", g, w, stride=geo.stride, padding=geo.pads, dilation=geo.dilation, groups=groups),
                   xs)
@@ -922,13 +927,18 @@ register_op(OpDef(
 
 
 # ---------------------------------------------------------------- max_pool, max_pool_argmax, avg_pool, lp_pool
-class _PoolPlan:
+class PoolPlan:
     """Where the windows of an N-d pooling op fall: output sizes, padding (extended at the end for
-    ceil_mode's partial last windows) and, per kernel tap, the strided slice of the padded input."""
+    ceil_mode's partial last windows) and, per kernel tap, the strided slice of the padded input.
+
+    >>> plan = PoolPlan((5,), {"kernel_size": (2,), "stride": (2,), "ceil_mode": True})
+    >>> plan.outs, plan.pad_width
+    ((3,), ((0, 0), (0, 0), (0, 1)))
+    """
 
     def __init__(self, sizes: tuple[int, ...], attrs: dict[str, Any]) -> None:
         kernel: tuple[int, ...] = attrs["kernel_size"]
-        self.geo = geo = _Geometry(attrs, len(kernel))
+        self.geo = geo = Geometry(attrs, len(kernel))
         self.kernel = kernel
         self.sizes = sizes
         self.spans = geo.spans(kernel)
@@ -976,7 +986,7 @@ def _pool_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any], kinds
         allowed = "an integer or floating" if "i" in kinds else "a floating"
         raise OpTypeError(f"input must have {allowed} dtype, got {x.dtype}")
     kernel = attrs["kernel_size"]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     for (pb, pe), span in zip(geo.pads, geo.spans(kernel), strict=True):
         if pb >= span or pe >= span:
             raise OpTypeError(f"padding {geo.pads} must be smaller than the (dilated) kernel {kernel}")
@@ -1001,7 +1011,7 @@ def _float_pool_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) ->
     return _pool_nd_infer(in_types, attrs, "f")
 
 
-def _tap_sum(xp: np.ndarray, plan: _PoolPlan, out: np.ndarray, combine: np.ufunc) -> np.ndarray:
+def _tap_sum(xp: np.ndarray, plan: PoolPlan, out: np.ndarray, combine: np.ufunc) -> np.ndarray:
     """Combine the kernel's strided taps of the padded input into ``out``: one ufunc call per tap."""
     np.copyto(out, xp[plan.tap_index(plan.taps[0])], casting="unsafe")
     for tap in plan.taps[1:]:
@@ -1009,14 +1019,14 @@ def _tap_sum(xp: np.ndarray, plan: _PoolPlan, out: np.ndarray, combine: np.ufunc
     return out
 
 
-def _pool_buffer(x: np.ndarray, plan: _PoolPlan, out: Any, dtype: np.dtype) -> np.ndarray:
+def _pool_buffer(x: np.ndarray, plan: PoolPlan, out: Any, dtype: np.dtype) -> np.ndarray:
     if out is not None and out.dtype == dtype:
         return out
     return np.empty((*x.shape[:2], *plan.outs), dtype)
 
 
 def _max_pool_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     # Padding holds the dtype's lowest value, so it wins only in windows without any input cell; np.maximum
     # propagates NaN, as PyTorch and ONNX Runtime do.
     acc = _tap_sum(plan.padded(x, _fill_value(x.dtype)), plan, _pool_buffer(x, plan, out, x.dtype), np.maximum)
@@ -1024,7 +1034,7 @@ def _max_pool_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray
 
 
 def _max_pool_argmax_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     xp = plan.padded(x, _fill_value(x.dtype))
     plane = np.array(x.shape[2:], np.int64)
     flat_strides = [int(np.prod(plane[a + 1:])) for a in range(len(plane))]
@@ -1058,7 +1068,7 @@ def _max_pool_argmax_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.
 
 
 def _avg_pool_kernel(x: np.ndarray, out: Any = None, *, count_include_pad: bool, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     work = _work_dtype(x.dtype)
     total = _tap_sum(plan.padded(x, 0), plan, _pool_buffer(x, plan, out, work), np.add)
     total /= np.maximum(plan.counts(count_include_pad), 1).astype(work)
@@ -1066,7 +1076,7 @@ def _avg_pool_kernel(x: np.ndarray, out: Any = None, *, count_include_pad: bool,
 
 
 def _lp_pool_kernel(x: np.ndarray, out: Any = None, *, p: float, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     work = _work_dtype(x.dtype)
     powered = np.abs(x).astype(work, copy=False)
     powered = powered * powered if p == 2 else np.power(powered, p)
@@ -1078,7 +1088,7 @@ def _lp_pool_kernel(x: np.ndarray, out: Any = None, *, p: float, **attrs: Any) -
     return _finish(total, x.dtype, out)
 
 
-def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: _PoolPlan) -> Any:
+def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: PoolPlan) -> Any:
     """Add window values ``parts`` (N*C, T, *out) back onto the input grid (N*C, 1, *in) with
     conv_transpose and the (T, 1, *kernel) weights ``kernel_w`` (which say which tap each part is)."""
     pads, extra = [], []
@@ -1095,7 +1105,7 @@ def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: _PoolPlan) 
 def _avg_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
     x, g = ins[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     counts = np.maximum(plan.counts(attrs["count_include_pad"]), 1)
     g = b.op("multiply", g, b.constant((1.0 / counts).astype(g.type.dtype)))
@@ -1109,7 +1119,7 @@ def _max_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]
     # does); padding cells hold -inf and so never share unless the max itself is -inf.
     x, y, g = ins[0], outs[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     xp = b.op("pad", x, pad_width=plan.pad_width, constant_value=-np.inf) \
         if any(p for pr in plan.pad_width for p in pr) else x
@@ -1128,7 +1138,7 @@ def _lp_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any])
     # back over the windows (as avg_pool's rule does), then scale by the local factor.
     x, y, g = ins[0], outs[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     p = attrs["p"]
     h = b.op("multiply", g, b.op("power", y, scalar(b, 1.0 - p, y))) if p != 1 else g
