@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import opgraph
+from opgraph.backends.numpy import fused
 from opgraph.io.cg import load_cg, save_cg
 from opgraph.io.jsonfmt import dumps_json, loads_json
-from opgraph.ops import fused
 from opgraph.passes import optimize
 
 pytest.importorskip("numba")
@@ -199,7 +199,7 @@ def test_disabled_numba_is_bit_identical(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_env_switch_never_imports_numba() -> None:
-    code = ("import sys, numpy as np\nfrom opgraph.ops import fused\n"
+    code = ("import sys, numpy as np\nfrom opgraph.backends.numpy import fused\n"
             "x = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)\n"
             "r = fused._fused_kernel(x, program=(('sin', -1), ('exp', 0)), approx=True)\n"
             "assert np.array_equal(r, np.exp(np.sin(x)))\nprint('numba' in sys.modules)\n")
