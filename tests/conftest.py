@@ -21,17 +21,17 @@ def rng() -> np.random.Generator:
 @pytest.fixture(params=["numpy", "numba"])
 def path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test on the NumPy passes of the float32 kernels and on their numba loops (arrays of at least
-    opgraph.ops.elementwise._NUMBA_MIN use the loops once they are loaded)."""
-    from opgraph.core import _accel
-    from opgraph.ops import elementwise
+    opgraph.backends.numpy.jit.NUMBA_MIN use the loops once they are loaded)."""
+    from opgraph.backends.numpy import elementwise, jit
+    from opgraph.core import accel
 
-    saved = _accel.enabled
-    _accel.enabled = request.param == "numba"
+    saved = accel.enabled
+    accel.enabled = request.param == "numba"
     if request.param == "numba":
         pytest.importorskip("numba")
-        assert elementwise._compiled(elementwise._NUMBA_LOAD_MIN) is not None  # load the loops
+        assert elementwise.compiled(jit.NUMBA_LOAD_MIN) is not None  # load the loops
     yield request.param
-    _accel.enabled = saved
+    accel.enabled = saved
 
 
 @pytest.fixture

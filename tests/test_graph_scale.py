@@ -1,7 +1,7 @@
 """Large graphs: Graph.from_arrays (the checked bulk constructor), verify() and the topological sort.
 
 The sort has two paths that must give the same order: NumPy (level by level, plain Python on deep
-parts) and, when numba is installed, a compiled walk (opgraph.core._accel). Tests run both by
+parts) and, when numba is installed, a compiled walk (opgraph.core.accel). Tests run both by
 switching the compiled one off or on for every size. Nothing here is timed; the scale tests check
 behaviour that keeps the work per op constant (one type-rule call per distinct signature).
 """
@@ -21,7 +21,7 @@ import pytest
 
 import opgraph
 from opgraph import Graph, TensorType, VerifyError, get_op
-from opgraph.core import _accel
+from opgraph.core import accel
 from opgraph.core.graph import INDEX
 
 F64 = TensorType("float64", (3,))
@@ -33,12 +33,12 @@ ADD, MUL, SUB, EXP, SIN = (get_op(k).id for k in ("add", "multiply", "subtract",
 def sort_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the NumPy sort, then with the compiled one (used for every graph size)."""
     if request.param == "numpy":
-        monkeypatch.setattr(_accel, "enabled", False)
+        monkeypatch.setattr(accel, "enabled", False)
     else:
         pytest.importorskip("numba")
-        monkeypatch.setattr(_accel, "enabled", True)
-        monkeypatch.setattr(_accel, "MIN_OPS", 0)
-        monkeypatch.setattr(_accel, "LOADED_MIN_OPS", 0)
+        monkeypatch.setattr(accel, "enabled", True)
+        monkeypatch.setattr(accel, "MIN_OPS", 0)
+        monkeypatch.setattr(accel, "LOADED_MIN_OPS", 0)
     return str(request.param)
 
 
@@ -283,20 +283,20 @@ def test_sort_of_graphs_with_wide_fan_in(sort_path: str) -> None:
 def test_both_sort_paths_give_the_same_order(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("numba")
     arrays = shuffled(deep_and_wide(80, 700, 3), 5)
-    monkeypatch.setattr(_accel, "enabled", False)
+    monkeypatch.setattr(accel, "enabled", False)
     numpy_order = Graph.from_arrays(**arrays).topological_order()
-    monkeypatch.setattr(_accel, "enabled", True)
-    monkeypatch.setattr(_accel, "MIN_OPS", 0)
-    monkeypatch.setattr(_accel, "LOADED_MIN_OPS", 0)
+    monkeypatch.setattr(accel, "enabled", True)
+    monkeypatch.setattr(accel, "MIN_OPS", 0)
+    monkeypatch.setattr(accel, "LOADED_MIN_OPS", 0)
     compiled_order = Graph.from_arrays(**arrays).topological_order()
     np.testing.assert_array_equal(numpy_order, compiled_order)
 
 
 def test_sort_falls_back_to_numpy_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` now raises ImportError
-    monkeypatch.setattr(_accel, "_topo", None)
-    monkeypatch.setattr(_accel, "MIN_OPS", 0)
-    assert _accel.topo_kernel(10**6) is None
+    monkeypatch.setattr(accel, "_topo", None)
+    monkeypatch.setattr(accel, "MIN_OPS", 0)
+    assert accel.topo_kernel(10**6) is None
     h = deep_and_wide(70, 300, 1)
     assert h.topological_order().tolist() == reference_order(h)
 
@@ -436,11 +436,11 @@ def test_many_signatures_in_one_chunk() -> None:
 
 
 def test_kernel_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_accel, "enabled", False)
-    assert _accel.topo_kernel(10**8) is None
-    monkeypatch.setattr(_accel, "enabled", True)
-    monkeypatch.setattr(_accel, "_topo", None)
-    assert _accel.topo_kernel(_accel.MIN_OPS - 1) is None and _accel._topo is None  # numba not even imported
+    monkeypatch.setattr(accel, "enabled", False)
+    assert accel.topo_kernel(10**8) is None
+    monkeypatch.setattr(accel, "enabled", True)
+    monkeypatch.setattr(accel, "_topo", None)
+    assert accel.topo_kernel(accel.MIN_OPS - 1) is None and accel._topo is None  # numba not even imported
 
 
 def test_compiled_sort_is_not_run_on_broken_arrays(sort_path: str) -> None:
@@ -454,7 +454,7 @@ def test_compiled_sort_is_not_run_on_broken_arrays(sort_path: str) -> None:
 
 
 def test_environment_switch() -> None:
-    code = "from opgraph.core import _accel; print(_accel.enabled)"
+    code = "from opgraph.core import accel; print(accel.enabled)"
     for value, expect in (("0", "False"), ("off", "False"), ("1", "True")):
         env = {**os.environ, "OPGRAPH_NUMBA": value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -18,7 +18,7 @@ import opgraph
 from opcheck import noncontiguous, torch_depthwise
 from opgraph.backends.numpy import nn
 from opgraph.backends.numpy.nn import conv_nd
-from opgraph.core import _accel
+from opgraph.core import accel
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
@@ -32,7 +32,7 @@ def tol(dtype: Any) -> dict[str, float]:
 
 @pytest.fixture(autouse=True)
 def _numba_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_accel, "enabled", True)
+    monkeypatch.setattr(accel, "enabled", True)
     assert nn._depthwise_compiled(1 << 15, load=True) is not None
 
 
@@ -70,7 +70,7 @@ def test_matches_torch_and_numpy_paths(geo: tuple, batch: int, dtype: Any, monke
     want = torch_depthwise(x, w, stride, padding, dilation)
     assert got.dtype == dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, **tol(dtype))
-    monkeypatch.setattr(_accel, "enabled", False)
+    monkeypatch.setattr(accel, "enabled", False)
     numpy_path = conv_nd(x, w, stride=stride, padding=padding, dilation=dilation, groups=x.shape[1])
     np.testing.assert_allclose(got, numpy_path, **tol(dtype))
 
@@ -96,7 +96,7 @@ def test_float16_computed_in_float32() -> None:
 
 
 def test_numba_disabled_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_accel, "enabled", False)
+    monkeypatch.setattr(accel, "enabled", False)
     assert nn._depthwise_compiled(1 << 20, load=True) is None
     for kernel in [(3, 3), (5, 5)]:
         x, w = case((1, 40, 30, 30), kernel, np.float64, seed=3)

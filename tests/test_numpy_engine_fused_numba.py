@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import opgraph
+from opgraph.backends.numpy import fused
 from opgraph.io.cg import load_cg, save_cg
 from opgraph.io.jsonfmt import dumps_json, loads_json
-from opgraph.ops import fused
 from opgraph.passes import optimize
 
 pytest.importorskip("numba")
@@ -49,9 +49,9 @@ def compiled_used(program: tuple, *xs: np.ndarray) -> bool:
 
 @pytest.fixture(autouse=True)
 def _numba_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    monkeypatch.setattr(_accel, "enabled", True)
+    monkeypatch.setattr(accel, "enabled", True)
 
 
 # ---------------------------------------------------------------- per-step bounds (dense sweeps)
@@ -189,17 +189,17 @@ def test_not_compiled_cases_are_bit_identical() -> None:
 
 
 def test_disabled_numba_is_bit_identical(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
     x = np.random.default_rng(6).standard_normal(N).astype(np.float32)
     program = (("sin", -1), ("tanh", 0), ("exp", 1))
-    monkeypatch.setattr(_accel, "enabled", False)
+    monkeypatch.setattr(accel, "enabled", False)
     assert not compiled_used(program, x)
     assert np.array_equal(run(program, x, approx=True), run(program, x, approx=False))
 
 
 def test_env_switch_never_imports_numba() -> None:
-    code = ("import sys, numpy as np\nfrom opgraph.ops import fused\n"
+    code = ("import sys, numpy as np\nfrom opgraph.backends.numpy import fused\n"
             "x = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)\n"
             "r = fused._fused_kernel(x, program=(('sin', -1), ('exp', 0)), approx=True)\n"
             "assert np.array_equal(r, np.exp(np.sin(x)))\nprint('numba' in sys.modules)\n")

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import opgraph
+from opgraph.backends.numpy import elementwise as E
 from opgraph.core.graph import Graph
-from opgraph.ops import elementwise as E
 from opgraph.ops import nn as NN
 from opgraph.passes import optimize
 from opgraph.passes.lower import lower

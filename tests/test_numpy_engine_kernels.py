@@ -21,8 +21,9 @@ import pytest
 import scipy.special as sp
 
 import opgraph
+from opgraph.backends.numpy import elementwise as E
+from opgraph.backends.numpy.jit import NUMBA_MIN
 from opgraph.core.graph import Graph
-from opgraph.ops import elementwise as E
 from opgraph.ops.contraction import _matmul_kernel
 from opgraph.passes import optimize
 from opgraph.passes.lower import lower
@@ -49,7 +50,7 @@ def sweep() -> np.ndarray:
 # ---------------------------------------------------------------- erf, sigmoid, gelu kernels
 def test_erf_float32_within_4_ulp(path: str) -> None:
     x = sweep()
-    assert x.size >= E._NUMBA_MIN
+    assert x.size >= NUMBA_MIN
     err = ulp_error(E.erf(x), sp.erf(x.astype(np.float64)))
     assert err.max() <= 4.0, (err.max(), x[err.argmax()])
 
@@ -98,7 +99,7 @@ SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.4e38, 
     (E.gelu, lambda x: x * sp.ndtr(x.astype(np.float64))),  # gelu(-inf) is nan, as in torch's formula
 ])
 def test_special_values(fn: Callable[..., np.ndarray], ref: Callable[[np.ndarray], np.ndarray], path: str) -> None:
-    for n in (SPECIALS.size, E._NUMBA_MIN + 3):  # small arrays (NumPy passes) and large ones (numba, if on)
+    for n in (SPECIALS.size, NUMBA_MIN + 3):  # small arrays (NumPy passes) and large ones (numba, if on)
         x = np.resize(SPECIALS, n)
         with np.errstate(invalid="ignore"):
             want = ref(x).astype(F32)

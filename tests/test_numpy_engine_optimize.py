@@ -14,17 +14,18 @@ import numpy as np
 import pytest
 
 import opgraph
-import opgraph.ops.fused as fused
+import opgraph.backends.numpy.fused as fused
+import opgraph.ops.fused as ops_fused
+from opgraph.backends.numpy import BACKEND as NUMPY
 from opgraph.core.graph import Graph
-from opgraph.core.registry import get_op
 from opgraph.memory.plan import plan_memory
 from opgraph.optim import Adagrad, Momentum, training_step
 from opgraph.passes import optimize
 from opgraph.passes.pipeline import NUMPY_COST, FusionCost, fusion_regions
 
-FMA = get_op("fma").kernel_for(0)
-MOMENTUM = get_op("sgd_momentum_update").kernel_for(0)
-ADAGRAD = get_op("adagrad_update").kernel_for(0)
+FMA = NUMPY.kernel_for("fma", 0)
+MOMENTUM = NUMPY.kernel_for("sgd_momentum_update", 0)
+ADAGRAD = NUMPY.kernel_for("adagrad_update", 0)
 
 
 def allocated(fn: Callable[[], Any]) -> int:
@@ -267,7 +268,7 @@ def _step_graph(opt: Any) -> Graph:
 
 
 def test_optimised_momentum_step_runs_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fused, "UPDATE_MIN", {k: (0, 0) for k in fused.UPDATE_MIN})  # fused with or without numba
+    monkeypatch.setattr(ops_fused, "UPDATE_MIN", {k: (0, 0) for k in ops_fused.UPDATE_MIN})  # fused, numba or not
     g = _step_graph(Momentum(lr=0.05, mu=0.9))
     o = optimize(g, level=2)
     assert any(o.kind_of(op) == "sgd_momentum_update" for op in range(o.num_ops))

@@ -10,6 +10,7 @@ import pytest
 
 import opgraph.passes  # noqa: F401  (registers the fused family until opgraph.ops imports it)
 from opcheck import check_op, out_type, rand
+from opgraph.backends.numpy import BACKEND
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import OpBuildError
@@ -177,15 +178,15 @@ def test_update_kernels_alias_and_paths(monkeypatch: pytest.MonkeyPatch, compile
                                         n: int) -> None:
     """Every result in every operand's memory (and fresh), compiled loop and NumPy path: bit-identical to the
     unfused expressions; a result partly overlapping an operand is computed aside."""
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    monkeypatch.setattr(_accel, "enabled", compiled)
+    monkeypatch.setattr(accel, "enabled", compiled)
     rng = np.random.default_rng(n)
     base = [(rng.random(n) + 0.5).astype(dtype) for _ in range(4 if kind.startswith("adam") else 3)]
     extra = [np.asarray(0.271, dtype), np.asarray(0.003, dtype)] if kind.startswith("adam") else []
     kw = dict(_KW[kind], square_first=True) if kind.startswith("adam") else _KW[kind]
     want = _refs(kind, base, sq=True)
-    kernel = get_op(kind).kernel_for(0)
+    kernel = BACKEND.kernel_for(kind, 0)
     n_out = len(want)
     for k in range(len(base) + 1):      # output 0 in operand k's memory (k == len: fresh)
         for j in range(len(base) + 1):  # output 1 in operand j's memory

@@ -550,12 +550,12 @@ def test_cli_optimize_through_main(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
 def test_update_fusion_only_where_it_pays(monkeypatch: pytest.MonkeyPatch, numba_on: bool) -> None:
     """With numba an update is fused at any size; without it only from UPDATE_MIN's second size on (the NumPy
     path makes more calls than the unfused ops, so it pays only where its blocks save memory traffic)."""
-    from opgraph.core import _accel
+    from opgraph.core import accel
     from opgraph.ops.fused import UPDATE_MIN
 
     if numba_on:
         pytest.importorskip("numba")  # the optional ``fast`` extra
-    monkeypatch.setattr(_accel, "enabled", numba_on)
+    monkeypatch.setattr(accel, "enabled", numba_on)
     for n, fuses in ((8, numba_on), (UPDATE_MIN["adagrad_update"][1], True)):
         def build(b: opgraph.GraphBuilder, n: int = n) -> None:
             p, acc, g = (b.input(("float64", (n,)), name=k) for k in ("p", "acc", "g"))

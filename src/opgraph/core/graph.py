@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core import _accel, hooks
+from opgraph.core import accel, hooks
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
 from opgraph.core.types import TensorType, ValueType, as_type
@@ -538,7 +538,7 @@ class Graph:
         order is the same whichever way it is computed: level by level with
         NumPy (wide graphs), in plain Python (deep graphs), or, for large
         graphs when numba is installed, in one compiled pass (see
-        :mod:`opgraph.core._accel`). Raises :class:`GraphError` naming the ops
+        :mod:`opgraph.core.accel`). Raises :class:`GraphError` naming the ops
         on a cycle.
 
         >>> import numpy as np
@@ -575,8 +575,8 @@ class Graph:
         return hit
 
     def _level_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(order, cycle)``: ops by (level, index), or ops on a cycle (see ``_accel._level_sort``)."""
-        kernel = _accel.topo_kernel(self.num_ops)
+        """``(order, cycle)``: ops by (level, index), or ops on a cycle (see ``accel._level_sort``)."""
+        kernel = accel.topo_kernel(self.num_ops)
         if kernel is not None:
             ptr, pred, n = self.in_ptr, self.input_producers(), self.num_ops
             # Compiled code does not check bounds: run it only on sane arrays (a graph sorted

@@ -119,26 +119,6 @@ def version_of_first(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> 
     return dtype_code(tensor(in_types[0]).dtype)
 
 
-def sum_rows(x: np.ndarray, n: int, limit: int, out: np.ndarray | None = None) -> np.ndarray | None:
-    """The sums over ``x``'s rows of its last ``n`` elements, as ``x @ ones`` (flat, or written into ``out``),
-    where that applies: C-contiguous float32/float64 ``x`` and ``out`` and 0 < n <= ``limit``; else None.
-
-    NumPy's reduction pays per row, BLAS does not: on short rows (attention rows, a layer norm's features,
-    a squeeze-excitation's positions) the product is 3-5x faster, and its vector lanes accumulate as NumPy's
-    8 partial sums do (the same accuracy class over rows this short).
-
-    >>> sum_rows(np.arange(6.0).reshape(2, 3), 3, limit=1024).tolist()
-    [3.0, 12.0]
-    >>> sum_rows(np.arange(6).reshape(2, 3), 3, limit=1024) is None   # integers: NumPy's reduction
-    True
-    """
-    if not (0 < n <= limit and x.dtype in (np.float32, np.float64) and x.flags.c_contiguous and x.size % n == 0):
-        return None
-    if out is not None and not (out.flags.c_contiguous and out.size == x.size // n):
-        return None
-    return np.matmul(x.reshape(-1, n), np.ones(n, x.dtype), out=None if out is None else out.reshape(-1))
-
-
 def const_like(e: Emit, x: float, like: Any) -> Any:
     """The scalar ``x`` as a constant of a decomposition, in the dtype of value ``like``.
 

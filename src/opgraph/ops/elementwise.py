@@ -16,8 +16,6 @@ Ids: unary 1-199, binary 200-399, others 400-499.
 
 from __future__ import annotations
 
-import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -56,11 +54,12 @@ class _LazyUfunc:
         return self._ufunc
 
 
-# ---------------------------------------------------------------- fast float32 kernels (erf, sigmoid, gelu)
+# ---------------------------------------------------------------- float32 kernels (erf, sigmoid, gelu)
 # SciPy's float32 erf and expit run a float64 algorithm element by element (18 ms for 1.2M elements against
-# 2.4 ms for torch.erf). These kernels stay in float32 and run only SIMD NumPy ufuncs, in place, on blocks of
-# _BLOCK elements so that their few temporaries stay in the L2 cache. Other dtypes keep SciPy.
-_BLOCK = 1 << 15
+# 2.4 ms for torch.erf). These kernels stay in float32 and run only SIMD NumPy ufuncs, in place (each pass
+# function below: input x, output o, temporaries s and r). The reference kernels run a pass function over the
+# whole array; the NumPy engine (opgraph.backends.numpy.elementwise) runs the same passes on cache-sized blocks,
+# or numba loops. Other dtypes keep SciPy.
 
 # erf(x) = tanh(x * P(x^2)): P(s) = atanh(erf(sqrt s)) / sqrt s is smooth and slowly varying, and tanh damps the
 # error of P where erf nears +-1, so degree 6 suffices. Minimax fit over s in [0, 16] (Lawson iterations,
@@ -68,9 +67,11 @@ _BLOCK = 1 << 15
 # rounds to exactly 1 in float32, so large, infinite and nan inputs need no special case.
 _ERF_P = (1.128379225730896, 0.10276905447244644, -0.00019183011318091303, -0.0006197854527272284,
           8.76376943779178e-05, -5.66854623684776e-06, 1.4185680186074023e-07)
-_ERF_P32 = tuple(np.float32(c) for c in _ERF_P)
+ERF_P32 = tuple(np.float32(c) for c in _ERF_P)
+"""The coefficients of erf's polynomial P in float32, lowest degree first."""
 # gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x (1 + tanh(x * G(x^2))), G(s) = P(s / 2) / sqrt 2.
-_GELU_P32 = tuple(np.float32(c / 2.0 ** k / np.sqrt(2.0)) for k, c in enumerate(_ERF_P))
+GELU_P32 = tuple(np.float32(c / 2.0 ** k / np.sqrt(2.0)) for k, c in enumerate(_ERF_P))
+"""The coefficients of gelu's polynomial G in float32, lowest degree first."""
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 _GELU_TANH_K = 0.044715
 _F32 = np.dtype(np.float32)
@@ -87,14 +88,32 @@ def _horner(s: np.ndarray, coefs: tuple[np.float32, ...], r: np.ndarray) -> np.n
     return r
 
 
-def _erf_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+def _float32_example(passes: Callable[..., None], x: list[float]) -> np.ndarray:
+    a = np.array(x, _F32)
+    o = np.empty_like(a)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        passes(a, o, np.empty_like(a), np.empty_like(a))
+    return o
+
+
+def erf_passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+    """erf of float32 ``x`` into ``o`` (which may be ``x``), ``s`` and ``r`` temporaries of its shape.
+
+    >>> _float32_example(erf_passes, [0.0, 0.5, -2.0])
+    array([ 0.        ,  0.5204998 , -0.99532217], dtype=float32)
+    """
     np.multiply(x, x, out=s)
-    _horner(s, _ERF_P32, r)
+    _horner(s, ERF_P32, r)
     np.multiply(r, x, out=r)
     np.tanh(r, out=o)
 
 
-def _sigmoid_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+def sigmoid_passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+    """sigmoid of float32 ``x`` into ``o`` (which may be ``x`` or ``r``), ``s`` and ``r`` temporaries.
+
+    >>> _float32_example(sigmoid_passes, [0.0, 2.0, -100.0])
+    array([5.0000000e-01, 8.8079715e-01, 3.7835059e-44], dtype=float32)
+    """
     if x.max() <= _SIGMOID_SAFE:
         # e / (1 + e) with e = exp(x): three passes, relative accuracy down to the subnormals (exp underflows
         # gracefully); exp(x) cannot overflow below 88.
@@ -102,8 +121,7 @@ def _sigmoid_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -
         np.add(r, np.float32(1.0), out=s)
         np.divide(r, s, out=o)
         return
-    # A block with inputs above 88 (or a nan): e / (1 + e) or 1 / (1 + e) with e = exp(-|x|), which never
-    # overflows.
+    # Inputs above 88 (or a nan): e / (1 + e) or 1 / (1 + e) with e = exp(-|x|), which never overflows.
     np.absolute(x, out=r)
     np.negative(r, out=r)
     np.exp(r, out=r)
@@ -112,9 +130,14 @@ def _sigmoid_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -
     np.divide(r, s, out=o)
 
 
-def _gelu_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+def gelu_passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+    """gelu (``approximate="none"``) of float32 ``x`` into ``o`` (which may be ``x``), ``s``, ``r`` temporaries.
+
+    >>> _float32_example(gelu_passes, [-1.0, 0.0, 2.0])
+    array([-0.15865523,  0.        ,  1.9544997 ], dtype=float32)
+    """
     np.multiply(x, x, out=s)
-    _horner(s, _GELU_P32, r)
+    _horner(s, GELU_P32, r)
     np.multiply(r, x, out=r)
     np.tanh(r, out=r)
     np.add(r, np.float32(1.0), out=r)
@@ -122,7 +145,12 @@ def _gelu_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> N
     np.multiply(r, s, out=o)
 
 
-def _gelu_tanh_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+def gelu_tanh_passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+    """gelu (``approximate="tanh"``) of float32 ``x`` into ``o`` (which may be ``x``), ``s``, ``r`` temporaries.
+
+    >>> _float32_example(gelu_tanh_passes, [-1.0, 0.0, 2.0])
+    array([-0.158808 ,  0.       ,  1.9545977], dtype=float32)
+    """
     # The formula of torch's gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
     np.multiply(x, x, out=r)
     np.multiply(r, np.float32(_SQRT_2_OVER_PI * _GELU_TANH_K), out=r)
@@ -134,165 +162,31 @@ def _gelu_tanh_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray)
     np.multiply(r, s, out=o)
 
 
-# With numba installed (the ``fast`` extra), the polynomial passes of erf and gelu run as one compiled loop per
-# block (the same arithmetic, with fused multiply-adds), and NumPy's SIMD tanh does the rest: about 5x faster
-# than the NumPy passes on large arrays. Loaded on the first large array, like opgraph.core._accel (importing
-# numba costs about 0.4 s, which only arrays of millions of elements or many calls repay); without numba (or
-# with OPGRAPH_NUMBA=0) the NumPy passes run.
-_NUMBA_LOAD_MIN = 1 << 21
-"""Arrays of at least this many elements load numba (when it is installed and enabled)."""
-_NUMBA_MIN = 1 << 15
-"""Arrays of at least this many elements use the compiled loops once they are loaded."""
-_numba: Any = None  # None: not tried yet; False: missing or unusable; else the compiled loops
-
-
-def _odd_poly7(x: Any, o: Any, c0: Any, c1: Any, c2: Any, c3: Any, c4: Any, c5: Any, c6: Any) -> None:
-    for i in range(x.size):
-        v = x[i]
-        s = v * v
-        o[i] = v * (c0 + s * (c1 + s * (c2 + s * (c3 + s * (c4 + s * (c5 + s * c6))))))
-
-
-def _gelu_finish(x: Any, t: Any, o: Any, one: Any, half: Any) -> None:
-    for i in range(x.size):
-        o[i] = (t[i] + one) * (x[i] * half)
-
-
-def _sigmoid_finish(e: Any, o: Any, one: Any, big: Any) -> None:
-    for i in range(e.size):
-        v = e[i]
-        v = big if v > big else v  # exp(x) overflowed to inf only where sigmoid(x) rounds to 1 (nan stays)
-        o[i] = v / (one + v)
-
-
-def _silu_finish(x: Any, e: Any, o: Any, one: Any, big: Any) -> None:
-    for i in range(x.size):
-        v = e[i]
-        v = big if v > big else v  # as _sigmoid_finish
-        o[i] = x[i] * (v / (one + v))
-
-
-def _hard_swish_loop(x: Any, o: Any, three: Any, six: Any, sixth: Any, zero: Any) -> None:
-    for i in range(x.size):
-        v = x[i]
-        t = v + three
-        t = zero if t < zero else t  # comparisons, not min/max: a nan stays nan
-        t = six if t > six else t
-        o[i] = (v * t) * sixth
-
-
-# In-place forms of the loops (x is also the output): with two arguments that are the same array, LLVM's
-# vectoriser sees them overlap at run time and falls back to its scalar loop (3x slower, measured), while a
-# loop over one array vectorises. The compiled program runs these ops in place whenever the planner can.
-def _silu_finish_inplace(x: Any, e: Any, one: Any, big: Any) -> None:
-    for i in range(x.size):
-        v = e[i]
-        v = big if v > big else v
-        x[i] = x[i] * (v / (one + v))
-
-
-def _hard_swish_inplace(x: Any, three: Any, six: Any, sixth: Any, zero: Any) -> None:
-    for i in range(x.size):
-        v = x[i]
-        t = v + three
-        t = zero if t < zero else t
-        t = six if t > six else t
-        x[i] = (v * t) * sixth
-
-
-def _hard_sigmoid_inplace(x: Any, a: Any, b: Any, zero: Any, one: Any) -> None:
-    for i in range(x.size):
-        t = x[i] * a + b
-        t = zero if t < zero else t
-        x[i] = one if t > one else t
-
-
-def _hard_sigmoid_loop(x: Any, o: Any, a: Any, b: Any, zero: Any, one: Any) -> None:
-    for i in range(x.size):
-        t = x[i] * a + b
-        t = zero if t < zero else t
-        o[i] = one if t > one else t
-
-
-def _compiled(n: int, *, load: bool = False) -> Any:
-    """The compiled loops for an array of ``n`` elements, or None to run the NumPy passes (``load``: load
-    numba for any array that would use the loops, as a compiled program does once, when it is built)."""
-    global _numba
-    from opgraph.core import _accel
-
-    if not _accel.enabled or n < _NUMBA_MIN:
-        return None
-    if _numba is None:
-        if n < _NUMBA_LOAD_MIN and not load and "numba" not in sys.modules:
-            return None
-        _numba = False
-        try:
-            import numba
-        except Exception:  # missing, or broken against this NumPy
-            return None
-        if not numba.config.DISABLE_JIT:
-            jit = numba.njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
-            _numba = (jit(_odd_poly7), jit(_gelu_finish), jit(_sigmoid_finish), jit(_silu_finish),
-                      jit(_hard_swish_loop), jit(_hard_sigmoid_loop), jit(_silu_finish_inplace),
-                      jit(_hard_swish_inplace), jit(_hard_sigmoid_inplace))
-    return _numba or None
-
-
-def _erf_block_nb(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    _numba[0](x, o, *_ERF_P32)
-    np.tanh(o, out=o)
-
-
-def _sigmoid_block_nb(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    np.exp(x, out=r)
-    _numba[2](r, o, np.float32(1.0), np.float32(3e38))
-
-
-def _gelu_block_nb(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    _numba[0](x, r, *_GELU_P32)
-    np.tanh(r, out=r)
-    _numba[1](x, r, o, np.float32(1.0), np.float32(0.5))
-
-
-def _blocked_f32(body: Callable[..., None], x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """Run ``body(x_block, out_block, tmp1, tmp2)`` over float32 ``x`` in cache-sized blocks, into ``out``.
-
-    ``out`` may be ``x`` itself: a body reads its input block before it writes the output block.
-    """
-    if not (x.dtype == _F32 and x.flags.c_contiguous):
-        x = np.array(x, dtype=_F32, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
-    direct = out is not None and out.dtype == _F32 and out.flags.c_contiguous and out.shape == x.shape
+def _whole_f32(passes: Callable[..., None], x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``passes(x, out, tmp1, tmp2)`` once over the whole of ``x`` (cast to float32), into ``out``."""
+    x = np.asarray(x, dtype=_F32)
+    direct = out is not None and out.dtype == _F32 and out.shape == x.shape
     res = out if direct else np.empty(x.shape, _F32)
-    xf, of = x.reshape(-1), res.reshape(-1)  # type: ignore[union-attr]
-    n = xf.size
-    m = min(n, _BLOCK)
-    s, r = np.empty(m, _F32), np.empty(m, _F32)
     # x * x of a large x is inf by design; gelu(-inf) is 0 * inf = nan, as in the formula torch uses
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        for i in range(0, n, _BLOCK):
-            j = min(n, i + _BLOCK)
-            body(xf[i:j], of[i:j], s[:j - i], r[:j - i])
+    if x.size:  # sigmoid's passes take a maximum, which an empty array has not
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            passes(x, res, np.empty(x.shape, _F32), np.empty(x.shape, _F32))
     if out is not None and not direct:
         np.copyto(out, res, casting="unsafe")
         return out
     return res  # type: ignore[return-value]
 
 
-class _FastUfunc(_LazyUfunc):
-    """A SciPy ufunc with a fast float32 kernel (no SciPy needed for float32 inputs)."""
+class _Float32Ufunc(_LazyUfunc):
+    """A SciPy ufunc whose float32 loop is NumPy passes (no SciPy needed for float32 inputs)."""
 
-    def __init__(self, load: Callable[[], np.ufunc], body: Callable[..., None],
-                 compiled_body: Callable[..., None] | None = None) -> None:
+    def __init__(self, load: Callable[[], np.ufunc], passes: Callable[..., None]) -> None:
         super().__init__(load)
-        self.body = body
-        self.compiled_body = compiled_body
+        self.passes = passes
 
     def __call__(self, x: np.ndarray, out: Any = None) -> Any:
         if isinstance(x, np.ndarray) and x.dtype == _F32:
-            body = self.body
-            if self.compiled_body is not None and _compiled(x.size) is not None:
-                body = self.compiled_body
-            return _blocked_f32(body, x, out)
+            return _whole_f32(self.passes, x, out)
         return self.get()(x, out=out)
 
     def dtypes(self, dtypes: list[np.dtype]) -> tuple[np.dtype, ...]:
@@ -305,7 +199,7 @@ class _FastUfunc(_LazyUfunc):
 def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The error function; float32 without SciPy (within 4 ulp of the correctly rounded value), else SciPy's.
 
-    float32 computes tanh(x * P(x**2)) with a degree-6 minimax polynomial P in cache-sized blocks: at most
+    float32 computes tanh(x * P(x**2)) with a degree-6 minimax polynomial P (:func:`erf_passes`): at most
     3.6 ulp from erf rounded to float32 over a dense sweep of [-4.5, 4.5] plus the tails (the test measures
     it), about 10x faster than SciPy's float32 erf; nan, +-inf and -0.0 give nan, +-1 and -0.0. Other dtypes
     (float64, complex) use ``scipy.special.erf``.
@@ -320,7 +214,7 @@ def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The logistic function 1 / (1 + exp(-x)); float32 without SciPy (within 4 ulp), else ``scipy.special.expit``.
 
-    float32 computes e / (1 + e) with e = exp(x) in cache-sized blocks; a block holding an input above 88
+    float32 computes e / (1 + e) with e = exp(x) (:func:`sigmoid_passes`); an array holding an input above 88
     (where exp(x) would overflow) or a nan uses e = exp(-|x|) and 1 / (1 + e) for x >= 0. Tiny results keep
     their relative accuracy down to the subnormals. At most 4 ulp (mostly NumPy's float32 exp), measured over
     a dense sweep.
@@ -332,27 +226,14 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _SIGMOID(x, out=out)  # type: ignore[no-any-return]
 
 
-def _prepare_compiled_loops(in_types: Sequence[Any], out_types: Sequence[Any], attrs: Mapping[str, Any]) -> None:
-    """At compile time (the runtime asks every kernel to specialise): load numba for a float32 input large enough
-    to use the compiled loops, so a compiled program pays the import once, when it is built; the kernel stays.
-
-    >>> from opgraph.core.types import TensorType
-    >>> _prepare_compiled_loops([TensorType("f4", (4,))], [], {}) is None
-    True
-    """
-    t = in_types[0]
-    if t.dtype == _F32 and t.shape is not None and None not in t.shape:
-        _compiled(int(np.prod(t.shape)), load=True)
-
-
-_ERF = _FastUfunc(_scipy_ufunc("erf"), _erf_block, _erf_block_nb)
-_SIGMOID = _FastUfunc(_scipy_ufunc("expit"), _sigmoid_block, _sigmoid_block_nb)
+_ERF = _Float32Ufunc(_scipy_ufunc("erf"), erf_passes)
+_SIGMOID = _Float32Ufunc(_scipy_ufunc("expit"), sigmoid_passes)
 
 
 def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
               commutative: bool = False) -> OpDef:
     get = ufunc.get if isinstance(ufunc, _LazyUfunc) else (lambda: ufunc)
-    dtypes = ufunc.dtypes if isinstance(ufunc, _FastUfunc) else (lambda dts: ufunc_dtypes(get(), dts))
+    dtypes = ufunc.dtypes if isinstance(ufunc, _Float32Ufunc) else (lambda dts: ufunc_dtypes(get(), dts))
 
     def infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
         ts = [tensor(t) for t in in_types]
@@ -365,9 +246,7 @@ def _ufunc_op(name: str, id: int, ufunc: np.ufunc | _LazyUfunc, doc: str, *,
     def fast_kernel(x: np.ndarray, out: Any = None) -> Any:
         return ufunc(x, out=out)  # type: ignore[operator]
 
-    kernel = fast_kernel if isinstance(ufunc, _FastUfunc) else ufunc_kernel
-    if isinstance(ufunc, _FastUfunc) and ufunc.compiled_body is not None:
-        kernel.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
+    kernel = fast_kernel if isinstance(ufunc, _Float32Ufunc) else ufunc_kernel
     kernel.__name__ = f"{name}_numpy"
     if isinstance(ufunc, np.ufunc):  # runtimes may call the ufunc itself (the wrapper only adds a call)
         kernel.ufunc = ufunc  # type: ignore[attr-defined]
@@ -694,7 +573,7 @@ def _gelu_numpy(x: np.ndarray, approximate: str) -> np.ndarray:
 def gelu(x: np.ndarray, out: np.ndarray | None = None, *, approximate: str = "none") -> np.ndarray:
     """GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), or torch's ``approximate="tanh"`` form.
 
-    The tanh form is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). float32 runs in cache-sized blocks
+    The tanh form is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). float32 runs NumPy passes
     without SciPy. ``"none"`` computes 0.5 x (1 + tanh(x * G(x^2))), the erf kernel's polynomial rescaled:
     at most 5 ulp from x * Phi(x) rounded to float32 for x >= -1 (torch's gelu: 5.1); below, as in the
     formula 0.5 x (1 + erf(x / sqrt 2)) that torch and ONNX use, 1 + erf cancels, so the error is bounded
@@ -709,13 +588,10 @@ def gelu(x: np.ndarray, out: np.ndarray | None = None, *, approximate: str = "no
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
     x = np.asarray(x)
     if x.dtype in (np.float16, np.float32):
-        if approximate == "tanh":
-            body = _gelu_tanh_block
-        else:
-            body = _gelu_block_nb if _compiled(x.size) is not None else _gelu_block
+        passes = gelu_tanh_passes if approximate == "tanh" else gelu_passes
         if x.dtype == np.float16:
-            return write_out(_blocked_f32(body, x.astype(_F32), None).astype(np.float16), out)
-        return _blocked_f32(body, x, out)
+            return write_out(_whole_f32(passes, x, None).astype(np.float16), out)
+        return _whole_f32(passes, x, out)
     return write_out(_gelu_numpy(x, approximate), out)  # type: ignore[no-any-return]
 
 
@@ -760,7 +636,6 @@ def _gelu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     return e.op("multiply", e.op("multiply", c(0.5), x), e.op("add", c(1.0), t))
 
 
-gelu.specialize = _prepare_compiled_loops  # type: ignore[attr-defined]
 register_op(OpDef(
     name="gelu", id=44, arity=1, infer=_gelu_infer,
     attrs={"approximate": Attr(_attr_approximate, "none", doc="'none' (x * Phi(x), through erf) or 'tanh'")},
@@ -772,8 +647,9 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- silu, hard_sigmoid, hard_swish
 # Activations that models export as two or three elementwise ops (x * sigmoid(x); x * clip(x / 6 + 1/2, 0, 1)):
-# one op runs them per cache-sized block, one pass over memory instead of two or three (the ``silu`` and
-# ``hard_swish`` rules of opgraph.passes.rules, the ONNX importer's HardSwish and HardSigmoid).
+# one op runs them in one sweep (per cache-sized block on the NumPy engine), one pass over memory instead of two
+# or three (the ``silu`` and ``hard_swish`` rules of opgraph.passes.rules, the ONNX importer's HardSwish and
+# HardSigmoid).
 def _float_infer(name: str) -> Callable[[tuple[ValueType, ...], dict[str, Any]], tuple[TensorType, ...]]:
     def infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
         (t,) = (tensor(x) for x in in_types)
@@ -786,19 +662,16 @@ def _float_infer(name: str) -> Callable[[tuple[ValueType, ...], dict[str, Any]],
     return infer
 
 
-def _silu_block(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    # sigmoid into r (_sigmoid_block may write its output into its own scratch r), then x * r: o is written
+def silu_passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+    """silu of float32 ``x`` into ``o`` (which may be ``x``), ``s`` and ``r`` temporaries of its shape.
+
+    >>> _float32_example(silu_passes, [-1.0, 0.0, 2.0])
+    array([-0.2689414,  0.       ,  1.7615943], dtype=float32)
+    """
+    # sigmoid into r (sigmoid_passes may write its output into its own scratch r), then x * r: o is written
     # last, so o may be x
-    _sigmoid_block(x, r, s, r)
+    sigmoid_passes(x, r, s, r)
     np.multiply(x, r, out=o)
-
-
-def _silu_block_nb(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    np.exp(x, out=r)
-    if np.may_share_memory(x, o):  # the same block (the kernel runs in place): the one-array loop
-        _numba[6](o, r, np.float32(1.0), np.float32(3e38))
-    else:
-        _numba[3](x, r, o, np.float32(1.0), np.float32(3e38))
 
 
 def _silu_exact(x: np.ndarray) -> np.ndarray:
@@ -810,8 +683,8 @@ def _silu_exact(x: np.ndarray) -> np.ndarray:
 def silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """SiLU (swish): x * sigmoid(x), torch's ``silu``.
 
-    float32 runs in cache-sized blocks, the sigmoid of the ``sigmoid`` kernel and the product in one sweep
-    per block (with numba, ``exp`` and one compiled loop): at most 5 ulp from x * sigmoid(x) rounded to
+    float32 runs NumPy passes (:func:`silu_passes`), the sigmoid of the ``sigmoid`` kernel and the product:
+    at most 5 ulp from x * sigmoid(x) rounded to
     float32 for x >= -87, absolute error below 3e-43 below (where sigmoid(x) is subnormal; torch's float32
     formula gives -0.0 there), measured; -inf gives nan as torch's x / (1 + exp(-x)) does. float16 computes
     in float32; float64 evaluates x * sigmoid(x) with exp(-|x|), which never overflows.
@@ -822,10 +695,9 @@ def silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """
     x = np.asarray(x)
     if x.dtype in (np.float16, np.float32):
-        body = _silu_block_nb if _compiled(x.size) is not None else _silu_block
         if x.dtype == np.float16:
-            return write_out(_blocked_f32(body, x.astype(_F32), None).astype(np.float16), out)
-        return _blocked_f32(body, x, out)
+            return write_out(_whole_f32(silu_passes, x, None).astype(np.float16), out)
+        return _whole_f32(silu_passes, x, out)
     return write_out(_silu_exact(x), out)  # type: ignore[no-any-return]
 
 
@@ -838,84 +710,6 @@ def _silu_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) ->
     return [_m(b, g, b.op("add", s, _m(b, x, s, b.op("subtract", _c(b, 1.0, s), s))))]
 
 
-_FUSED_NUMBA_MIN = 1 << 12
-"""silu, hard_swish and hard_sigmoid use the compiled loops (once numba is loaded) from this many elements: one
-loop replaces three to five NumPy passes, which pays from a few thousand elements (measured)."""
-
-
-def _silu_direct(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-    with np.errstate(over="ignore"):  # exp(x) overflows where sigmoid(x) rounds to 1 (the loop clamps it)
-        _silu_block_nb(x, o, s, r)
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(shape: tuple[int, ...], k: int) -> np.ndarray:
-    """Temporary ``k`` (0 or 1) of ``shape`` in float32, one buffer per thread shared by every call: the same
-    memory stays in the cache from op to op, as the planner's arena buffers do (a buffer per op measured 4%
-    slower on MobileNetV3). Programs of one thread run one op at a time, so sharing is safe.
-
-    >>> _scratch((2, 3), 0).shape
-    (2, 3)
-    """
-    bufs = getattr(_SCRATCH, "bufs", None)
-    if bufs is None:
-        bufs = _SCRATCH.bufs = [np.empty(0, _F32), np.empty(0, _F32)]
-    n = int(np.prod(shape))
-    if bufs[k].size < n:
-        bufs[k] = np.empty(n, _F32)
-    return bufs[k][:n].reshape(shape)
-
-
-def _specializer(kernel: Callable[..., Any], block: Callable[[dict[str, Any], bool | None], Callable[..., None]],
-                 blocked: bool, scratch: int) -> Any:
-    """``kernel.specialize`` for a unary float32 op of a static shape: a call ``(x, out)`` for the compiled
-    program, its buffers allocated and its path chosen once. With the compiled loops (numba loaded, at least
-    ``_FUSED_NUMBA_MIN`` elements): the loop over cache-sized blocks (``blocked``: it needs a temporary) or
-    over the whole array. Otherwise the NumPy passes over whole arrays, the ufunc calls the unfused ops make:
-    blocks of a CNN's activations (which fit the L2 cache whole) only added per-block calls (measured 1.3x
-    slower on 200K elements); the generic kernel's per-call set-up costs as much as the work on small arrays.
-    ``scratch``: whether the NumPy passes need temporaries (small arrays get their own, allocated once; large
-    ones share the thread's, see :func:`_scratch`)."""
-
-    def specialize(in_types: Sequence[Any], out_types: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-        t = in_types[0]
-        if not (t.dtype == _F32 and t.shape is not None and None not in t.shape):
-            return None
-        n = int(np.prod(t.shape))
-        loops = n >= _FUSED_NUMBA_MIN and _compiled(max(n, _NUMBA_MIN), load=n >= _NUMBA_MIN) is not None
-        if not loops:
-            passes = block(dict(attrs), False)
-            if n <= _BLOCK:
-                ts, tr = np.empty(t.shape, _F32), np.empty(t.shape, _F32)
-                return (lambda x, out: passes(x, out, ts, tr)), (), ()  # exact types: any strides work
-            if scratch == 0:
-                return (lambda x, out: passes(x, out, None, None)), (), ()
-            shape = tuple(t.shape)
-            return (lambda x, out: passes(x, out, _scratch(shape, 0), _scratch(shape, 1))), (), ()
-        body = block(dict(attrs), True)
-        m = min(n, _BLOCK) if blocked else 0
-        s, r = np.empty(m, _F32), np.empty(m, _F32)
-        kw = dict(attrs)
-
-        def call(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-            if not (x.flags.c_contiguous and out.flags.c_contiguous):
-                return kernel(x, out=out, **kw)  # type: ignore[no-any-return]
-            xf, of = x.reshape(-1), out.reshape(-1)
-            if not blocked:
-                body(xf, of, s, r)
-                return out
-            for i in range(0, n, _BLOCK):
-                j = min(n, i + _BLOCK)
-                body(xf[i:j], of[i:j], s[:j - i], r[:j - i])
-            return out
-
-        return call, (), ()
-
-    return specialize
-
-
 def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     (x,) = ins
     s = e.op("sigmoid", x)
@@ -925,8 +719,6 @@ def _silu_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     return e.op("multiply", x, s)
 
 
-silu.specialize = _specializer(  # type: ignore[attr-defined]
-    silu, lambda attrs, compiled: _silu_direct if compiled else _silu_block, blocked=True, scratch=2)
 register_op(OpDef(
     name="silu", id=45, arity=1, infer=_float_infer("silu"), kernel=silu, elementwise=True,
     inplace=(0,), family=FAMILY, grad=_silu_grad, decompose=_silu_parts,
@@ -940,25 +732,17 @@ _CLIP_UFUNC: Any = getattr(getattr(np, "_core", np), "umath", None)
 _CLIP_UFUNC = getattr(_CLIP_UFUNC, "clip", None) or np.clip
 
 
-def _hard_block(alpha: float, beta: float, swish: bool, compiled: bool | None) -> Callable[..., None]:
-    """The block body; ``compiled``: run the numba loop (True), the NumPy passes (False), or decide per block
-    (None: the loop where numba is loaded and the block is large enough)."""
+def hard_passes(alpha: float, beta: float, swish: bool) -> Callable[..., None]:
+    """The NumPy passes ``(x, o, s, r)`` of hard_swish (``swish``) or hard_sigmoid (slope ``alpha``, offset
+    ``beta``) on float32 ``x`` into ``o`` (which may be ``x``); only in-place hard_swish uses ``r``.
+
+    >>> _float32_example(hard_passes(1 / 6, 0.5, True), [-4.0, -1.0, 0.0, 1.0, 4.0])
+    array([-0.        , -0.33333334,  0.        ,  0.6666667 ,  4.        ], dtype=float32)
+    """
     a, c = np.float32(alpha), np.float32(beta)
     zero, one, three, six, sixth = (np.float32(v) for v in (0.0, 1.0, 3.0, 6.0, 1 / 6))
 
-    def body(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-        if (compiled is None and _numba and x.size >= _FUSED_NUMBA_MIN) or compiled:
-            same = np.may_share_memory(x, o)  # in place: the one-array loops (see _silu_finish_inplace)
-            if swish:
-                if same:
-                    _numba[7](o, three, six, sixth, zero)
-                else:
-                    _numba[4](x, o, three, six, sixth, zero)
-            elif same:
-                _numba[8](o, a, c, zero, one)
-            else:
-                _numba[5](x, o, a, c, zero, one)
-            return
+    def passes(x: np.ndarray, o: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
         if swish:
             # torch's x * relu6(x + 3) / 6: x + 3 is exact near x = -3, where x / 6 + 1/2 would cancel
             t = r if np.may_share_memory(x, o) else o  # a temporary only in place (x is read last)
@@ -971,15 +755,15 @@ def _hard_block(alpha: float, beta: float, swish: bool, compiled: bool | None) -
         np.add(o, c, out=o)
         _CLIP_UFUNC(o, zero, one, out=o)
 
-    return body
+    return passes
 
 
 def _hard(x: np.ndarray, out: np.ndarray | None, alpha: float, beta: float, swish: bool) -> np.ndarray:
     if x.dtype in (np.float16, np.float32):
-        body = _hard_block(alpha, beta, swish, _compiled(x.size) is not None)
+        passes = hard_passes(alpha, beta, swish)
         if x.dtype == np.float16:
-            return write_out(_blocked_f32(body, x.astype(_F32), None).astype(np.float16), out)
-        return _blocked_f32(body, x, out)
+            return write_out(_whole_f32(passes, x, None).astype(np.float16), out)
+        return _whole_f32(passes, x, out)
     if swish:
         y = x * np.clip(x + np.asarray(3, x.dtype), 0, 6) / np.asarray(6, x.dtype)
     else:
@@ -991,7 +775,7 @@ def hard_sigmoid(x: np.ndarray, out: np.ndarray | None = None, *, alpha: float =
                  beta: float = 0.5) -> np.ndarray:
     """ONNX HardSigmoid: max(0, min(1, alpha * x + beta)) (torch's ``hardsigmoid`` is alpha=1/6, beta=1/2).
 
-    float32 runs in cache-sized blocks; nan stays nan.
+    float32 runs NumPy passes (:func:`hard_passes`); nan stays nan.
 
     >>> import numpy as np
     >>> hard_sigmoid(np.array([-4.0, 0.0, 1.0, 4.0], np.float32), alpha=1 / 6)
@@ -1004,8 +788,8 @@ def hard_swish(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """ONNX HardSwish: x * max(0, min(1, x / 6 + 1/2)), torch's ``hardswish`` x * relu6(x + 3) / 6.
 
     Computed as torch does, x * clip(x + 3, 0, 6) * (1/6): x + 3 is exact near -3, where x / 6 + 1/2 cancels,
-    so the result is within 3 ulp everywhere (measured). float32 runs in cache-sized blocks (with numba,
-    one compiled loop); nan stays nan.
+    so the result is within 3 ulp everywhere (measured). float32 runs NumPy passes (:func:`hard_passes`); nan
+    stays nan.
 
     >>> import numpy as np
     >>> hard_swish(np.array([-4.0, -1.0, 0.0, 1.0, 4.0], np.float32))
@@ -1044,11 +828,6 @@ def _hard_swish_parts(e: Emit, ins: Sequence[Any], attrs: Mapping[str, Any]) -> 
     return e.op("multiply", e.op("multiply", relu6, x), const_like(e, 1 / 6, x))
 
 
-hard_swish.specialize = _specializer(  # type: ignore[attr-defined]
-    hard_swish, lambda attrs, compiled: _hard_block(1 / 6, 0.5, True, compiled), blocked=False, scratch=1)
-hard_sigmoid.specialize = _specializer(  # type: ignore[attr-defined]
-    hard_sigmoid, lambda attrs, compiled: _hard_block(attrs["alpha"], attrs["beta"], False, compiled), blocked=False,
-    scratch=0)
 register_op(OpDef(
     name="hard_sigmoid", id=46, arity=1, infer=_float_infer("hard_sigmoid"),
     attrs={"alpha": Attr(attr_float, 0.2, doc="slope"), "beta": Attr(attr_float, 0.5, doc="offset")},

@@ -74,7 +74,7 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import const_like, normalize_axis, sum_rows, tensor, version_of_first, write_out
+from opgraph.ops._common import const_like, normalize_axis, tensor, version_of_first, write_out
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 
 FAMILY = "nn"
@@ -350,8 +350,13 @@ def _softmax_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tu
     return (t,)
 
 
-def _shifted(x: np.ndarray, axis: int, out: np.ndarray | None) -> np.ndarray:
-    """``x - max(x, axis)`` (a non-finite max is replaced by 0, as SciPy does), in the work dtype."""
+def shifted_by_max(x: np.ndarray, axis: int, out: np.ndarray | None) -> np.ndarray:
+    """``x - max(x, axis)`` (a non-finite max is replaced by 0, as SciPy does), in the work dtype (float16 is
+    computed in float32), into ``out`` when it has that dtype.
+
+    >>> shifted_by_max(np.array([[1.0, 3.0], [-np.inf, -np.inf]]), 1, None).tolist()
+    [[-2.0, 0.0], [-inf, -inf]]
+    """
     work = _work_dtype(x.dtype)
     m = np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf).astype(work, copy=False)
     if m.size and not (np.isfinite(np.maximum.reduce(m, axis=None)) and np.isfinite(np.minimum.reduce(m, axis=None))):
@@ -368,24 +373,10 @@ def _finish(result: np.ndarray, dtype: np.dtype, out: Any) -> np.ndarray:
     return result if result is out else write_out(result, out)
 
 
-_ROW_SUM_MAX = 4096
-"""Rows up to this long are summed by a product with a vector of ones (see _row_sums)."""
-
-
-def _row_sums(e: np.ndarray, axis: int) -> np.ndarray:
-    """``e.sum(axis, keepdims=True)``; along a contiguous last axis up to :data:`_ROW_SUM_MAX` long (attention
-    rows of 49-512) by :func:`~opgraph.ops._common.sum_rows`, 3x faster than NumPy's reduction there."""
-    if e.ndim and axis % e.ndim == e.ndim - 1:
-        total = sum_rows(e, e.shape[-1], _ROW_SUM_MAX)
-        if total is not None:
-            return total.reshape(*e.shape[:-1], 1)
-    return np.add.reduce(e, axis=axis, keepdims=True)
-
-
 def _softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
-    e = _shifted(x, axis, out)
+    e = shifted_by_max(x, axis, out)
     np.exp(e, out=e)
-    total = _row_sums(e, axis)
+    total = np.add.reduce(e, axis=axis, keepdims=True)
     # One reciprocal per row and a multiply: a divide per element costs a pass 1.3x slower (at most one
     # more rounding).
     e *= np.reciprocal(total, out=total)
@@ -393,7 +384,7 @@ def _softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
 
 
 def _log_softmax_kernel(x: np.ndarray, out: Any = None, *, axis: int) -> np.ndarray:
-    s = _shifted(x, axis, out)
+    s = shifted_by_max(x, axis, out)
     if s.size:
         total = np.add.reduce(np.exp(s), axis=axis, keepdims=True)
         s -= np.log(total, out=total)
@@ -661,8 +652,13 @@ def _attr_output_padding(v: Any) -> tuple[int, ...]:
     return vals
 
 
-class _Geometry:
-    """The per-axis stride, padding and dilation of an op with ``nsp`` spatial axes, defaults filled."""
+class Geometry:
+    """The per-axis stride, padding and dilation of an op with ``nsp`` spatial axes, defaults filled.
+
+    >>> g = Geometry({"stride": (2, 1)}, 2)
+    >>> g.stride, g.pads, g.spans((3, 3))
+    ((2, 1), ((0, 0), (0, 0)), (3, 3))
+    """
 
     def __init__(self, attrs: dict[str, Any], nsp: int) -> None:
         def per_axis(name: str, default: Any) -> tuple[Any, ...]:
@@ -733,7 +729,7 @@ def _fill_value(dtype: np.dtype) -> Any:
 
 # ---------------------------------------------------------------- conv, conv_transpose
 def _conv_common_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any],
-                       transpose: bool) -> tuple[np.dtype, _Geometry | None, Any, Any]:
+                       transpose: bool) -> tuple[np.dtype, Geometry | None, Any, Any]:
     x, w = tensor(in_types[0], "x"), tensor(in_types[1], "w")
     dtype = np.result_type(_float_dtype(x, "x"), _float_dtype(w, "w"))
     nsp = None if w.shape is None else len(w.shape) - 2
@@ -743,7 +739,7 @@ def _conv_common_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any],
     xs = _nd_input(x, nsp)
     if nsp is None and xs is not None:
         nsp = len(xs) - 2
-    geo = None if nsp is None else _Geometry(attrs, nsp)
+    geo = None if nsp is None else Geometry(attrs, nsp)
     if w.shape is not None and any(k == 0 for k in w.shape[2:]):
         raise OpTypeError(f"kernel size must be >= 1, got w shape {w.shape}")
     return dtype, geo, xs, w.shape
@@ -773,7 +769,7 @@ def _conv_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple
 
 def _conv_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, stride: tuple[int, ...] | None,
                  padding: PadPairs | None, dilation: tuple[int, ...] | None, groups: int) -> np.ndarray:
-    geo = _Geometry({"stride": stride, "padding": padding, "dilation": dilation}, x.ndim - 2)
+    geo = Geometry({"stride": stride, "padding": padding, "dilation": dilation}, x.ndim - 2)
     return conv_nd(x, w, out, stride=geo.stride, padding=geo.pads, dilation=geo.dilation, groups=groups)
 
 
@@ -809,7 +805,7 @@ def _conv_transpose_kernel(x: np.ndarray, w: np.ndarray, out: Any = None, *, str
                            dilation: tuple[int, ...] | None, groups: int) -> np.ndarray:
     dtype = np.result_type(x.dtype, w.dtype)
     work = _work_dtype(dtype)
-    geo = _Geometry({"stride": stride, "padding": padding, "dilation": dilation,
+    geo = Geometry({"stride": stride, "padding": padding, "dilation": dilation,
                      "output_padding": output_padding}, x.ndim - 2)
     n, c, *ins = x.shape
     _, mg, *kernel = w.shape
@@ -869,7 +865,7 @@ def _conv_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) ->
     g = cots[0]
     xs, ys = static_shape(x.type), static_shape(g.type)
     kernel = static_shape(w.type)[2:]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     groups = attrs["groups"]
     # x: conv_transpose is conv's adjoint; output_padding restores the rows the strided windows skipped.
     extra = tuple(n + pb + pe - ((o - 1) * s + span) for n, o, s, (pb, pe), span
@@ -886,7 +882,7 @@ def _conv_transpose_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str
     g = cots[0]
     xs = static_shape(x.type)
     kernel = static_shape(w.type)[2:]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     groups = attrs["groups"]
     gx = _crop_to(b, b.op("conv", g, w, stride=geo.stride, padding=geo.pads, dilation=geo.dilation, groups=groups),
                   xs)
@@ -922,13 +918,18 @@ register_op(OpDef(
 
 
 # ---------------------------------------------------------------- max_pool, max_pool_argmax, avg_pool, lp_pool
-class _PoolPlan:
+class PoolPlan:
     """Where the windows of an N-d pooling op fall: output sizes, padding (extended at the end for
-    ceil_mode's partial last windows) and, per kernel tap, the strided slice of the padded input."""
+    ceil_mode's partial last windows) and, per kernel tap, the strided slice of the padded input.
+
+    >>> plan = PoolPlan((5,), {"kernel_size": (2,), "stride": (2,), "ceil_mode": True})
+    >>> plan.outs, plan.pad_width
+    ((3,), ((0, 0), (0, 0), (0, 1)))
+    """
 
     def __init__(self, sizes: tuple[int, ...], attrs: dict[str, Any]) -> None:
         kernel: tuple[int, ...] = attrs["kernel_size"]
-        self.geo = geo = _Geometry(attrs, len(kernel))
+        self.geo = geo = Geometry(attrs, len(kernel))
         self.kernel = kernel
         self.sizes = sizes
         self.spans = geo.spans(kernel)
@@ -976,7 +977,7 @@ def _pool_nd_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any], kinds
         allowed = "an integer or floating" if "i" in kinds else "a floating"
         raise OpTypeError(f"input must have {allowed} dtype, got {x.dtype}")
     kernel = attrs["kernel_size"]
-    geo = _Geometry(attrs, len(kernel))
+    geo = Geometry(attrs, len(kernel))
     for (pb, pe), span in zip(geo.pads, geo.spans(kernel), strict=True):
         if pb >= span or pe >= span:
             raise OpTypeError(f"padding {geo.pads} must be smaller than the (dilated) kernel {kernel}")
@@ -1001,7 +1002,7 @@ def _float_pool_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) ->
     return _pool_nd_infer(in_types, attrs, "f")
 
 
-def _tap_sum(xp: np.ndarray, plan: _PoolPlan, out: np.ndarray, combine: np.ufunc) -> np.ndarray:
+def _tap_sum(xp: np.ndarray, plan: PoolPlan, out: np.ndarray, combine: np.ufunc) -> np.ndarray:
     """Combine the kernel's strided taps of the padded input into ``out``: one ufunc call per tap."""
     np.copyto(out, xp[plan.tap_index(plan.taps[0])], casting="unsafe")
     for tap in plan.taps[1:]:
@@ -1009,14 +1010,14 @@ def _tap_sum(xp: np.ndarray, plan: _PoolPlan, out: np.ndarray, combine: np.ufunc
     return out
 
 
-def _pool_buffer(x: np.ndarray, plan: _PoolPlan, out: Any, dtype: np.dtype) -> np.ndarray:
+def _pool_buffer(x: np.ndarray, plan: PoolPlan, out: Any, dtype: np.dtype) -> np.ndarray:
     if out is not None and out.dtype == dtype:
         return out
     return np.empty((*x.shape[:2], *plan.outs), dtype)
 
 
 def _max_pool_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     # Padding holds the dtype's lowest value, so it wins only in windows without any input cell; np.maximum
     # propagates NaN, as PyTorch and ONNX Runtime do.
     acc = _tap_sum(plan.padded(x, _fill_value(x.dtype)), plan, _pool_buffer(x, plan, out, x.dtype), np.maximum)
@@ -1024,7 +1025,7 @@ def _max_pool_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray
 
 
 def _max_pool_argmax_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     xp = plan.padded(x, _fill_value(x.dtype))
     plane = np.array(x.shape[2:], np.int64)
     flat_strides = [int(np.prod(plane[a + 1:])) for a in range(len(plane))]
@@ -1058,7 +1059,7 @@ def _max_pool_argmax_kernel(x: np.ndarray, out: Any = None, **attrs: Any) -> np.
 
 
 def _avg_pool_kernel(x: np.ndarray, out: Any = None, *, count_include_pad: bool, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     work = _work_dtype(x.dtype)
     total = _tap_sum(plan.padded(x, 0), plan, _pool_buffer(x, plan, out, work), np.add)
     total /= np.maximum(plan.counts(count_include_pad), 1).astype(work)
@@ -1066,7 +1067,7 @@ def _avg_pool_kernel(x: np.ndarray, out: Any = None, *, count_include_pad: bool,
 
 
 def _lp_pool_kernel(x: np.ndarray, out: Any = None, *, p: float, **attrs: Any) -> np.ndarray:
-    plan = _PoolPlan(x.shape[2:], attrs)
+    plan = PoolPlan(x.shape[2:], attrs)
     work = _work_dtype(x.dtype)
     powered = np.abs(x).astype(work, copy=False)
     powered = powered * powered if p == 2 else np.power(powered, p)
@@ -1078,7 +1079,7 @@ def _lp_pool_kernel(x: np.ndarray, out: Any = None, *, p: float, **attrs: Any) -
     return _finish(total, x.dtype, out)
 
 
-def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: _PoolPlan) -> Any:
+def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: PoolPlan) -> Any:
     """Add window values ``parts`` (N*C, T, *out) back onto the input grid (N*C, 1, *in) with
     conv_transpose and the (T, 1, *kernel) weights ``kernel_w`` (which say which tap each part is)."""
     pads, extra = [], []
@@ -1095,7 +1096,7 @@ def _scatter_windows(b: Any, parts: Any, kernel_w: np.ndarray, plan: _PoolPlan) 
 def _avg_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]) -> list[Any]:
     x, g = ins[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     counts = np.maximum(plan.counts(attrs["count_include_pad"]), 1)
     g = b.op("multiply", g, b.constant((1.0 / counts).astype(g.type.dtype)))
@@ -1109,7 +1110,7 @@ def _max_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any]
     # does); padding cells hold -inf and so never share unless the max itself is -inf.
     x, y, g = ins[0], outs[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     xp = b.op("pad", x, pad_width=plan.pad_width, constant_value=-np.inf) \
         if any(p for pr in plan.pad_width for p in pr) else x
@@ -1128,7 +1129,7 @@ def _lp_pool_grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: dict[str, Any])
     # back over the windows (as avg_pool's rule does), then scale by the local factor.
     x, y, g = ins[0], outs[0], cots[0]
     xs = static_shape(x.type)
-    plan = _PoolPlan(xs[2:], attrs)
+    plan = PoolPlan(xs[2:], attrs)
     n, c = xs[:2]
     p = attrs["p"]
     h = b.op("multiply", g, b.op("power", y, scalar(b, 1.0 - p, y))) if p != 1 else g

@@ -45,7 +45,7 @@ from opgraph.core.registry import (
 )
 from opgraph.core.types import Shape, TensorType, ValueType, normalize_axes
 from opgraph.errors import OpTypeError
-from opgraph.ops._common import normalize_axis, sum_rows, tensor, write_out
+from opgraph.ops._common import normalize_axis, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
 
 FAMILY = "reduction"
@@ -120,26 +120,6 @@ _UFUNC_OF = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.mi
 _MEAN_DIRECT = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
 
 
-_ROW_PRODUCT_MAX = 1024
-"""Means over trailing axes up to this many elements sum their rows by a product with ones."""
-
-
-def _rows_by_product(x: np.ndarray, axis: tuple[int, ...] | None, out: np.ndarray) -> bool:
-    """Write the sums over ``axis`` into ``out`` by :func:`~opgraph.ops._common.sum_rows` when ``axis`` are
-    ``x``'s last axes (a layer norm's mean over its features, a global average pool's (2, 3)), and say
-    whether it did (rows up to 1024 long: measured 3.5-5x faster on (3136, 96) and (197, 768) float32).
-
-    >>> x = np.arange(6.0).reshape(2, 3)
-    >>> out = np.empty((2, 1))
-    >>> _rows_by_product(x, (1,), out), out.ravel().tolist()
-    (True, [3.0, 12.0])
-    """
-    if axis is None or x.ndim == 0 or sorted(a % x.ndim for a in axis) != list(range(x.ndim - len(axis), x.ndim)):
-        return False  # only trailing axes make contiguous rows
-    n = int(np.prod(x.shape[x.ndim - len(axis):]))
-    return sum_rows(x, n, _ROW_PRODUCT_MAX, out) is not None
-
-
 def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     ufunc = _UFUNC_OF.get(name)
 
@@ -154,8 +134,7 @@ def _reduce_kernel(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return ufunc.reduce(x, axis=axis, out=out, keepdims=keepdims)  # type: ignore[no-any-return]
         if out is not None and name == "mean" and x.dtype in _MEAN_DIRECT and out.dtype == x.dtype:
             # np.mean's own steps for these dtypes: a sum in x's dtype, then a division in place
-            if not _rows_by_product(x, axis, out):
-                np.add.reduce(x, axis=axis, out=out, keepdims=keepdims)
+            np.add.reduce(x, axis=axis, out=out, keepdims=keepdims)
             count = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
             return np.true_divide(out, count, out=out)  # type: ignore[no-any-return]
         return _arr(fn(x, axis=axis, keepdims=keepdims, out=out), out)

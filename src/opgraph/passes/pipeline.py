@@ -112,7 +112,7 @@ class FusionCost:
 
     A region is what the fusion rules would make one ``fused_elementwise`` op: an elementwise op
     with its single-use elementwise producers, transitively. The NumPy kernel of a fused op runs its
-    steps block by block in cache (``opgraph.ops.fused.BLOCK_BYTES``); that pays only where the
+    steps block by block in cache (``opgraph.backends.numpy.fused.BLOCK_BYTES``); that pays only where the
     unfused ops would stream their arrays through memory several times: a result of at least
     ``min_bytes`` bytes and at least ``min_steps`` steps. For elements wider than ``narrow_itemsize``
     bytes only the memory-bound steps count (kinds without the ``compute_bound`` trait): float64 transcendental
@@ -229,7 +229,7 @@ def _approx(m: Any) -> int:
 APPROX = RuleSet().add(Rule(
     "fused_elementwise_approx", P("fused_elementwise", attrs=lambda a: not a["approx"]), _approx, flag="fast_math",
     exact="not exact: with approx the kernel may run a compiled float32 loop whose exp, log, sin, cos and tanh are "
-          "within a few ulp of NumPy's (opgraph.ops.fused.APPROX_ULP); fast_math only"))
+          "within a few ulp of NumPy's (opgraph.backends.numpy.fused.APPROX_ULP); fast_math only"))
 """With ``fast_math``, every ``fused_elementwise`` op gets ``approx=True`` (see the op's doc)."""
 
 

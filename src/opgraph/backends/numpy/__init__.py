@@ -108,4 +108,4 @@ BACKEND = NumpyBackend(
     "numpy", doc="NumPy kernels in one planned memory arena (the default; always available)")
 
 # The family modules register the engine's fast kernels on BACKEND when imported, so they come after it.
-from opgraph.backends.numpy import fused, nn  # noqa: E402,F401
+from opgraph.backends.numpy import elementwise, fused, nn, reduction  # noqa: E402,F401

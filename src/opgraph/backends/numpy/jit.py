@@ -3,7 +3,7 @@
 Importing numba costs about 0.4 s, which only arrays of millions of elements
 or many calls repay; a compiled program loads it when it is built (a kernel's
 ``specialize`` hook passes ``load=True``). ``OPGRAPH_NUMBA=0`` (or
-``opgraph.core._accel.enabled = False``) keeps the NumPy paths.
+``opgraph.core.accel.enabled = False``) keeps the NumPy paths.
 
     >>> numba_for(10) is None   # too small to use the compiled loops
     True
@@ -36,9 +36,9 @@ def numba_for(n: int, *, load: bool = False) -> Any:
     True
     """
     global _missing
-    from opgraph.core import _accel
+    from opgraph.core import accel
 
-    if not _accel.enabled or n < NUMBA_MIN or _missing:
+    if not accel.enabled or n < NUMBA_MIN or _missing:
         return None
     if n < NUMBA_LOAD_MIN and not load and "numba" not in sys.modules:
         return None

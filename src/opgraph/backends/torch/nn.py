@@ -147,9 +147,9 @@ def _avg_pool2d_rule(info: OpInfo) -> Fn:
 
 
 def _geometry(info: OpInfo, nsp: int) -> Any:
-    from opgraph.ops.nn import _Geometry
+    from opgraph.ops.nn import Geometry
 
-    return _Geometry(dict(info.attrs), nsp)
+    return Geometry(dict(info.attrs), nsp)
 
 
 @BACKEND.rule("conv")
@@ -195,7 +195,7 @@ def _conv_transpose_rule(info: OpInfo) -> Fn:
 
 
 def _pool_plan(info: OpInfo) -> Callable[[tuple[int, ...]], Any]:
-    from opgraph.ops.nn import _PoolPlan
+    from opgraph.ops.nn import PoolPlan
 
     attrs = dict(info.attrs)
     plans: dict[tuple[int, ...], Any] = {}
@@ -203,7 +203,7 @@ def _pool_plan(info: OpInfo) -> Callable[[tuple[int, ...]], Any]:
     def plan(sizes: tuple[int, ...]) -> Any:
         p = plans.get(sizes)
         if p is None:
-            p = plans[sizes] = _PoolPlan(sizes, attrs)
+            p = plans[sizes] = PoolPlan(sizes, attrs)
         return p
 
     return plan

@@ -14,8 +14,8 @@ costs a few tenths of a second that small graphs should not pay.
 ``OPGRAPH_NUMBA=0`` in the environment, or setting :data:`enabled` to
 False, turns the compiled path off (tests use that to check both paths).
 
-    >>> from opgraph.core import _accel
-    >>> _accel.MIN_OPS > 0 and isinstance(_accel.enabled, bool)
+    >>> from opgraph.core import accel
+    >>> accel.MIN_OPS > 0 and isinstance(accel.enabled, bool)
     True
 """
 
