@@ -437,6 +437,7 @@ register_op(OpDef(
         "same NumPy kernel as the unfused op (bit-identical results); large results are computed block by block in "
         "cache-sized scratch buffers, small ones whole, each step writing into the buffer of an intermediate it "
         "consumes last. With approx=True and numba installed, a large float32 program of the kinds in "
-        "opgraph.ops.fused._NB_EXPR runs as one compiled loop instead: exp, log, sin, cos, tanh by polynomial "
-        "approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded exactly as NumPy",
+        "opgraph.backends.numpy.fused._NB_EXPR runs as one compiled loop instead: exp, log, sin, cos, tanh by "
+        "polynomial approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded "
+        "exactly as NumPy",
 ))
