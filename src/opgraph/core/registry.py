@@ -284,7 +284,12 @@ class OpDef:
         reduction, shape and indexing ops; not contractions, linear algebra or convolutions): lazy arrays fold
         only these as they are built, where folding must cost no more than recording the op;
       - ``"no_fuse"``: never a step of a ``fused_elementwise`` program, although elementwise without
-        attributes (:func:`opgraph.ops.fused.fusable`).
+        attributes (:func:`opgraph.ops.fused.fusable`);
+      - ``"promotes"``: computes in its result's dtype, its inputs promoted to it as NumPy does (an
+        exporter to a format without implicit promotion, such as ONNX, casts the inputs first);
+      - ``"truth_valued"``: computes on the truth of its inputs (any dtype, nonzero is true: NumPy's logical
+        ops, ``any``, ``all``);
+      - ``"comparison"``: compares its operands in their common dtype, giving bools.
     * ``fold_guard``: ``fn(attrs, args) -> bool``, whether constant folding may run the op on these known
       arguments (a loop folds only when its work at build time is bounded); None: it may.
 
@@ -483,7 +488,8 @@ def get_op(kind: str | int | OpDef) -> OpDef:
     return found if found is not None else _get_deferred(kind)
 
 
-TRAITS = frozenset({"view", "compute_bound", "nondeterministic", "linear_time", "no_fuse"})
+TRAITS = frozenset({"view", "compute_bound", "nondeterministic", "linear_time", "no_fuse", "promotes", "truth_valued",
+                    "comparison"})
 """The traits something reads (see :class:`OpDef`); :func:`mark_traits` refuses others, so a typo fails loudly."""
 
 
@@ -501,7 +507,7 @@ def mark_traits(trait: str, *kinds: str) -> frozenset[str]:
     >>> mark_traits("slow", "doc_draw")
     Traceback (most recent call last):
     ...
-    ValueError: unknown op trait 'slow' (known: compute_bound, linear_time, no_fuse, nondeterministic, view)
+    ValueError: unknown op trait 'slow' (known: comparison, compute_bound, linear_time, no_fuse, nondeterministic, ...)
     """
     if trait not in TRAITS:
         raise ValueError(f"unknown op trait {trait!r} (known: {', '.join(sorted(TRAITS))})")

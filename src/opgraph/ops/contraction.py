@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, register_op
+from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, mark_traits, register_op
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
@@ -739,3 +739,7 @@ register_op(OpDef(
     grad=_outer_grad,
     doc="outer(a, b): NumPy's outer product of the flattened inputs, shape (a.size, b.size)",
 ))
+
+
+# ---------------------------------------------------------------- traits (see OpDef)
+mark_traits("promotes", "einsum", "matmul", "outer", "tensordot")

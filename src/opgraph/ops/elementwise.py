@@ -855,3 +855,12 @@ float64 fusing them gains nothing (measured: 0.98-1.03x), see :class:`opgraph.pa
 
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("no_fuse", "where", "clip", "real", "imag")
+mark_traits(
+    "promotes",
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atanh", "bitwise_and", "bitwise_invert",
+    "bitwise_or", "bitwise_xor", "ceil", "clip", "cos", "cosh", "divide", "erf", "erfc", "exp", "exp2", "expm1",
+    "floor", "floor_divide", "fmod", "hypot", "log", "log10", "log1p", "log2", "logaddexp", "maximum",
+    "minimum", "multiply", "negative", "positive", "power", "reciprocal", "remainder", "round", "sigmoid",
+    "sign", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh", "trunc")
+mark_traits("truth_valued", "logical_and", "logical_not", "logical_or", "logical_xor")
+mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equal", "not_equal")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.core import accel
-from opgraph.core.registry import Attr, Emit, OpDef, attr_any, attr_bool, attr_float, register_op
+from opgraph.core.registry import Attr, Emit, OpDef, attr_any, attr_bool, attr_float, mark_traits, register_op
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes
@@ -441,3 +441,7 @@ register_op(OpDef(
         "polynomial approximations within APPROX_ULP (3-5 ulp) of NumPy's per step, the other kinds rounded "
         "exactly as NumPy",
 ))
+
+
+# ---------------------------------------------------------------- traits (see OpDef)
+mark_traits("promotes", "fma")

@@ -30,7 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, InferFn, OpDef, attr_bool, attr_float, attr_str, optional, register_op
+from opgraph.core.registry import (
+    Attr,
+    InferFn,
+    OpDef,
+    attr_bool,
+    attr_float,
+    attr_str,
+    mark_traits,
+    optional,
+    register_op,
+)
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
@@ -533,3 +543,7 @@ _op("eig", 911, _eig_infer, _eig_kernel,
     doc="eig(a) -> (eigenvalues (..., M), eigenvectors (..., M, M)): eigen-decomposition of general square "
         "matrices, always complex (complex64 for float32/complex64 input, else complex128); eigenvectors are "
         "the columns, normalised to unit length (numpy.linalg.eig); the order of the eigenvalues is LAPACK's")
+
+
+# ---------------------------------------------------------------- traits (see OpDef)
+mark_traits("promotes", "det")

@@ -69,6 +69,7 @@ from opgraph.core.registry import (
     attr_int,
     attr_ints,
     attr_str,
+    mark_traits,
     optional,
     register_op,
 )
@@ -1646,3 +1647,7 @@ register_op(OpDef(
         "axes axis .. last, (x - mean) / sqrt(var + epsilon) * scale + bias); float only, scale and bias in x's "
         "dtype broadcasting to x; one compiled loop per row with numba, else NumPy passes (row sums by BLAS)",
 ))
+
+
+# ---------------------------------------------------------------- traits (see OpDef)
+mark_traits("promotes", "conv", "conv2d", "conv_transpose", "log_softmax", "relu", "softmax")

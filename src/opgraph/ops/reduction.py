@@ -390,3 +390,5 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits
 mark_traits("linear_time", *family_kinds(FAMILY))
+mark_traits("promotes", "cumsum", "logsumexp", "mean", "prod", "std", "sum", "var")
+mark_traits("truth_valued", "all", "any")

@@ -1203,3 +1203,4 @@ VIEW_OPS: frozenset[str] = mark_traits(
 
 
 mark_traits("linear_time", *family_kinds(FAMILY))
+mark_traits("promotes", "concat", "copy", "stack")

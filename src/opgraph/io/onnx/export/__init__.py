@@ -36,7 +36,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from opgraph.core.graph import Graph
-from opgraph.core.registry import CONST, get_op, resolve
+from opgraph.core.registry import CONST, get_op, has_trait, resolve
 from opgraph.core.ruletable import RuleTable
 from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType
@@ -231,30 +231,18 @@ def _value_info(name: str, t: Any) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem_type(t.dtype), None if t.shape is None else list(t.shape))
 
 
-PROMOTE_TO_RESULT = frozenset({
-    "negative", "abs", "sign", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan",
-    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "trunc", "sigmoid", "erf", "erfc",
-    "bitwise_invert", "positive", "copy", "relu", "square", "expm1", "log1p", "log2", "log10", "exp2",
-    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide", "remainder", "fmod",
-    "hypot", "logaddexp", "bitwise_and", "bitwise_or", "bitwise_xor", "clip", "fma",
-    "sum", "prod", "mean", "logsumexp", "var", "std", "cumsum", "softmax", "log_softmax",
-    "matmul", "einsum", "outer", "tensordot", "concat", "stack", "conv", "conv2d", "conv_transpose", "det",
-})
-#: kinds computing on truth values (NumPy's logical ops and any/all take any dtype: nonzero is true)
-TRUTH_VALUED = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "any", "all"})
-#: comparisons: operands compared in their common dtype
-COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
 
 
 def _operands(ex: Exporter, kind: str, ins: Names, it: Types, ot: Types) -> tuple[Names, Types]:
-    """The inputs of an op cast to the dtype(s) its ONNX nodes compute in (see PROMOTE_TO_RESULT)."""
-    if kind in TRUTH_VALUED:
+    """The inputs of an op cast to the dtype(s) its ONNX nodes compute in (ONNX promotes nothing implicitly:
+    the op's traits say what NumPy does, see :class:`~opgraph.core.registry.OpDef`)."""
+    if has_trait(kind, "truth_valued"):
         want = [np.dtype(np.bool_)] * len(it)
-    elif kind in COMPARISONS:
+    elif has_trait(kind, "comparison"):
         want = [np.result_type(*(t.dtype for t in it))] * len(it)
     elif kind == "where":
         want = [np.dtype(np.bool_), ot[0].dtype, ot[0].dtype]
-    elif kind in PROMOTE_TO_RESULT and ot[0].dtype != np.bool_:
+    elif has_trait(kind, "promotes") and ot[0].dtype != np.bool_:
         want = [ot[0].dtype] * len(it)
     else:
         return ins, it
