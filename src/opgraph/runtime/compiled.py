@@ -286,6 +286,14 @@ class Program:
         return self._transfers
 
     @property
+    def _state(self) -> dict[int, Any]:
+        """The update-edge state held between calls, where it is kept: the arena's buffers by destination value,
+        or each region engine's arrays by destination input position."""
+        if self.arena_runtime is not None:
+            return self.arena_runtime._state
+        return self._region_state
+
+    @property
     def memory_plan(self) -> MemoryPlan | None:
         """The memory plan, where the engine plans memory (the numpy arena); None elsewhere."""
         return self.arena_runtime.plan if self.arena_runtime is not None else None
