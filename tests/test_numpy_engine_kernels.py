@@ -456,3 +456,21 @@ def test_backends_run_gelu(backend: str, approximate: str) -> None:
     got = opgraph.compile(g, backend=backend)(x=x)
     for u, v in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(u), v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,)])
+def test_fma_into_the_buffer_of_its_addend(shape: tuple[int, ...]) -> None:
+    """fma(a, b, c) where c dies at the fma: the arena may give the result c's buffer (in place, position 2);
+    the product must not overwrite c before it is added. A 0-d c (a summed gradient, as in a training step of a
+    scalar parameter) once lost its value there."""
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (2, *shape)), name="x")
+    v = b.input(("float64", shape), name="v")
+    c = b.op("sum", x, axis=0)  # computed here, dies at the fma
+    b.output(b.op("fma", v, 0.5, c))
+    g = b.freeze()
+    rng = np.random.default_rng(3)
+    xa, va = rng.standard_normal((2, *shape)), rng.standard_normal(shape)
+    want = va * 0.5 + xa.sum(axis=0)
+    np.testing.assert_allclose(opgraph.compile(g)(x=xa, v=va)[0], want, rtol=1e-15)
+    np.testing.assert_allclose(g.run(x=xa, v=va)[0], want, rtol=1e-15)

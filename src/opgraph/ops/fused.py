@@ -197,10 +197,11 @@ def update_numba_failed() -> None:
     with ``NUMBA_DISABLE_JIT``): :func:`update_numba_usable` is False from now on. The engine that loads the
     loops calls it.
 
-    >>> saved = _nb_usable
+    >>> import opgraph.ops.fused as fused
+    >>> saved = fused._nb_usable
     >>> update_numba_failed(); update_numba_usable()
     False
-    >>> _nb_usable = saved
+    >>> fused._nb_usable = saved   # the module's flag (a doctest's globals are a copy of the module's)
     """
     global _nb_usable
     _nb_usable = False

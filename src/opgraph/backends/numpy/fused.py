@@ -883,10 +883,11 @@ def _fma_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray | N
             return np.add(prod, c, out=prod)  # reuse the product's buffer
         return np.add(prod, c)
     # The product goes straight into ``out`` when it has the product's dtype (so it rounds exactly as
-    # a * b does) and ``out`` is not c's memory (the planner may give fma c's buffer, position 2).
+    # a * b does) and ``out`` is not c's memory (the planner may give fma c's buffer, position 2: a 0-d c
+    # too, when out has one element; a 0-d c beside a larger out cannot be its buffer).
     dt = out.dtype
     if ((a.dtype == dt and b.dtype == dt) or np.promote_types(a.dtype, b.dtype) == dt) \
-            and (c.ndim == 0 or not np.may_share_memory(out, c)):
+            and ((c.ndim == 0 and out.size > 1) or not np.may_share_memory(out, c)):
         np.multiply(a, b, out=out)
         return np.add(out, c, out=out)
     # Otherwise the product cannot go into ``out`` first. A small one is a temporary as cheap as the unfused
