@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from opgraph.core.types import broadcast_shapes as _broadcast_type_shapes
+from opgraph.core import types as core_types
 from opgraph.errors import OpTypeError
 from opgraph.frontend import api
 from opgraph.frontend.indexing import nonzero_rows
@@ -254,7 +254,7 @@ def broadcast_shapes(*shapes: tuple[int | None, ...]) -> tuple[int | None, ...]:
     (2, 3)
     """
     try:
-        out = _broadcast_type_shapes(*(tuple(s) for s in shapes))
+        out = core_types.broadcast_shapes(*(tuple(s) for s in shapes))
     except OpTypeError as exc:
         raise ValueError(str(exc)) from None
     return () if out is None else out

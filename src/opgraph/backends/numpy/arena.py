@@ -39,8 +39,7 @@ import numpy as np
 
 from opgraph.backends.numpy.buffers import aligned_empty, typed_view
 from opgraph.backends.numpy.codegen import Codegen, failing_op
-from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds
-from opgraph.core.feeds import value_id as _value_id
+from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds, value_id
 from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
@@ -491,7 +490,7 @@ class CompiledGraph:
         >>> _ = f(s=np.float64(0)); _ = f(); float(f.state("s"))
         2.0
         """
-        v = _value_id(self.graph, key)
+        v = value_id(self.graph, key)
         if v not in self._state:
             raise KeyError(f"{self.graph.value_label(v)} holds no state (not an update destination, or no call yet)")
         return np.array(self._state[v], copy=True)
@@ -616,7 +615,7 @@ class EvalContext:
         """The value of ``key`` (a copy), recomputing only what is invalid; free if still valid."""
         with self._lock:
             g = self.graph
-            t = _value_id(g, key)
+            t = value_id(g, key)
             if not self.valid[t]:
                 if g.value_producer[t] == -1:
                     raise ExecutionError(f"input {g.value_label(t)} was not set")
