@@ -261,3 +261,13 @@ def test_a_deprecation_warning_in_a_generated_program_is_an_error_under_the_proj
         f(x=np.zeros(4))
     modules = {w.filename for w in seen if issubclass(w.category, DeprecationWarning)}
     assert modules and all(m.startswith("<opgraph program") for m in modules)
+
+
+def test_the_lazy_numpy_frontend_keeps_the_error_a_memory_error_and_names_the_users_line() -> None:
+    import opgraph.numpy as onp
+
+    a = onp.exp(onp.broadcast_to(onp.asarray(np.ones((1, 1))), (N, N)))
+    with pytest.raises(opgraph.OutOfMemoryError) as info:
+        np.asarray(a)
+    assert isinstance(info.value, MemoryError) and info.value.requested == HUGE
+    assert "(exp)" in str(info.value) and f"evaluating the array built at {__file__}" in str(info.value)
