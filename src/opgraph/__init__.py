@@ -57,6 +57,7 @@ from opgraph.errors import (
     MissingDependencyError,
     OpBuildError,
     OpTypeError,
+    OutOfMemoryError,
     UnknownKeyError,
     VerifyError,
 )
@@ -86,10 +87,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
-    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError", "Symbols",
-    "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops", "call", "compile", "cond", "draw",
-    "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load", "optimize", "register_op", "save", "scan",
-    "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp", "while_loop",
+    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError",
+    "OutOfMemoryError", "Symbols", "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops",
+    "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load",
+    "optimize", "register_op", "save", "scan", "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp",
+    "while_loop",
 ]
 
 # Public names that live in layers imported on first use: name -> module that defines it.

@@ -91,6 +91,28 @@ class MemoryLimitError(ExecutionError, MemoryError):
         self.limit = limit
 
 
+class OutOfMemoryError(ExecutionError, MemoryError):
+    """Running a compiled graph (or allocating its buffers) ran out of memory.
+
+    The message names the op whose buffer could not be allocated (index,
+    kind, name or description when the graph has one), the bytes requested
+    and the ``memory_limit`` setting. ``op`` is that op (None when the
+    buffer is not one op's, e.g. the arena of a whole plan), ``requested``
+    the bytes (None when unknown) and ``limit`` the limit in bytes that
+    compile checked (None: no limit). It is also a ``MemoryError``, as
+    NumPy's own error was.
+
+    >>> issubclass(OutOfMemoryError, ExecutionError) and issubclass(OutOfMemoryError, MemoryError)
+    True
+    """
+
+    def __init__(self, message: str, *, op: int | None, requested: int | None, limit: int | None) -> None:
+        super().__init__(message)
+        self.op = op
+        self.requested = requested
+        self.limit = limit
+
+
 OPTIONAL_PACKAGES: dict[str, str] = {
     # import name -> the extra of pyproject.toml that installs it (tests/test_cli_usability.py checks them)
     "networkx": "interop", "dask": "interop", "distributed": "interop", "pytensor": "interop", "onnx": "interop",

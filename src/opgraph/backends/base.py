@@ -396,7 +396,8 @@ def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]]
     which backends use to match the declared dtype where their promotion
     rules differ from NumPy's. Returns ``(fn, consts, source)``.
     """
-    env: dict[str, Any] = {}
+    # under opgraph's name, so the tests' error::DeprecationWarning:opgraph.* filter covers the generated code
+    env: dict[str, Any] = {"__name__": "opgraph.backends.generated"}
     names: dict[int, str] = {}
     consts: list[np.ndarray] = []
     params = []

@@ -458,24 +458,63 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a .npz archive (an empty one has only the end record)
+_TRIED = "tried .npy (a NumPy array file, starting with the bytes \\x93NUMPY) and .npz (a zip archive)"
+
+
 def _load_npy(path: str, name: str) -> np.ndarray:
-    """The array of a ``--set NAME=PATH`` file; every error names the file and the input."""
+    """The array of a ``--set NAME=PATH`` file; every error names the file, the input and the byte offset.
+
+    The header is read and checked first (``numpy.lib.format``), so a file that is not a .npy file is
+    refused for what it is, and a truncated one by the byte offset where its data stops short.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> with open(p, "wb") as f:
+    ...     _ = f.write(b"hello")
+    >>> _load_npy(p, "x")
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FormatError: --set x=...x.npy: not a value file opgraph can read (tried .npy ... byte offset 0 ...
+    """
+    from opgraph.errors import FormatError
     from opgraph.io.formats import check_regular_file
 
     check_regular_file(path, "a .npy file")
+    where = f"--set {name}={path}"
+    with open(path, "rb") as f:
+        head = f.read(len(_NPY_MAGIC))
+        if head.startswith(_ZIP_MAGICS):
+            raise FormatError(f"{where}: expected a .npy file holding one array, got a .npz archive")
+        if not head.startswith(_NPY_MAGIC):
+            if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:  # pickle protocols 2-5 start so
+                raise FormatError(f"{where}: the file is a Python pickle, not a .npy file; opgraph refuses pickles "
+                                  "because loading them can run arbitrary code: save the array with numpy.save")
+            raise FormatError(f"{where}: not a value file opgraph can read ({_TRIED}): at byte offset 0 it holds "
+                              f"{head!r}, not the .npy magic {_NPY_MAGIC!r}")
+        f.seek(0)
+        try:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _fortran, dtype = read(f)
+        except (ValueError, EOFError, SyntaxError) as exc:
+            raise FormatError(f"{where}: a .npy file whose header (from byte offset {len(_NPY_MAGIC) + 2}) cannot "
+                              f"be read: {exc}") from None
+        data_at = f.tell()
+    if dtype.hasobject:
+        raise FormatError(f"{where}: the file holds an array of Python objects (dtype object); "
+                          "opgraph refuses those because loading them needs pickle, which can run arbitrary "
+                          "code: save a numeric array instead")
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    size = os.path.getsize(path)
+    if size - data_at < need:
+        raise FormatError(f"{where}: a truncated .npy file: its header declares {dtype} {tuple(shape)} "
+                          f"({need} bytes from byte offset {data_at}), but the file ends at byte offset {size}")
     try:
-        data = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):  # NumPy's words for an object array
-            raise ValueError(f"--set {name}={path}: the file holds an array of Python objects (dtype object); "
-                             "opgraph refuses those because loading them needs pickle, which can run arbitrary "
-                             "code: save a numeric array instead") from None
-        raise ValueError(f"--set {name}={path}: not a readable .npy file: {exc}") from None
-    if not isinstance(data, np.ndarray):
-        with contextlib.suppress(Exception):
-            data.close()
-        raise ValueError(f"--set {name}={path}: expected a .npy file holding one array, got a .npz archive")
-    return data
+        return np.load(path, allow_pickle=False)  # type: ignore[no-any-return]
+    except (ValueError, EOFError) as exc:
+        raise FormatError(f"{where}: not a readable .npy file: {exc}") from None
 
 
 def _cmd_dump(args: argparse.Namespace) -> int:

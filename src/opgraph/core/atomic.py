@@ -35,6 +35,13 @@ process lives through:
   committed and while a failed save is cleaned up, and raised once that step
   is over; so a second Ctrl-C cannot leave litter or a mixed set behind. Other
   threads never receive it (Python runs signal handlers in the main thread).
+* **Errors name the target.** An :class:`OSError` of the save (creating,
+  writing, syncing or renaming a temporary) is raised again as the same
+  OSError subclass with the same errno, whose ``filename`` is the path as the
+  caller gave it and whose ``strerror`` says what failed and why (``no such
+  directory ...``, ``cannot create it in DIR: Permission denied``, ``Read-only
+  file system`` ...); the temporary's name is only in the chained original
+  (``__cause__``).
 * **Threads.** Within one process, commits run one at a time, so two threads
   saving the same set leave one of the two sets, never a mix. Separate
   processes saving the same set are not coordinated.
@@ -112,35 +119,86 @@ def atomic_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[Binar
     >>> open(p, "rb").read(), os.listdir(os.path.dirname(p))
     (b'old', ['x.bin'])
     """
-    finals = [os.path.abspath(os.fspath(p)) for p in paths]
+    given = [os.fspath(p) for p in paths]
+    finals = [os.path.abspath(p) for p in given]
     if len(set(finals)) != len(finals):
         raise ValueError(f"atomic_files: a path is given twice: {finals}")
-    modes = [_existing_mode(final) for final in finals]
+    modes = [_existing_mode(final, shown) for final, shown in zip(finals, given, strict=True)]
     staged: list[tuple[BinaryIO, str]] = []
     try:
-        with _interrupts_held():
-            for final, mode in zip(finals, modes, strict=True):
-                staged.append(_create_temp(final, mode))
-        yield [f for f, _ in staged]
-        for f, _ in staged:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        _commit([tmp for _, tmp in staged], finals)
+        try:
+            with _interrupts_held():
+                for final, mode in zip(finals, modes, strict=True):
+                    staged.append(_create_temp(final, mode))
+        except OSError as exc:
+            raise _target_error(exc, given[len(staged)], finals[len(staged)], "cannot create it") from exc
+        try:
+            yield [f for f, _ in staged]
+        except OSError as exc:  # the writer's own errors; ours only when they name a temporary or have no name
+            temps = [tmp for _, tmp in staged]
+            if exc.filename in temps:
+                i = temps.index(exc.filename)
+                raise _target_error(exc, given[i], finals[i], "writing it failed") from exc
+            if exc.filename is None and exc.errno in _DISK_ERRNOS:
+                raise _target_error(exc, " and ".join(given), finals[0], "writing it failed") from exc
+            raise
+        for i, (f, _) in enumerate(staged):
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            except OSError as exc:
+                raise _target_error(exc, given[i], finals[i], "writing it failed") from exc
+        _commit([tmp for _, tmp in staged], finals, given)
     except BaseException:
         with _interrupts_held():
             _discard(staged)
         raise
 
 
-def _existing_mode(final: str) -> int | None:
+# Errors of writing a file that are the disk's (not the writer's): reported as failures to save the target.
+_DISK_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EROFS, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _target_error(exc: OSError, shown: str, final: str, action: str) -> OSError:
+    """``exc`` (naming a temporary, or nothing) restated for the target path the caller gave.
+
+    The result has ``exc``'s errno, so it is the same OSError subclass (PermissionError, ...), and
+    ``filename`` is ``shown``; the temporary stays in the chained original (``__cause__``) only.
+
+    >>> e = _target_error(PermissionError(errno.EACCES, "Permission denied", "/d/o.json.1a2b.tmp"),
+    ...                   "o.json", "/d/o.json", "cannot create it")
+    >>> type(e).__name__, e.filename, e.strerror
+    ('PermissionError', 'o.json', 'cannot create it in /d: Permission denied')
+    """
+    directory = os.path.dirname(final)
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOENT and not os.path.isdir(directory):
+        detail = f"no such directory {directory}"
+    elif exc.errno == errno.EISDIR:
+        detail = "cannot save over a directory"
+    elif exc.errno == errno.ENOTDIR:
+        detail = f"{action}: a part of {directory} is not a directory"
+    elif action == "cannot create it":
+        detail = f"{action} in {directory}: {reason}"
+    else:
+        detail = f"{action}: {reason}"
+    new = OSError(exc.errno, detail, shown) if exc.errno is not None else OSError(detail)
+    if exc.errno is None:
+        new.filename = shown
+    return new
+
+
+def _existing_mode(final: str, shown: str) -> int | None:
     """Permission bits to keep from the current target (None: a new file); refuse a directory."""
     try:
         st = os.lstat(final)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # e.g. a file in the path where a directory should be
+        raise _target_error(exc, shown, final, "cannot save it") from exc
     if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "cannot save over a directory", final)
+        raise IsADirectoryError(errno.EISDIR, "cannot save over a directory", shown)
     return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
 
 
@@ -184,21 +242,24 @@ def _discard(staged: list[tuple[BinaryIO, str]]) -> None:
             os.unlink(tmp)
 
 
-def _commit(temps: list[str], finals: list[str]) -> None:
+def _commit(temps: list[str], finals: list[str], given: list[str]) -> None:
     dirs = list(dict.fromkeys(os.path.dirname(final) for final in finals))
     undoable = len(finals) > 1
     with _COMMIT_LOCK, _interrupts_held():
         backups: list[str | None] = [None] * len(finals)
+        i = 0
         try:
             if undoable:
                 for i, final in enumerate(finals):
                     backups[i] = _backup(final)
                 _fsync_dirs(dirs)  # the backups survive a power cut in the middle of the renames
-            for tmp, final in zip(temps, finals, strict=True):
-                os.replace(tmp, final)
-        except BaseException:
+            for i in range(len(finals)):  # i: the target a failed rename names
+                os.replace(temps[i], finals[i])
+        except BaseException as exc:
             if undoable:
                 _roll_back(temps, finals, backups)
+            if isinstance(exc, OSError):
+                raise _target_error(exc, given[i], finals[i], "cannot replace it") from exc
             raise
         try:
             _fsync_dirs(dirs)

@@ -43,7 +43,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.hooks import Hook
 from opgraph.core.registry import OpDef, Resolved, resolve, user_location
 from opgraph.core.types import TensorType
-from opgraph.errors import ExecutionError, GraphError
+from opgraph.errors import ExecutionError, GraphError, OutOfMemoryError
 
 _SEQ = itertools.count()
 _TRACING = 0  # how many traces are under way (only changes the wording of errors)
@@ -727,5 +727,8 @@ def _evaluate(target: _Node, why: str = "x.eval()") -> None:
         results = b.run(feeds, targets)
     except ExecutionError as exc:
         where = user_location()
-        raise ExecutionError(f"{exc}" + (f" (evaluating the array built at {where})" if where else "")) from exc
+        message = f"{exc}" + (f" (evaluating the array built at {where})" if where else "")
+        if isinstance(exc, OutOfMemoryError):  # still a MemoryError, with its op and bytes
+            raise OutOfMemoryError(message, op=exc.op, requested=exc.requested, limit=exc.limit) from exc
+        raise ExecutionError(message) from exc
     _set_value(target, tuple(results))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.errors import MemoryLimitError
+from opgraph.errors import MemoryLimitError, OutOfMemoryError
 from opgraph.memory.plan import PLANNED, MemoryPlan
 
 ENV_VAR = "OPGRAPH_MEMORY_LIMIT"
@@ -158,20 +158,93 @@ def check_memory_limit(plan: MemoryPlan, limit: Any = "auto") -> None:
     cap = resolve_memory_limit(limit)
     if cap is None or total <= cap:
         return
-    graph = plan.graph
-    lines = []
-    for nbytes, v, op in largest_buffers(plan):
-        t = graph.type_of(v)
-        where = f"op {op} ({graph.kind_of(op)})" if op >= 0 else "an input"
-        label = graph.symbols.ops.get(op) or graph.name_of(v)
-        desc = graph.symbols.descriptions.get(("op", op)) or graph.symbols.descriptions.get(("value", v))
-        extra = "".join(f", {s}" for s in (f"named {label!r}" if label else "", desc or "") if s)
-        lines.append(f"  {_human(nbytes)}: value %{v} {t} made by {where}{extra}")
-    source = f"memory_limit={limit!r}" if not (isinstance(limit, str) and limit == "auto") else (
-        f"${ENV_VAR}" if os.environ.get(ENV_VAR) is not None else "physical RAM")
     raise MemoryLimitError(
-        f"the memory plan needs {_human(total)}, more than the memory limit of {_human(cap)} (from {source}); "
-        f"largest buffers:\n" + "\n".join(lines) +
+        f"the memory plan needs {_human(total)}, more than the memory limit of {_human(cap)} "
+        f"(from {_limit_source(limit)}); largest buffers:\n" + _buffer_lines(plan) +
         f"\nReduce the sizes, rematerialise (opgraph.memory.rematerialize), or raise the limit with "
         f"compile(..., memory_limit=bytes or None) or ${ENV_VAR}.",
         planned=total, limit=cap)
+
+
+def _limit_source(limit: Any) -> str:
+    if isinstance(limit, str) and limit == "auto":
+        return f"${ENV_VAR}" if os.environ.get(ENV_VAR) is not None else "physical RAM"
+    return f"memory_limit={limit!r}"
+
+
+def _op_words(graph: Any, op: int, v: int | None = None) -> str:
+    """``op 3 (exp), named 'y', <description>``: an op as the user can find it in their graph."""
+    where = f"op {op} ({graph.kind_of(op)})" if op >= 0 else "an input"
+    label = graph.symbols.ops.get(op) or (graph.name_of(v) if v is not None else None)
+    desc = graph.symbols.descriptions.get(("op", op)) or (
+        graph.symbols.descriptions.get(("value", v)) if v is not None else None)
+    return where + "".join(f", {s}" for s in (f"named {label!r}" if label else "", desc or "") if s)
+
+
+def _buffer_lines(plan: MemoryPlan) -> str:
+    graph = plan.graph
+    return "\n".join(f"  {_human(nbytes)}: value %{v} {graph.type_of(v)} made by {_op_words(graph, op, v)}"
+                     for nbytes, v, op in largest_buffers(plan))
+
+
+def out_of_memory(graph: Any, op: int | None, exc: MemoryError, limit: Any, *,
+                  plan: MemoryPlan | None = None, setting: str | None = None) -> OutOfMemoryError:
+    """The :class:`~opgraph.errors.OutOfMemoryError` for NumPy's ``exc``, raised while op ``op`` ran.
+
+    ``op`` None: a buffer that is not one op's (``plan``'s arena; the message then lists the largest buffers).
+    ``limit`` is the ``memory_limit`` setting compile was given (``"auto"``, bytes, a string, None); the
+    bytes requested are NumPy's (the shape and dtype it reports), else the op's declared results.
+    ``setting`` replaces the words about the limit (``Graph.run`` checks none).
+    Built only once the error has happened: nothing runs per op or per call.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (10**6, 1)), name="x")
+    >>> y = b.input(("float64", (1, 10**6)), name="y")
+    >>> b.output(b.op("multiply", x, y, name="outer"))
+    >>> g = b.freeze()
+    >>> try:
+    ...     np.empty((10**6, 10**6))  # 8 TB: NumPy refuses at once
+    ... except MemoryError as exc:
+    ...     err = out_of_memory(g, 0, exc, None)
+    >>> print(str(err).split(" with ")[0])
+    op 0 (multiply), named 'outer': out of memory allocating 8000000000000 bytes (7.3 TiB) for f64[1000000,1000000]
+    >>> err.requested, err.limit, err.op
+    (8000000000000, None, 0)
+    """
+    shape, dtype = getattr(exc, "shape", None), getattr(exc, "dtype", None)
+    requested: int | None = None
+    what = ""
+    if shape is not None and dtype is not None:  # NumPy's error carries what it could not allocate
+        try:
+            dt = np.dtype(dtype)
+            requested = int(np.prod(tuple(shape), dtype=object)) * dt.itemsize
+        except (TypeError, ValueError):
+            requested = None
+    if op is not None and op >= 0:
+        outs = [int(v) for v in graph.op_outputs(op).tolist()]
+        types = [graph.type_of(v) for v in outs]
+        if requested is None:
+            sizes = [getattr(t, "nbytes", None) for t in types]
+            requested = sum(sizes) if sizes and all(isinstance(n, int) for n in sizes) else None
+        what = " for " + ", ".join(str(t) for t in types) if types else ""
+        head = f"{_op_words(graph, op, outs[0] if len(outs) == 1 else None)}: out of memory"
+    else:
+        head = "allocating the compiled graph's arena and state buffers: out of memory"
+        biggest = largest_buffers(plan, 1) if plan is not None else []
+        op = biggest[0][2] if biggest else None  # the op making the largest buffer, for err.op
+    amount = f" allocating {_human(requested)}" if requested is not None else ""
+    cap = resolve_memory_limit(limit) if limit is not None else None
+    if setting is not None:
+        pass
+    elif cap is None:
+        setting = (f"with {_limit_source(limit)}, so compile checked no limit" if limit is None or
+                   not (isinstance(limit, str) and limit == "auto") else "with no memory limit found")
+    else:
+        setting = f"with a memory limit of {_human(cap)} (from {_limit_source(limit)})"
+    plan_part = "" if plan is None else (
+        f"; the plan needs {_human(int(plan.total_bytes))}, largest buffers:\n{_buffer_lines(plan)}\n")
+    message = (f"{head}{amount}{what} {setting}; NumPy: {exc}{plan_part}"
+               f"{'' if plan_part else '. '}Reduce the sizes, rematerialise (opgraph.memory.rematerialize), "
+               f"or set compile(..., memory_limit=bytes) so that compile refuses a plan that does not fit.")
+    return OutOfMemoryError(message, op=op, requested=requested, limit=cap)

@@ -109,6 +109,11 @@ def execute(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | Non
             from opgraph.io.formats import missing_dependency
 
             raise (missing_dependency(exc, f"op {op} ({graph.kind_of(op)})") or exc) from exc
+        except MemoryError as exc:  # Graph.run plans no memory and checks no limit
+            from opgraph.memory.limit import out_of_memory
+
+            raise out_of_memory(graph, op, exc, None, setting="in Graph.run, which checks no memory limit "
+                                "(opgraph.compile does)") from exc
         except Exception as exc:
             raise ExecutionError(f"op {op} ({graph.kind_of(op)}) failed: {type(exc).__name__}: {exc}") from exc
         if len(outs) == 1:

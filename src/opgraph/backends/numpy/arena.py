@@ -44,7 +44,7 @@ from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.errors import ExecutionError, GraphError
-from opgraph.memory.limit import check_memory_limit
+from opgraph.memory.limit import check_memory_limit, out_of_memory
 from opgraph.memory.plan import ALIAS, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
 
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
@@ -82,8 +82,14 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, *, schedule: str | np.ndarray = "best",
                  plan: MemoryPlan | None = None, memory_limit: Any = "auto") -> None:
-        with paused_gc():
-            self._setup(graph, schedule, plan, memory_limit)
+        self.memory_limit = memory_limit
+        try:
+            with paused_gc():
+                self._setup(graph, schedule, plan, memory_limit)
+        except MemoryError as exc:  # the arena or a state buffer: the plan cannot be allocated at all
+            if isinstance(exc, GraphError):
+                raise
+            raise out_of_memory(graph, None, exc, memory_limit, plan=getattr(self, "plan", None)) from exc
 
     def _setup(self, graph: Graph, schedule: str | np.ndarray, plan: MemoryPlan | None,
                memory_limit: Any = "auto") -> None:
@@ -291,6 +297,8 @@ class CompiledGraph:
             outs, sources = fn(*args)
         except GraphError:
             raise
+        except MemoryError as exc:
+            raise out_of_memory(g, failing_op(exc, fn), exc, self.memory_limit) from exc
         except Exception as exc:
             op = failing_op(exc, fn)
             if op is None:
@@ -394,7 +402,12 @@ class CompiledGraph:
                     raise ExecutionError(f"missing feed for input {g.value_label(v)}: {g.type_of(v)}")
         fresh: dict[int, np.ndarray] = {}
         for b in self._output_bins:
-            buf = fresh[b] = aligned_empty(self.plan.bins[b].size)
+            try:
+                buf = fresh[b] = aligned_empty(self.plan.bins[b].size)
+            except MemoryError as exc:
+                first = self._bin_values[b][0][0] if self._bin_values.get(b) else -1
+                raise out_of_memory(g, int(g.value_producer[first]) if first >= 0 else None, exc,
+                                    self.memory_limit) from exc
             for v, off, nb, dt, shape in self._bin_values.get(b, ()):
                 slots[v] = typed_view(buf, off, nb, dt, shape)
         for v, view in self._state_views[self._parity].items():
@@ -464,6 +477,8 @@ class CompiledGraph:
                 r = fn(*args, **attrs)
             except GraphError:
                 raise
+            except MemoryError as exc:
+                raise out_of_memory(self.graph, op, exc, self.memory_limit) from exc
             except Exception as exc:
                 raise ExecutionError(f"op {op} ({self.graph.kind_of(op)}) failed: "
                                      f"{type(exc).__name__}: {exc}") from exc

@@ -62,6 +62,16 @@ def failing_op(exc: BaseException, fn: Callable[..., Any]) -> int | None:
     return ops[line - 1] if line is not None and 0 < line <= len(ops) and ops[line - 1] >= 0 else None
 
 
+KEYWORD_OUT: frozenset[np.ufunc] = frozenset({np.maximum, np.minimum})
+"""Ufuncs whose ``out`` the generated code passes by keyword: NumPy deprecates a third positional argument
+to these (it reads like a third operand). Other ufuncs take ``out`` positionally, which NumPy documents
+and which parses faster on small arrays."""
+
+GENERATED_MODULE = "opgraph.backends.numpy.generated"
+"""The ``__name__`` generated programs run under (no such module exists): a warning raised by their code is
+attributed to opgraph, so the ``error::DeprecationWarning:opgraph.*`` filter of the tests covers them."""
+
+
 class Codegen:
     """Writes a compiled program as one straight-line Python function, as torch.fx emits code.
 
@@ -137,24 +147,26 @@ class Codegen:
             params.append(f"v{v}" if src is None else f"v{v}={self.bind('s', other[src])}")
         for b in cg._output_bins:
             entries = cg._bin_values.get(b, [])
+            # an allocation's line maps to the op making the value, which an out-of-memory error names
+            producer = cg.graph.value_producer
             if len(entries) == 1 and entries[0][1] == 0:
                 v, _off, _nb, dt, shape = entries[0]
-                self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
+                self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})", int(producer[v]))
                 self.names[v] = f"v{v}"
                 continue
             small = p.bins[b].size <= SMALL_OUTPUT_BIN
             if not small:
-                self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})")
+                self.emit(f"_b{b} = _aligned_empty({p.bins[b].size})", int(producer[entries[0][0]]) if entries else -1)
             same: dict[tuple[int, np.dtype, tuple[int, ...]], str] = {}  # an in-place chain shares one view
             for v, off, nb, dt, shape in entries:
                 name = same.get((off, dt, tuple(shape)))
                 if name is None:
                     name = same[off, dt, tuple(shape)] = f"v{v}"
                     if small:  # its own small array: cheaper than a view of a shared buffer, and always safe
-                        self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})")
+                        self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})", int(producer[v]))
                     else:
                         self.emit(f"v{v} = _b{b}[{off}:{off + nb}].view({self.bind('d', dt)})"
-                                  f".reshape({tuple(shape)!r})")
+                                  f".reshape({tuple(shape)!r})", int(producer[v]))
                 self.names[v] = name
         for fn, ins, outs, attrs, op, mode in cg.program:
             self.step(fn, ins, outs, attrs, op, mode)
@@ -168,6 +180,7 @@ class Codegen:
         weakref.finalize(cg, linecache.cache.pop, filename, None)
         # The source holds only names made here, integers and shapes; every value from the graph
         # (attributes, constants, dtypes) is bound as a global, never written into the text.
+        self.ns["__name__"] = GENERATED_MODULE  # set last: the names bound above are numbered by len(self.ns)
         exec(code, self.ns)
         fn = self.ns["_program"]
         fn.line_op = self.line_op
@@ -181,7 +194,8 @@ class Codegen:
         direct = getattr(fn, "ufunc", None)
         if mode == 1 and isinstance(direct, np.ufunc) and not attrs:
             # a ufunc given out always writes into it; out as a positional argument is parsed faster
-            self.emit(f"{self.bind('u', direct)}({args}, {self.ref(outs[0])})", op)
+            out = f"out={self.ref(outs[0])}" if direct in KEYWORD_OUT else self.ref(outs[0])
+            self.emit(f"{self.bind('u', direct)}({args}, {out})", op)
             return
         specialize = getattr(fn, "specialize", None)
         if mode == 1 and specialize is not None:
