@@ -235,12 +235,10 @@ def out_of_memory(graph: Any, op: int | None, exc: MemoryError, limit: Any, *,
         op = biggest[0][2] if biggest else None  # the op making the largest buffer, for err.op
     amount = f" allocating {_human(requested)}" if requested is not None else ""
     cap = resolve_memory_limit(limit) if limit is not None else None
-    if setting is not None:
-        pass
-    elif cap is None:
+    if setting is None and cap is None:
         setting = (f"with {_limit_source(limit)}, so compile checked no limit" if limit is None or
                    not (isinstance(limit, str) and limit == "auto") else "with no memory limit found")
-    else:
+    elif setting is None:
         setting = f"with a memory limit of {_human(cap)} (from {_limit_source(limit)})"
     plan_part = "" if plan is None else (
         f"; the plan needs {_human(int(plan.total_bytes))}, largest buffers:\n{_buffer_lines(plan)}\n")
