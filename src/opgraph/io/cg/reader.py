@@ -66,6 +66,12 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     and index is checked before use. Any problem raises one
     :class:`~opgraph.errors.FormatError` naming the file, record and byte offset.
 
+    The graph is always one save's: a set that another process is saving
+    over meanwhile is read again (up to 7 times over 0.3 s), and files that
+    stay from different saves (their save tags disagree) raise one
+    :class:`~opgraph.errors.FormatError` naming each file and its tag
+    (docs/cg-format.md, "Concurrent readers and the save tag").
+
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
     >>> for s in (".cg", ".cgc", ".cgio", ".cgs"):
