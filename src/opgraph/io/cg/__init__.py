@@ -101,9 +101,10 @@ same rule on what it is about to write and adds the metadata record when the
 rule would not find the intended base.
 
 **Save tags and concurrent readers.** A save writes the .cg, .cgio and .cgs
-files first; its *save tag* is BLAKE2b-128 of their three BLAKE2b-128
-digests (:func:`~opgraph.io.cg.format.save_tag`), written into the metadata
-record's JSON (key ``save``) and, with the four files' digests, into
+files first; its *save tag* is the first 16 bytes of the SHA-256 of their
+three digests (each the first 16 bytes of the file's SHA-256;
+:func:`~opgraph.io.cg.format.save_tag`), written into the metadata record's
+JSON (key ``save``) and, with the four files' digests, into
 ``base.cgtag``. The files are renamed in the order ``.cgtag``, ``.cg``,
 ``.cgio``, ``.cgs``, ``.cgc``. :func:`load_cg` opens ``.cgc`` first, reads
 ``.cgtag`` before and after opening the four files, and accepts them when

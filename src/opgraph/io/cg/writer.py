@@ -103,12 +103,12 @@ def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | Non
 
 def _write_file(f: BinaryIO, chunks: Iterable[Any]) -> str:
     """Write one file's chunks (bytes or arrays) to an open temporary file; returns the file's digest."""
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()  # the digest of format.digest, computed while the bytes go out
     for chunk in chunks:
         data = memoryview(chunk).cast("B") if isinstance(chunk, np.ndarray) else chunk
         h.update(data)
         f.write(data)
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 @dataclass(frozen=True)
