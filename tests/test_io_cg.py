@@ -242,7 +242,7 @@ def test_paths_and_dispatch(tmp_path: Path) -> None:
     for name in ("a", "b.cg", "c.cgc", "d.cgio", "e.cgs"):
         save(g, tmp_path / name)
         stem = name.split(".")[0]
-        assert sorted(p.name for p in tmp_path.glob(stem + ".*")) == sorted(stem + s for s in SUFFIXES)
+        assert sorted(p.name for p in tmp_path.glob(stem + ".*")) == sorted(stem + s for s in (*SUFFIXES, ".cgtag"))
         for s in ("", *SUFFIXES):
             assert load(tmp_path / f"{stem}{s}") == g
     with pytest.raises(FileNotFoundError):
@@ -669,7 +669,7 @@ def test_failed_save_leaves_earlier_files(tmp_path: Path, monkeypatch: pytest.Mo
         save_cg(other, tmp_path / "m")
     assert calls == [1]
     assert read_set(tmp_path / "m") == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted("m" + s for s in SUFFIXES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted("m" + s for s in (*SUFFIXES, ".cgtag"))
     monkeypatch.undo()
     assert load_cg(tmp_path / "m").equals(g, check_names=True)
 

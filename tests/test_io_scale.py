@@ -414,7 +414,7 @@ def test_failed_cg_save_leaves_the_old_files(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(OSError, match="disk full"):
         save_cg(mixed_graph(500_000), base)
     assert cg_bytes(base) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.cg", "g.cgc", "g.cgio", "g.cgs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.cg", "g.cgc", "g.cgio", "g.cgs", "g.cgtag"]
 
 
 # ----------------------------------------------------------------------------- Dask get

@@ -59,7 +59,7 @@ def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = Non
     >>> path = os.path.join(tempfile.mkdtemp(), "model.cg")
     >>> opgraph.save(b.freeze(), path)
     >>> sorted(os.listdir(os.path.dirname(path)))
-    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs']
+    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs', 'model.cgtag']
     >>> b = opgraph.GraphBuilder()
     >>> s = b.input(("int64", ()), name="s")
     >>> b.update(b.add(s, 1), s)

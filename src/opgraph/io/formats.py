@@ -318,10 +318,11 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
+def check_regular_file(path: str | os.PathLike[str], what: str, *, allow_empty: bool = False) -> None:
     """Refuse a path that is not a non-empty regular file, before anything opens it (a FIFO would block).
 
-    A missing path passes: the reader reports it in its own words. The error is a
+    A missing path passes: the reader reports it in its own words; so does an empty file with
+    ``allow_empty`` (the .cg reader names the record and byte offset). The error is a
     :class:`~opgraph.errors.FormatError`.
 
     >>> check_regular_file(os.devnull, "a graph file")
@@ -336,7 +337,7 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
         return
     if not stat.S_ISREG(st.st_mode):
         raise FormatError(f"{path} is {_kind_of(st.st_mode)}, not {what}")
-    if st.st_size == 0:
+    if st.st_size == 0 and not allow_empty:
         raise FormatError(f"{path} is empty (0 bytes), not {what}")
 
 
@@ -372,8 +373,8 @@ def check_graph_path(path: str | os.PathLike[str], format: str | None = None) ->
     if chosen.name == "cg":
         sets = (".cg", ".cgc", ".cgio", ".cgs")
         base = os.path.splitext(path)[0] if path.lower().endswith(sets) else path
-        for suffix in sets:
-            check_regular_file(base + suffix, f"a {suffix} file")
+        for suffix in sets:  # an empty file is load_cg's to report, in its "record 0 at byte offset 0" form
+            check_regular_file(base + suffix, f"a {suffix} file", allow_empty=True)
         return
     try:
         check_regular_file(path, f"a {chosen.name} file")

@@ -3,7 +3,10 @@
 A graph is stored as four files next to each other: ``base.cg`` (functions),
 ``base.cgc`` (constants), ``base.cgio`` (set/get/copy gateways) and
 ``base.cgs`` (names). Each starts with ONE magic byte, 16, 32 or 64, giving
-the width of every little-endian signed integer that follows.
+the width of every little-endian signed integer that follows. opgraph adds
+``base.cgtag``, its own small companion (the save tag, see below), which
+lets a reader in another process tell a set that a save is replacing from a
+complete one; formats other than opgraph's ignore it.
 
     >>> import os, tempfile, numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -14,7 +17,7 @@ the width of every little-endian signed integer that follows.
     >>> base = os.path.join(tempfile.mkdtemp(), "model")
     >>> save_cg(g, base + ".cg")
     >>> sorted(os.listdir(os.path.dirname(base)))
-    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs']
+    ['model.cg', 'model.cgc', 'model.cgio', 'model.cgs', 'model.cgtag']
     >>> h = load_cg(base)
     >>> h.equals(g, check_names=True)
     True
@@ -96,6 +99,24 @@ touches (and, for gets, not set either), and gets of a constant function's
 output (TensCalc gets are ``scalars2ftensor`` outputs). The writer runs the
 same rule on what it is about to write and adds the metadata record when the
 rule would not find the intended base.
+
+**Save tags and concurrent readers.** A save writes the .cg, .cgio and .cgs
+files first; its *save tag* is the first 16 bytes of the SHA-256 of their
+three digests (each the first 16 bytes of the file's SHA-256;
+:func:`~opgraph.io.cg.format.save_tag`), written into the metadata record's
+JSON (key ``save``) and, with the four files' digests, into
+``base.cgtag``. The files are renamed in the order ``.cgtag``, ``.cg``,
+``.cgio``, ``.cgs``, ``.cgc``. :func:`load_cg` opens ``.cgc`` first, reads
+``.cgtag`` before and after opening the four files, and accepts them when
+``.cgtag`` did not change meanwhile and names the ``.cgc`` file's tag (no
+file is hashed); otherwise it tries again (up to 7 reads over 0.3 s) and
+at last lets the files' own digests decide, raising one
+:class:`~opgraph.errors.FormatError` that the files come from different
+saves (naming each file and its tag or digest) rather than ever returning a
+mixed graph. Sets without a ``.cgtag`` (TensCalc's, older opgraph's) load
+unchecked; a set in TensCalc's layout (no metadata record) is checked by
+the digests of its four files. docs/cg-format.md says exactly what readers
+and writers can rely on.
 
 **file_meta** (written by :func:`load_cg`, honoured by :func:`save_cg` where
 it still fits the graph): ``cg_index_bits`` (int, or a dict by suffix when

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -35,16 +36,25 @@ from opgraph.io.cg.format import (
     MAX_INDEX,
     METADATA_RECORD,
     METADATA_VERSION,
+    SAVE_SUFFIX,
     SUBGRAPH_FORMAT,
     SUBGRAPH_RECORD,
     SUBGRAPH_VERSION,
     SUFFIXES,
     SYM_KIND,
+    SaveFile,
     Where,
     base_path,
+    digest,
     fail_at,
+    is_tag,
+    read_save_text,
+    save_tag,
 )
-from opgraph.io.cg.scan import CgFile, CgioLayout, CgLayout, CgsLayout, check_whole, scan_file
+from opgraph.io.cg.scan import CgFile, CgioLayout, CgLayout, CgsLayout, check_whole, file_bytes, scan_file
+
+RETRY_DELAYS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16)
+"""Seconds slept before each new try when a load meets a set whose files come from different saves."""
 
 
 # ============================================================== loading
@@ -55,6 +65,12 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     large files instead of reading them. Never executes code; every length
     and index is checked before use. Any problem raises one
     :class:`~opgraph.errors.FormatError` naming the file, record and byte offset.
+
+    The graph is always one save's: a set that another process is saving
+    over meanwhile is read again (up to 7 times over 0.3 s), and files that
+    stay from different saves (their save tags disagree) raise one
+    :class:`~opgraph.errors.FormatError` naming each file and its tag
+    (docs/cg-format.md, "Concurrent readers and the save tag").
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -69,7 +85,16 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     where = Where()
     try:
         with progress.task(f"loading {base}.cg"):
-            return _Reader(base, mmap, where).read()
+            for attempt in range(len(RETRY_DELAYS) + 1):
+                check = _SaveCheck(base, last=attempt == len(RETRY_DELAYS))
+                reader = _Reader(base, mmap, where)
+                check.opened()
+                try:
+                    return reader.read(check)
+                except _Retry:
+                    del reader  # its files are unmapped before the next try
+                    time.sleep(RETRY_DELAYS[attempt])
+            raise AssertionError("unreachable: the last try raises or returns")
     except FormatError:
         raise
     except (OSError, MemoryError):
@@ -81,6 +106,97 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
         raise err from exc
 
 
+class _Retry(Exception):
+    """The files looked like a set in the middle of being replaced: :func:`load_cg` tries again."""
+
+
+def _companion(base: str) -> tuple[tuple[int, ...], bytes] | None:
+    """The companion file's identity (inode, size, times) and bytes, or None when there is none."""
+    try:
+        with open(base + SAVE_SUFFIX, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(4097)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), data
+
+
+class _SaveCheck:
+    """Whether the four files a reader opened belong to one save (docs/cg-format.md, "Concurrent readers").
+
+    The companion is looked at before the files are opened and after (``opened``). A save renames the
+    companion first and the .cgc file last, and the .cgc file is opened first; so when the companion did
+    not change in between (no save started) and its tag is the one in the .cgc file, the other files were
+    renamed in before the .cgc file was opened and not replaced since: they are that save's. Otherwise
+    the try is repeated; on the last one the files' bytes decide (their digests against the tags).
+    """
+
+    def __init__(self, base: str, last: bool) -> None:
+        self.base, self.last = base, last
+        self.before = _companion(base)
+        self.after: tuple[tuple[int, ...], bytes] | None = None
+        self.digests: dict[str, str] | None = None
+
+    def opened(self) -> None:
+        self.after = _companion(self.base)
+
+    def __call__(self, reader: _Reader, tag: str | None) -> None:
+        before, after = self.before, self.after
+        if before is None and after is None:
+            return  # a set without a companion (written by TensCalc or an older opgraph): nothing to check
+        comp = read_save_text(after[1], self.base + SAVE_SUFFIX) if after is not None else None
+        if before == after and comp is not None and self._consistent(reader, tag, comp):
+            return
+        if not self.last:
+            raise _Retry
+        # The last try, and the companion changed meanwhile or disagrees: the files' own bytes decide.
+        if tag is not None:
+            d = self._digests(reader)
+            if save_tag(d[".cg"], d[".cgio"], d[".cgs"]) == tag:
+                return  # the .cgc file's own save: a stale or changing companion does not matter
+        elif comp is not None and self._matches(reader, comp) == dict.fromkeys(SUFFIXES, True):
+            return
+        self._fail(reader, tag, comp, before == after)
+
+    def _consistent(self, reader: _Reader, tag: str | None, comp: SaveFile) -> bool:
+        """Whether the files are the companion's save (the companion did not change while they were opened)."""
+        if tag is not None:
+            return tag == comp.tag
+        # No tag in the .cgc file (TensCalc's layout, or another writer's file): the digests decide.
+        match = self._matches(reader, comp)
+        if all(match.values()) or not any(match.values()):
+            return True  # the companion's save, or four files none of which is from it
+        # The .cgc file is the save's, and it was renamed in last: a file that differs was changed after the
+        # save (the reader then reports what is wrong with it). Only once a save in progress had time to end.
+        return self.last and match[".cgc"]
+
+    def _digests(self, reader: _Reader) -> dict[str, str]:
+        if self.digests is None:
+            self.digests = {s: digest(reader.files[s].raw) for s in SUFFIXES}
+        return self.digests
+
+    def _matches(self, reader: _Reader, comp: SaveFile) -> dict[str, bool]:
+        d = self._digests(reader)
+        return {s: d[s] == comp.files[s] for s in SUFFIXES}
+
+    def _fail(self, reader: _Reader, tag: str | None, comp: SaveFile | None, stable: bool) -> NoReturn:
+        base, cgc = self.base, reader.cgc
+        rec, off = (reader.metadata[0], reader.metadata[1]) if reader.metadata is not None else (0, 0)
+        parts = [f"{cgc.path} has save tag {tag}" if tag is not None else
+                 f"{cgc.path} has no save tag (written without one)"]
+        if comp is not None:
+            parts.append(f"{base}{SAVE_SUFFIX} names save {comp.tag}")
+            for s in (".cg", ".cgio", ".cgs") if tag is not None else SUFFIXES:
+                d = self._digests(reader)[s]
+                parts.append(f"{base}{s} (digest {d}) {'is' if d == comp.files[s] else 'is not'} that save's")
+        why = "" if stable else f", and {base}{SAVE_SUFFIX} was replaced while they were opened (a save is running)"
+        fail_at(cgc.path, rec, off,
+                f"the files of {base} come from different saves{why}: {'; '.join(parts)} "
+                f"(read {len(RETRY_DELAYS) + 1} times over {sum(RETRY_DELAYS):.2f} s; a save killed while it "
+                f"renamed its files leaves .old and .tmp files next to them to recover from, see "
+                f"docs/cg-format.md; if another program wrote these files, delete {base}{SAVE_SUFFIX})")
+
+
 class _Reader:
     def __init__(self, base: str, use_mmap: bool, where: Where,
                  embedded: tuple[dict[str, np.ndarray], dict[int, Subgraph]] | None = None) -> None:
@@ -89,10 +205,18 @@ class _Reader:
         self.where = where
         self.embedded = embedded is not None
         self.bodies: dict[int, Subgraph] = dict(embedded[1]) if embedded is not None else {}
+        raw: dict[str, np.ndarray] = {}
+        if embedded is not None:
+            raw = embedded[0]
+        else:
+            # The .cgc file is opened first: a save renames it last (COMMIT_ORDER), see _SaveCheck.
+            for s in (".cgc", ".cg", ".cgio", ".cgs"):
+                where.at(base + s)
+                raw[s] = file_bytes(base + s, use_mmap)
         self.files: dict[str, CgFile] = {}
         for s in SUFFIXES:
             where.at(base + s)
-            self.files[s] = CgFile(base + s, s, use_mmap, None if embedded is None else embedded[0][s])
+            self.files[s] = CgFile(base + s, s, raw[s])
         self.cg, self.cgc, self.cgio, self.cgs = (self.files[s] for s in SUFFIXES)
         self.file_meta: dict[str, Any] = {}
 
@@ -306,6 +430,8 @@ class _Reader:
             self._meta_fail("not an opgraph metadata header")
         if header.get("version") != METADATA_VERSION:
             self._meta_fail(f"unsupported version {header.get('version')!r} (this reader knows {METADATA_VERSION})")
+        if "save" in header and not is_tag(header["save"]):
+            self._meta_fail(f"save tag {header['save']!r} is not 32 hex digits"[:200])
         self.blob_start = 8 + j + (-(8 + j) % 8)
         return header
 
@@ -399,7 +525,9 @@ class _Reader:
         fail_at(self.cgs.path, rec, 1 + int(self.sym_starts[rec]), message)
 
     # ---------------------------------------------------------- all together
-    def read(self) -> Graph:
+    def read(self, check: Callable[[_Reader, str | None], None] | None = None) -> Graph:
+        """The graph; ``check(self, save tag of the .cgc file or None)`` runs once the .cgc file is read."""
+        self.check = check
         g = self._build()
         # Only the graph stays: what the reader kept for messages goes before verification
         # (record starts are found again if a problem needs one).
@@ -416,6 +544,8 @@ class _Reader:
         self._read_cg()
         self._read_cgc()
         header = self._read_metadata()
+        if self.check is not None:  # before anything compares the files with each other
+            self.check(self, header.get("save") if header is not None else None)
         self._read_cgio()
         self._read_cgs()
         n_ops = self.n_ops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import struct
 from typing import Any
@@ -313,25 +314,29 @@ def scan_records(layout: Layout, *, block: int | None = None, dtype: Any = np.in
 
 
 # ============================================================== files
+def file_bytes(path: str, use_mmap: bool) -> np.ndarray:
+    """A file's bytes, memory-mapped when ``use_mmap`` and it is large (over 64 KiB)."""
+    # One open file gives the size and the bytes: a save that renames a new file over this path
+    # meanwhile cannot hand us the size of one file and the bytes of another.
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if use_mmap and size > (1 << 16):
+            return np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), dtype=np.uint8)
+        return np.frombuffer(f.read(), dtype=np.uint8)
+
+
 class CgFile:
     """One of the four files: magic, width and its bytes after the magic byte."""
 
-    def __init__(self, path: str, suffix: str, use_mmap: bool, data: np.ndarray | None = None) -> None:
-        # ``data``: the bytes of a file embedded in a subgraph record (``path`` then names where it is).
+    def __init__(self, path: str, suffix: str, raw: np.ndarray) -> None:
+        # ``raw``: the file's bytes (:func:`file_bytes`), or those of a file embedded in a subgraph record
+        # (``path`` then names where it is).
         self.path = path
         self.suffix = suffix
-        size = os.path.getsize(path) if data is None else len(data)
+        size = len(raw)
         if size == 0:
             fail_at(path, 0, 0, "empty file (no magic byte)")
-        if data is not None:
-            raw = data
-        elif use_mmap and size > (1 << 16):
-            # A plain-ndarray view of the map, so that arrays derived from it are plain arrays
-            # (copies of an np.memmap stay np.memmap instances).
-            raw = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
-        else:
-            with open(path, "rb") as f:
-                raw = np.frombuffer(f.read(), dtype=np.uint8)
+        self.raw = raw
         magic = int(raw[0])
         if magic not in MAGIC_DTYPES:
             fail_at(path, 0, 0, f"bad magic byte {magic} (expected 16, 32 or 64: the integer width in bits)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -32,6 +33,7 @@ from opgraph.io.cg.encoding import (
 )
 from opgraph.io.cg.format import (
     CHUNK,
+    COMMIT_ORDER,
     F64_UNKNOWN,
     IO_COPY,
     IO_GET,
@@ -40,6 +42,7 @@ from opgraph.io.cg.format import (
     MAX_INDEX,
     METADATA_RECORD,
     METADATA_VERSION,
+    SAVE_SUFFIX,
     SUBGRAPH_FORMAT,
     SUBGRAPH_RECORD,
     SUBGRAPH_VERSION,
@@ -53,7 +56,11 @@ from opgraph.io.cg.format import (
     int_range,
     max_count,
     op_chunks,
+    save_file_text,
+    save_tag,
 )
+
+_TAG_PLACEHOLDER = b'"save":"' + b"0" * 32 + b'"'
 
 
 def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | None = None) -> None:
@@ -76,19 +83,32 @@ def save_cg(graph: Graph, path: str | os.PathLike[str], *, index_bits: int | Non
     if index_bits is not None and index_bits not in MAGIC_DTYPES:
         raise ValueError(f"index_bits must be 16, 32 or 64, not {index_bits!r}")
     view = _file_view(graph)  # a TensCalc file read with copies into scalars: its own records again
-    contents = _Writer(view if view is not None else graph).contents(index_bits)
+    writer = _Writer(view if view is not None else graph)
+    contents = dict(zip(SUFFIXES, writer.contents(index_bits), strict=True))
     base = base_path(path)
-    with atomic_files([base + s for s in SUFFIXES]) as files, \
-            progress.task(f"saving {base}.cg (files)", total=len(SUFFIXES)) as tick:
-        for f, chunks in zip(files, contents, strict=True):
-            _write_file(f, chunks)
+    # Renamed in COMMIT_ORDER (the companion first, the .cgc last), which is what lets a reader in another
+    # process tell a set being replaced from a complete one (docs/cg-format.md, "Concurrent readers").
+    with atomic_files([base + s for s in COMMIT_ORDER]) as files, \
+            progress.task(f"saving {base}.cg (files)", total=len(COMMIT_ORDER)) as tick:
+        out = dict(zip(COMMIT_ORDER, files, strict=True))
+        digests: dict[str, str] = {}
+        for s in (".cg", ".cgio", ".cgs"):
+            digests[s] = _write_file(out[s], contents[s])
             tick.advance(1)
+        writer.set_save_tag(save_tag(digests[".cg"], digests[".cgio"], digests[".cgs"]))
+        digests[".cgc"] = _write_file(out[".cgc"], contents[".cgc"])
+        out[SAVE_SUFFIX].write(save_file_text(digests))
+        tick.advance(2)
 
 
-def _write_file(f: BinaryIO, chunks: Iterable[Any]) -> None:
-    """Write one file's chunks (bytes or arrays) to an open temporary file."""
+def _write_file(f: BinaryIO, chunks: Iterable[Any]) -> str:
+    """Write one file's chunks (bytes or arrays) to an open temporary file; returns the file's digest."""
+    h = hashlib.sha256()  # the digest of format.digest, computed while the bytes go out
     for chunk in chunks:
-        f.write(memoryview(chunk).cast("B") if isinstance(chunk, np.ndarray) else chunk)
+        data = memoryview(chunk).cast("B") if isinstance(chunk, np.ndarray) else chunk
+        h.update(data)
+        f.write(data)
+    return h.hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -188,6 +208,7 @@ class _Writer:
         self.meta = g.file_meta
         self.bodies = bodies
         self.embedded = bodies is not None
+        self.metadata: list[Any] | None = None  # the metadata record's parts, once contents() made them
         n_ops, n_vals = g.num_ops, g.num_values
         if len(g.in_ptr) != n_ops + 1 or len(g.out_ptr) != n_ops + 1 or len(g.value_type) != n_vals:
             raise GraphError("graph arrays are inconsistent; verify() it first")
@@ -365,7 +386,7 @@ class _Writer:
             if order:  # each body once, after the constants (constant i stays record i)
                 self.bodies = {body: len(g.constants) + k for k, body in enumerate(order)}
                 body_recs = [_subgraph_record(body, self.bodies) for body in order]
-        metadata = None if plain else self._metadata(base, unset, sym_recs)
+        metadata = self.metadata = None if plain else self._metadata(base, unset, sym_recs)
         meta_len = sum(chunk_len(x) for x in metadata) if metadata is not None else 0
 
         # Width: the largest integer any file holds.
@@ -400,6 +421,13 @@ class _Writer:
             cgs.append(np.array([t, idx, len(nb), len(db)], dtype=dt).tobytes())
             cgs.append(nb + db)
         return [cg, cgc, cgio, cgs]
+
+    def set_save_tag(self, tag: str) -> None:
+        """Put the save tag into the metadata record (before the .cgc stream reaches it); no-op without one."""
+        if self.metadata is not None:
+            head = self.metadata[0]
+            self.metadata[0] = head.replace(_TAG_PLACEHOLDER, b'"save":"' + tag.encode("ascii") + b'"', 1)
+            assert len(self.metadata[0]) == len(head)
 
     def _meta_bits(self) -> int | None:
         bits = self._meta_get("cg_index_bits")
@@ -579,9 +607,13 @@ class _Writer:
             d_set = sym.descriptions.get((SYM_KIND[t], idx)) == ""
             if n_set or d_set:
                 empty.append([t, idx, n_set, d_set])
-        header = {
+        header: dict[str, Any] = {
             "format": "opgraph.cg",
             "version": METADATA_VERSION,
+        }
+        if not self.embedded:  # filled in by set_save_tag once the other three files are written
+            header["save"] = "0" * 32
+        header |= {
             "index_base": base,
             "num_ops": g.num_ops,
             "num_values": g.num_values,
