@@ -125,6 +125,7 @@ from __future__ import annotations
 from opgraph.io.jsonfmt.encoding import (
     DEFAULT_INLINE_LIMIT,
     FORMAT,
+    MAX_DEPTH,
     VERSION,
     VERSION_PLAIN,
     decode_value,
@@ -135,6 +136,6 @@ from opgraph.io.jsonfmt.reader import from_json_dict, load_json, loads_json
 from opgraph.io.jsonfmt.writer import dumps_json, save_json, to_json_dict
 
 __all__ = [
-    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "VERSION_PLAIN", "decode_value", "dumps_json",
+    "DEFAULT_INLINE_LIMIT", "FORMAT", "MAX_DEPTH", "VERSION", "VERSION_PLAIN", "decode_value", "dumps_json",
     "encode_array", "encode_value", "from_json_dict", "load_json", "loads_json", "save_json", "to_json_dict",
 ]
