@@ -667,17 +667,11 @@ def too_deep(obj: Any, path: str, room: int) -> BadJson | None:
     containers = (list, tuple, dict)
     if not isinstance(obj, containers):
         return None
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    found = False
-    while stack:
-        x, d = stack.pop()
-        if d > room:
-            found = True
-            break
-        for c in (x.values() if isinstance(x, dict) else x):
-            if isinstance(c, containers):
-                stack.append((c, d + 1))
-    if not found:
+    level, depth = [obj], 1  # level by level (breadth first): the loops run in comprehensions
+    while level and depth <= room:
+        level = [c for x in level for c in (x.values() if isinstance(x, dict) else x) if isinstance(c, containers)]
+        depth += 1
+    if not level:
         return None
     # Again, in document order and with paths (rare: only for a document that is refused).
     walk: list[tuple[Any, int, str]] = [(obj, 1, path)]
