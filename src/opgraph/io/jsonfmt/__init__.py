@@ -93,6 +93,12 @@ NaNs have a sign or payload JSON text would lose) is
 same document (no side files, no pickle). Optional ``name`` and
 ``description``.
 
+**Nesting** is at most :data:`MAX_DEPTH` (256) levels of arrays and
+objects. Readers measure it before parsing, without recursion, and refuse
+deeper text with a :class:`~opgraph.errors.FormatError` at the bracket that
+crosses it (line, column and byte offset), whatever the recursion limit;
+writers refuse to write it (docs/json-format.md, "Nesting limit").
+
 Reading never executes code. Every problem (malformed JSON, wrong format or
 version, unknown op kind, dangling ref, bad type, constant data that
 disagree with dtype or shape, a graph that fails :meth:`Graph.verify`)
@@ -125,6 +131,7 @@ from __future__ import annotations
 from opgraph.io.jsonfmt.encoding import (
     DEFAULT_INLINE_LIMIT,
     FORMAT,
+    MAX_DEPTH,
     VERSION,
     VERSION_PLAIN,
     decode_value,
@@ -135,6 +142,6 @@ from opgraph.io.jsonfmt.reader import from_json_dict, load_json, loads_json
 from opgraph.io.jsonfmt.writer import dumps_json, save_json, to_json_dict
 
 __all__ = [
-    "DEFAULT_INLINE_LIMIT", "FORMAT", "VERSION", "VERSION_PLAIN", "decode_value", "dumps_json",
+    "DEFAULT_INLINE_LIMIT", "FORMAT", "MAX_DEPTH", "VERSION", "VERSION_PLAIN", "decode_value", "dumps_json",
     "encode_array", "encode_value", "from_json_dict", "load_json", "loads_json", "save_json", "to_json_dict",
 ]

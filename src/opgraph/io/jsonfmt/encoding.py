@@ -29,11 +29,20 @@ VERSION_PLAIN = 1
 """The version of a document without subgraphs."""
 DEFAULT_INLINE_LIMIT = 256
 """Constants with more elements than this are written as base64."""
+MAX_DEPTH = 256
+"""The deepest nesting of JSON arrays and objects a document may have (the top-level object is level 1).
+
+Readers reject deeper text before parsing it, whatever ``sys.getrecursionlimit()`` is, and
+writers refuse to write it. Every file opgraph itself makes stays far below it (an op
+attribute sits at level 5, a constant's data at level 4 plus its rank, at most 64); only
+attributes and ``file_meta`` entries nested about 250 levels deep meet it."""
 
 _NUMERIC_REF = re.compile(r"%(0|[1-9][0-9]*)")
 ALL_DIGITS = re.compile(r"[0-9]+")
 _CANONICAL_NAN_BITS = 0x7FF8000000000000
 _MAX_DIM = 2**62
+_MAX_NDIM = 64
+"""NumPy's most dimensions (so a constant's data nest at most this deep)."""
 INT32 = (-(2**31), 2**31 - 1)
 
 TOP_KEYS = ("format", "version", "subgraphs", "inputs", "constants", "ops", "outputs", "updates", "symbols",
@@ -56,6 +65,10 @@ class BadJson(Exception):
 
 class Unencodable(Exception):
     """A value the attribute encoding cannot represent."""
+
+
+class TooDeep(Exception):
+    """A value nested deeper than :data:`MAX_DEPTH` allows (the writer refuses it; see :func:`too_deep`)."""
 
 
 def key_path(path: str, key: str) -> str:
@@ -125,9 +138,18 @@ def encode_value(value: Any, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> Any
         return enc_value(value, inline_limit)
     except Unencodable as exc:
         raise TypeError(str(exc)) from None
+    except TooDeep:
+        raise ValueError(f"the value is nested more than {MAX_DEPTH} levels deep (opgraph.io.jsonfmt.MAX_DEPTH); "
+                         f"JSON readers refuse it") from None
 
 
-def enc_value(v: Any, limit: int, bodies: dict[Subgraph, int] | None = None) -> Any:
+def enc_value(v: Any, limit: int, bodies: dict[Subgraph, int] | None = None, room: int = MAX_DEPTH) -> Any:
+    """The JSON data of ``v``; raises :class:`TooDeep` (before recursing further) when tuples, lists
+    and dicts nest more than ``room`` levels (each opens at least one JSON level)."""
+    if isinstance(v, (tuple, list, dict)):
+        room -= 1
+        if room < 0:
+            raise TooDeep()
     if isinstance(v, np.ndarray):
         return {"ndarray": encode_array(v, inline_limit=limit)}
     if isinstance(v, np.generic):
@@ -142,14 +164,27 @@ def enc_value(v: Any, limit: int, bodies: dict[Subgraph, int] | None = None) -> 
         return _encode_float(float(v))
     if isinstance(v, complex):
         return {"complex": [_encode_float(v.real), _encode_float(v.imag)]}
+    # (loops, not comprehensions: one Python frame per level of nesting)
     if isinstance(v, tuple):
-        return [enc_value(x, limit, bodies) for x in v]
+        items = []
+        for x in v:
+            items.append(enc_value(x, limit, bodies, room))
+        return items
     if isinstance(v, list):
-        return {"list": [enc_value(x, limit) for x in v]}
+        items = []
+        for x in v:
+            items.append(enc_value(x, limit, None, room))
+        return {"list": items}
     if isinstance(v, dict):
         if all(type(k) is str for k in v):
-            return {"dict": {k: enc_value(x, limit) for k, x in v.items()}}
-        return {"dict": [[enc_value(k, limit), enc_value(x, limit)] for k, x in v.items()]}
+            entries = {}
+            for k, x in v.items():
+                entries[k] = enc_value(x, limit, None, room)
+            return {"dict": entries}
+        pairs = []
+        for k, x in v.items():
+            pairs.append([enc_value(k, limit, None, room), enc_value(x, limit, None, room)])
+        return {"dict": pairs}
     if isinstance(v, (bytes, bytearray)):
         return {"bytes": base64.b64encode(bytes(v)).decode("ascii")}
     if isinstance(v, Subgraph):
@@ -166,6 +201,9 @@ def decode_value(obj: Any, path: str = "") -> Any:
     (1, (2.0, nan), ['a'])
     """
     try:
+        deep = too_deep(obj, path, MAX_DEPTH)
+        if deep is not None:
+            raise deep
         return dec_value(obj, path)
     except BadJson as exc:
         raise ValueError(f"{where_of(exc.path)}: {exc.message}") from None
@@ -184,14 +222,26 @@ class BodyRef:
 
 
 def has_ref(v: Any) -> bool:
-    return isinstance(v, BodyRef) or (isinstance(v, tuple) and any(has_ref(x) for x in v))
+    """Whether a decoded attribute value holds a :class:`BodyRef` (in nested tuples; no recursion)."""
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BodyRef):
+            return True
+        if isinstance(x, tuple):
+            stack.extend(x)
+    return False
 
 
 def swap_refs(v: Any, f: Callable[[BodyRef], Any]) -> Any:
+    """``v`` with each :class:`BodyRef` replaced by ``f(ref)`` (one frame per level; values are bounded)."""
     if isinstance(v, BodyRef):
         return f(v)
     if isinstance(v, tuple):
-        return tuple(swap_refs(x, f) for x in v)
+        items = []
+        for x in v:
+            items.append(swap_refs(x, f))
+        return tuple(items)
     return v
 
 
@@ -204,8 +254,12 @@ def dec_value(obj: Any, path: str, refs: bool = False) -> Any:
         if not math.isfinite(obj):
             raise BadJson(path, "number out of range (write non-finite floats as {\"float\": ...})")
         return obj
+    # (loops, not comprehensions: one Python frame per level of nesting, which MAX_DEPTH bounds)
     if isinstance(obj, list):
-        return tuple(dec_value(x, f"{path}[{i}]", refs) for i, x in enumerate(obj))
+        items = []
+        for i, x in enumerate(obj):
+            items.append(dec_value(x, f"{path}[{i}]", refs))
+        return tuple(items)
     if isinstance(obj, dict):
         if len(obj) != 1:
             raise BadJson(path, f"a tagged value must have exactly one key, got {sorted(obj)}")
@@ -226,16 +280,22 @@ def dec_value(obj: Any, path: str, refs: bool = False) -> Any:
             for i, p in enumerate(body):
                 p = dec_value(p, f"{sub}[{i}]")
                 if type(p) is not float:
-                    raise BadJson(f"{sub}[{i}]", f"expected a float, got {p!r}")
+                    raise BadJson(f"{sub}[{i}]", f"expected a float, got {short_repr(p)}")
                 parts.append(p)
             return complex(parts[0], parts[1])
         if tag == "list":
             if not isinstance(body, list):
                 raise BadJson(sub, "expected an array")
-            return [dec_value(x, f"{sub}[{i}]") for i, x in enumerate(body)]
+            items = []
+            for i, x in enumerate(body):
+                items.append(dec_value(x, f"{sub}[{i}]"))
+            return items
         if tag == "dict":
             if isinstance(body, dict):
-                return {k: dec_value(x, key_path(sub, k)) for k, x in body.items()}
+                entries = {}
+                for k, x in body.items():
+                    entries[k] = dec_value(x, key_path(sub, k))
+                return entries
             if isinstance(body, list):
                 out: dict[Any, Any] = {}
                 for i, pair in enumerate(body):
@@ -245,7 +305,7 @@ def dec_value(obj: Any, path: str, refs: bool = False) -> Any:
                     try:
                         out[key] = dec_value(pair[1], f"{sub}[{i}][1]")
                     except TypeError:
-                        raise BadJson(f"{sub}[{i}][0]", f"unhashable key {key!r}") from None
+                        raise BadJson(f"{sub}[{i}][0]", f"unhashable key {short_repr(key)}") from None
                 return out
             raise BadJson(sub, "expected an object or an array of pairs")
         if tag == "bytes":
@@ -259,7 +319,7 @@ def dec_value(obj: Any, path: str, refs: bool = False) -> Any:
             return arr[()]
         raise BadJson(path, f"unknown tag {tag!r} (expected float, complex, list, dict, bytes, ndarray, numpy or "
                             f"subgraph)")
-    raise BadJson(path, f"unexpected JSON value {obj!r}")
+    raise BadJson(path, f"unexpected JSON value {short_repr(obj)}")
 
 
 def _b64(body: Any, path: str) -> bytes:
@@ -323,7 +383,9 @@ def _inline(arr: np.ndarray) -> Any:
 
 def _check_shape(shape: Any, path: str) -> tuple[int, ...]:
     if not isinstance(shape, list):
-        raise BadJson(path, f"expected a list of dimensions, got {shape!r}")
+        raise BadJson(path, f"expected a list of dimensions, got {short_repr(shape)}")
+    if len(shape) > _MAX_NDIM:
+        raise BadJson(path, f"{len(shape)} dimensions; NumPy arrays have at most {_MAX_NDIM}")
     for i, d in enumerate(shape):
         if type(d) is not int or not 0 <= d < _MAX_DIM:
             raise BadJson(f"{path}[{i}]", f"invalid dimension {d!r}")
@@ -540,14 +602,91 @@ def expect_str(x: Any, path: str, what: str) -> str:
     return x
 
 
-def short_repr(x: Any) -> str:
-    """``x`` as JSON (its repr when it is not JSON data), cut to 60 characters, for messages.
+def short_repr(x: Any, width: int = 60) -> str:
+    """``x`` as JSON (its repr when it is not JSON data), cut to ``width`` characters, for messages.
 
-    >>> short_repr([1, "a"]), len(short_repr("x" * 100))
-    ('[1, "a"]', 60)
+    Made without recursion and only as far as the cut, so any nesting and size is cheap.
+
+    >>> short_repr([1, "a"]), len(short_repr("x" * 100)), short_repr(json.loads("[" * 30 + "]" * 30), 20)
+    ('[1, "a"]', 60, '[[[[[[[[[[[[[[[[[...')
     """
-    s = json.dumps(x) if isinstance(x, (list, dict, str, int, float, bool, type(None))) else repr(x)
-    return s if len(s) <= 60 else s[:57] + "..."
+    parts: list[str] = []
+    size = 0
+    stack: list[Any] = [x]  # values, and closing brackets as _Close
+    while stack and size <= width:
+        v = stack.pop()
+        if type(v) is _Close:
+            s = v.text
+        elif isinstance(v, (list, tuple, dict)):
+            tup = isinstance(v, tuple)
+            s = "{" if isinstance(v, dict) else "(" if tup else "["
+            if not v:
+                s += "}" if isinstance(v, dict) else ")" if tup else "]"
+            else:
+                items = list(v.items()) if isinstance(v, dict) else list(v)
+                stack.append(_Close("}" if isinstance(v, dict) else ",)" if tup and len(v) == 1 else
+                                    ")" if tup else "]"))
+                for k in range(len(items) - 1, -1, -1):
+                    item = items[k]
+                    if isinstance(v, dict):
+                        key = item[0] if isinstance(item[0], str) else str(item[0])
+                        stack.append(item[1])
+                        stack.append(_Close(("" if k == 0 else ", ") + json.dumps(key) + ": "))
+                    else:
+                        stack.append(item)
+                        if k:
+                            stack.append(_Close(", "))
+        elif isinstance(v, (str, int, float, bool, type(None))):
+            s = json.dumps(v)
+        else:
+            s = repr(v)
+        parts.append(s)
+        size += len(s)
+    out = "".join(parts)
+    return out if len(out) <= width and not stack else out[:width - 3] + "..."
+
+
+class _Close:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def too_deep(obj: Any, path: str, room: int) -> BadJson | None:
+    """The problem with ``obj`` (at JSON ``path``) when its arrays and objects nest more than ``room``
+    levels, naming the path of the first one too deep (in document order); ``None`` when not.
+
+    Tuples count as arrays. No recursion, so any nesting is measured safely.
+
+    >>> too_deep({"a": [1, [2]]}, "file_meta", 2).message
+    'nested too deeply: more than 2 levels of arrays and objects (opgraph.io.jsonfmt.MAX_DEPTH is 256)'
+    >>> too_deep({"a": [1, [2]]}, "file_meta", 2).path, too_deep({"a": [1, [2]]}, "file_meta", 3)
+    ('file_meta.a[1]', None)
+    """
+    containers = (list, tuple, dict)
+    if not isinstance(obj, containers):
+        return None
+    level, depth = [obj], 1  # level by level (breadth first): the loops run in comprehensions
+    while level and depth <= room:
+        level = [c for x in level for c in (x.values() if isinstance(x, dict) else x) if isinstance(c, containers)]
+        depth += 1
+    if not level:
+        return None
+    # Again, in document order and with paths (rare: only for a document that is refused).
+    walk: list[tuple[Any, int, str]] = [(obj, 1, path)]
+    while walk:
+        x, d, where = walk.pop()
+        if d > room:
+            if len(where) > 120:  # hundreds of "[0]": keep both ends
+                where = f"{where[:60]}...{where[-40:]}"
+            return BadJson(where, f"nested too deeply: more than {room} levels of arrays and objects "
+                                  f"(opgraph.io.jsonfmt.MAX_DEPTH is {MAX_DEPTH})")
+        items = list(x.items()) if isinstance(x, dict) else list(enumerate(x))
+        for k, c in reversed(items):
+            if isinstance(c, containers):
+                walk.append((c, d + 1, key_path(where, str(k)) if isinstance(x, dict) else f"{where}[{k}]"))
+    raise AssertionError("unreachable")
 
 
 def expect_pairs(x: Any, path: str, width: int, what: str) -> list[list[Any]]:

@@ -26,6 +26,7 @@ from opgraph.io.jsonfmt.encoding import (
     DEF_KEYS,
     FORMAT,
     INT32,
+    MAX_DEPTH,
     OP_KEYS,
     SYMBOL_KEYS,
     TOP_KEYS,
@@ -46,6 +47,7 @@ from opgraph.io.jsonfmt.encoding import (
     key_path,
     short_repr,
     swap_refs,
+    too_deep,
     where_of,
 )
 from opgraph.io.jsonfmt.tokenizer import SCANNER, STREAMED, Malformed, NotUtf8, Text, stream_document
@@ -726,10 +728,17 @@ _NO_REFS: list[Any] = []
 def _spelling(x: Any) -> Any:
     """A hashable key that tells apart every JSON value (``1``, ``1.0``, ``true``; key order)."""
     t = type(x)
+    # (loops, not comprehensions: one Python frame per level of nesting, which MAX_DEPTH bounds)
     if t is dict:
-        return (dict, *[(k, _spelling(v)) for k, v in x.items()])
+        items: list[Any] = [dict]
+        for k, v in x.items():
+            items.append((k, _spelling(v)))
+        return tuple(items)
     if t is list:
-        return (list, *[_spelling(v) for v in x])
+        items = [list]
+        for v in x:
+            items.append(_spelling(v))
+        return tuple(items)
     if t is float:
         return (float, x.hex())
     hash(x)
@@ -777,7 +786,13 @@ def from_json_dict(obj: Any, *, source: str = "<json>", verify: bool = True) -> 
     Traceback (most recent call last):
     ...
     opgraph.errors.FormatError: <json>: ops[0].inputs[0]: unknown value ref '%q'
+
+    A document nested more than :data:`~opgraph.io.jsonfmt.MAX_DEPTH` levels deep is
+    refused (as the same text would be) before anything walks it.
     """
+    deep = too_deep(obj, "", MAX_DEPTH)
+    if deep is not None:
+        raise FormatError(f"{source}: {where_of(deep.path)}: {deep.message}")
     doc = Doc()
     doc.feed(obj)
     try:

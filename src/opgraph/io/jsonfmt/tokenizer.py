@@ -9,8 +9,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+import numpy as np
+
 from opgraph.core import progress
-from opgraph.io.jsonfmt.encoding import BadJson
+from opgraph.io.jsonfmt.encoding import MAX_DEPTH, BadJson
 
 if TYPE_CHECKING:  # the reader imports this module: only the annotation needs Doc
     from opgraph.io.jsonfmt.reader import Doc
@@ -19,6 +21,94 @@ if TYPE_CHECKING:  # the reader imports this module: only the annotation needs D
 # ----------------------------------------------------------------------------- reading: the text
 class Malformed(Exception):
     """A JSON syntax problem (malformed JSON), with its line and column."""
+
+
+class Depth:
+    r"""The nesting depth of JSON text fed a piece at a time, measured without parsing it (no recursion).
+
+    ``feed(piece)`` takes the next UTF-8 bytes of the text and returns the index in
+    ``piece`` of the ``[`` or ``{`` that opens level ``limit + 1`` (-1 if none does).
+    Brackets inside strings (escaped quotes included) do not count; the state (depth,
+    inside a string, a pending backslash) carries over from piece to piece. On a text
+    that is valid JSON up to a point, the depth counted there is exactly the parser's.
+
+    >>> d = Depth(4)
+    >>> d.feed(b'[["[[[", {"a": [1, '), d.feed(b'2, {"x": 0}]}]]')
+    (-1, 3)
+    >>> d = Depth(2)
+    >>> d.feed(b'[["\\'), d.feed(b'"[[", "\\\\"], "]"]'), d.max_depth
+    (-1, -1, 2)
+    """
+
+    def __init__(self, limit: int = MAX_DEPTH) -> None:
+        self.limit = limit
+        self.depth = 0
+        self.max_depth = 0
+        self.in_string = False
+        self.escape = False  # the piece ended in an odd run of backslashes
+
+    def feed(self, piece: bytes) -> int:
+        if self.escape or b"\\" in piece:
+            return self._feed_escaped(piece)
+        # No backslash: every quote opens or closes a string. Only quotes and brackets matter.
+        c = np.frombuffer(piece.translate(None, _NOT_STRUCTURE), np.uint8)
+        if not len(c):
+            return -1
+        steps = _STEP[c]
+        quotes = c == 34
+        n_quotes = int(np.count_nonzero(quotes))
+        if n_quotes:
+            inside = (np.cumsum(quotes, dtype=np.int32) + self.in_string) & 1  # (a closing quote: no bracket)
+            steps[inside.astype(np.bool_)] = 0
+        elif self.in_string:
+            return -1  # all of it inside one string
+        depth = np.cumsum(steps, dtype=np.int32)
+        top = self.depth + int(depth.max())
+        if top > self.limit:  # where: the structural character's place in the piece
+            j = int(np.argmax(depth > self.limit - self.depth))
+            self.max_depth = self.limit + 1
+            return int(np.flatnonzero(_STRUCTURE[np.frombuffer(piece, np.uint8)])[j])
+        self.max_depth = max(self.max_depth, top)
+        self.depth += int(depth[-1])
+        self.in_string = bool((n_quotes + self.in_string) & 1)
+        return -1
+
+    def _feed_escaped(self, piece: bytes) -> int:
+        """The general case: quotes preceded by an odd run of backslashes are escaped."""
+        shift = 1 if self.escape else 0
+        data = b"\\" + piece if shift else piece
+        a = np.frombuffer(data, np.uint8)
+        quotes = np.flatnonzero(a == 34)
+        if len(quotes):
+            backslash = a == 92
+            last_other = np.maximum.accumulate(np.where(backslash, -1, np.arange(len(a), dtype=np.int64)))
+            before = quotes - 1
+            run = np.where(before >= 0, before - last_other[np.maximum(before, 0)], 0)
+            quotes = quotes[run % 2 == 0]
+        tail = len(data) - len(data.rstrip(b"\\"))
+        steps = _STEP[a]
+        at = np.flatnonzero(steps)
+        outside = (np.searchsorted(quotes, at) + self.in_string) % 2 == 0
+        at = at[outside]
+        depth = self.depth + np.cumsum(steps[at], dtype=np.int64)
+        self.escape = tail % 2 == 1
+        self.in_string = bool((len(quotes) + self.in_string) % 2)
+        if len(depth):
+            over = np.flatnonzero(depth > self.limit)
+            if len(over):
+                self.max_depth = self.limit + 1
+                return int(at[over[0]]) - shift
+            self.max_depth = max(self.max_depth, int(depth.max()))
+            self.depth = int(depth[-1])
+        return -1
+
+
+_STEP = np.zeros(256, np.int8)
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_STRUCTURE = np.zeros(256, np.bool_)
+_STRUCTURE[list(b'[]{}"')] = True
 
 
 _WINDOW = 1 << 20
@@ -37,7 +127,8 @@ class Text:
     window at a time). Positions in messages are those of the whole text.
     """
 
-    def __init__(self, source: str | bytes | bytearray | BinaryIO, scan: Callable[[str, int], Any]) -> None:
+    def __init__(self, source: str | bytes | bytearray | BinaryIO, scan: Callable[[str, int], Any],
+                 max_depth: int = MAX_DEPTH) -> None:
         self.scan = scan
         self.i = 0  # position in buf
         self.off = 0  # position of buf[0] in the text
@@ -45,18 +136,41 @@ class Text:
         self.last_nl = -1  # position of the last newline before buf[0]
         self._pending = b""  # bytes of a character cut by the window
         self._byte = 0  # bytes decoded so far (after a BOM)
+        self._chars = 0  # characters decoded so far
         self._failed: str | None = None
         self.tick: Any = progress.NO_TASK  # the load's progress task, reported once per window
+        # Nesting is measured before the parser (which recurses) sees the text: the text is cut
+        # where it opens level max_depth + 1, and a parse that reaches the cut reports it.
+        self._depth = Depth(max_depth)
+        self.deep: tuple[int, int, str] | None = None  # (cut, errors from here on are the cut's, "byte N")
         if isinstance(source, str):
             self.buf = source[1:] if source.startswith("\ufeff") else source
-            self.eof = True
+            self.eof = self._final = True
             self._file: Any = None
+            self._measure_str()
             return
         self.buf = ""
-        self.eof = False
+        self.eof = self._final = False
         self._file = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
         head = self._file.read(3)
         self._pending = head[3:] if head == b"\xef\xbb\xbf" else head
+
+    def _measure_str(self) -> None:
+        buf = self.buf
+        for lo in range(0, len(buf), _WINDOW):
+            piece = buf[lo:lo + _WINDOW].encode("utf-8", "surrogatepass")
+            k = self._depth.feed(piece)
+            if k >= 0:
+                at = lo + len(piece[:k].decode("utf-8", "surrogatepass"))
+                self._cut(0, buf[:at], f"character offset {at}")
+                self.buf = buf[:at]
+                return
+
+    def _cut(self, start: int, text: str, where: str) -> str:
+        """End the text after ``text`` (which starts at ``start``): the bracket that is too deep comes next."""
+        self.deep = (start + len(text), start + len(text.rstrip(" \t\n\r")), where)
+        self.eof = True
+        return text
 
     # -------------------------------------------------------------- windows
     def _decode(self) -> str:
@@ -74,11 +188,18 @@ class Text:
             text = raw[:cut].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise NotUtf8(self._byte + exc.start) from None
+        if self.deep is None:
+            k = self._depth.feed(raw[:cut])
+            if k >= 0:
+                text = self._cut(self._chars, raw[:k].decode("utf-8"), f"byte offset {self._byte + k}")
+            self._chars += len(text)
+        else:
+            text = ""  # past the cut: only checked to be UTF-8
         self._byte += cut
         self.tick.advance(cut)
         self._pending = raw[cut:]
         if final:
-            self.eof = True
+            self.eof = self._final = True
         return text
 
     def _more(self) -> None:
@@ -105,16 +226,22 @@ class Text:
 
     def check_rest(self) -> None:
         """Decode the rest of the text, which must be UTF-8 (before a syntax error is reported)."""
-        while not self.eof:
+        while not self._final:
             self._decode()
 
     # -------------------------------------------------------------- tokens
     def malformed(self, msg: str, pos: int) -> Malformed:
+        deep = self.deep
+        if deep is not None and self.off + pos >= deep[1]:  # the parse reached the cut
+            pos = deep[0] - self.off
+            msg = (f"nested too deeply: this opens level {self._depth.limit + 1} of arrays and objects; opgraph "
+                   f"reads at most {self._depth.limit} (opgraph.io.jsonfmt.MAX_DEPTH)")
         buf = self.buf
         line = self.lines + buf.count("\n", 0, pos) + 1
         r = buf.rfind("\n", 0, pos)
         col = pos - r if r >= 0 else self.off + pos - self.last_nl
-        return Malformed(f"malformed JSON at line {line} column {col}: {msg}")
+        where = f" ({deep[2]})" if deep is not None and pos == deep[0] - self.off else ""
+        return Malformed(f"malformed JSON at line {line} column {col}{where}: {msg}")
 
     def ws(self) -> None:
         while True:

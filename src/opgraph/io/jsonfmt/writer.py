@@ -16,15 +16,20 @@ from opgraph.core.gcpause import paused_gc
 from opgraph.core.graph import Graph, ranges
 from opgraph.core.registry import get_op
 from opgraph.core.subgraph import Subgraph, subgraphs_of
+from opgraph.errors import FormatError
 from opgraph.io.jsonfmt.encoding import (
     ALL_DIGITS,
     DEFAULT_INLINE_LIMIT,
     FORMAT,
+    MAX_DEPTH,
     VERSION,
     VERSION_PLAIN,
+    TooDeep,
     Unencodable,
     enc_value,
     encode_array,
+    key_path,
+    too_deep,
     type_json,
 )
 
@@ -35,13 +40,61 @@ def _ref_safe(name: Any, counts: Counter[Any]) -> bool:
 
 
 
-def _file_meta(graph: Graph, inline_limit: int) -> dict[str, Any]:
-    """The graph's file_meta entries that JSON can hold (others are format details of another format)."""
+_RECORD = 2
+"""Levels a subgraph record sits below the top level (the ``subgraphs`` array, the record)."""
+_ATTRS_LEVEL = 4
+"""The level of an op's ``attrs`` object in a document (the document, ``ops``, the op, ``attrs``)."""
+_META_LEVEL = 2
+"""The level of the ``file_meta`` object."""
+
+
+def _encode_fitting(value: Any, inline_limit: int, bodies: dict[Subgraph, int] | None, path: str,
+                    level: int) -> Any:
+    """``value`` encoded as the entry at ``path`` of an object at nesting ``level`` of the document.
+
+    Raises :class:`FormatError` naming ``path`` (and the place inside it) when the entry would nest
+    deeper than MAX_DEPTH: readers refuse such a file, so it is not written.
+    """
+    try:
+        data = enc_value(value, inline_limit, bodies, MAX_DEPTH - level)
+        deep = too_deep(data, path, MAX_DEPTH - level)
+    except TooDeep:
+        deep = too_deep(value, path, MAX_DEPTH - level)
+    if deep is not None:
+        raise FormatError(f"cannot write {path} as JSON: at {deep.path} it would open level {MAX_DEPTH + 1} of "
+                          f"arrays and objects in the file; readers refuse files nested deeper than "
+                          f"opgraph.io.jsonfmt.MAX_DEPTH = {MAX_DEPTH}")
+    return data
+
+
+def _encode_attrs(pairs: Any, inline_limit: int, bodies: dict[Subgraph, int] | None, op: int, kind: str,
+                  base: int) -> dict[str, Any]:
+    """An op's attributes as JSON data (``base``: levels above the document of the graph)."""
+    keys = [k for k, _ in pairs]
+    if any(type(k) is not str for k in keys) or len(set(keys)) != len(keys):
+        raise ValueError(f"op {op} ({kind}): attribute names must be distinct strings, got {keys}")
+    attrs = {}
+    try:
+        for k, v in pairs:
+            attrs[k] = _encode_fitting(v, inline_limit, bodies, key_path("attrs", k), base + _ATTRS_LEVEL)
+    except Unencodable as exc:
+        raise ValueError(f"op {op} ({kind}): {exc}") from None
+    except FormatError as exc:
+        raise FormatError(f"op {op} ({kind}): {exc}") from None
+    return attrs
+
+
+def _file_meta(graph: Graph, inline_limit: int, base: int) -> dict[str, Any]:
+    """The graph's file_meta entries that JSON can hold (others are format details of another format).
+
+    An entry nested too deeply for readers is refused (:class:`FormatError`), not left out.
+    """
     meta = {}
     for key, value in graph.file_meta.items():
         if type(key) is str:
             try:
-                meta[key] = enc_value(value, inline_limit)
+                meta[key] = _encode_fitting(value, inline_limit, None, key_path("file_meta", key),
+                                            base + _META_LEVEL)
             except Unencodable:
                 continue
     return meta
@@ -69,18 +122,21 @@ def to_json_dict(graph: Graph, *, inline_limit: int = DEFAULT_INLINE_LIMIT) -> d
         raise ValueError("inline_limit must be >= 0")
     order = list(subgraphs_of(graph, recursive=True))
     index = {body: k for k, body in enumerate(order)}
-    doc = _graph_dict(graph, inline_limit, index)
+    doc = _graph_dict(graph, inline_limit, index, 0)
     if not order:
         return doc
-    records = [{"name": body.name, **_graph_dict(body.graph, inline_limit, index)} for body in order]
+    records = [{"name": body.name, **_graph_dict(body.graph, inline_limit, index, _RECORD)} for body in order]
     for r in records:
         del r["format"], r["version"]
     return {"format": FORMAT, "version": VERSION, "subgraphs": records,
             **{k: v for k, v in doc.items() if k not in ("format", "version")}}
 
 
-def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int]) -> dict[str, Any]:
-    """The document of one graph (version 1 layout); its bodies' attributes refer to ``bodies``."""
+def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int], base: int) -> dict[str, Any]:
+    """The document of one graph (version 1 layout); its bodies' attributes refer to ``bodies``.
+
+    ``base``: the levels of nesting above it (a subgraph record's).
+    """
 
     if inline_limit < 0:
         raise ValueError("inline_limit must be >= 0")
@@ -140,14 +196,7 @@ def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int]) ->
         aid = attr_ids[op]
         attrs = attrs_json.get(aid)
         if attrs is None:
-            pairs = graph.attrs[aid]
-            keys = [k for k, _ in pairs]
-            if any(type(k) is not str for k in keys) or len(set(keys)) != len(keys):
-                raise ValueError(f"op {op} ({opdef.name}): attribute names must be distinct strings, got {keys}")
-            try:
-                attrs = attrs_json[aid] = {k: enc_value(v, inline_limit, bodies) for k, v in pairs}
-            except Unencodable as exc:
-                raise ValueError(f"op {op} ({opdef.name}): {exc}") from None
+            attrs = attrs_json[aid] = _encode_attrs(graph.attrs[aid], inline_limit, bodies, op, opdef.name, base)
         entry = {"op": opdef.name, "id": opdef.id}
         if write_index:
             entry["index"] = op
@@ -183,7 +232,7 @@ def _graph_dict(graph: Graph, inline_limit: int, bodies: dict[Subgraph, int]) ->
         symbols["descriptions"] = rest_desc
     if symbols:
         doc["symbols"] = symbols
-    meta = _file_meta(graph, inline_limit)
+    meta = _file_meta(graph, inline_limit, base)
     if meta:
         doc["file_meta"] = meta
     return doc
@@ -211,6 +260,7 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool, bodies: dict[
     graph.verify(check_types=False)
     js = json.encoder.encode_basestring_ascii if ascii_only else json.encoder.encode_basestring
     order_bodies: list[Subgraph] = []
+    base = 0 if record_name is None else _RECORD
     if record_name is None:
         order_bodies = list(subgraphs_of(graph, recursive=True))
         bodies = {body: k for k, body in enumerate(order_bodies)}
@@ -295,15 +345,8 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool, bodies: dict[
                     head = kind_json[kind] = (opdef.name, f'{{"op": {js(opdef.name)}, "id": {opdef.id}')
                 attrs = attrs_json.get(aid)
                 if attrs is None:
-                    pairs = graph.attrs[aid]
-                    keys = [k for k, _ in pairs]
-                    if any(type(k) is not str for k in keys) or len(set(keys)) != len(keys):
-                        raise ValueError(f"op {op} ({head[0]}): attribute names must be distinct strings, got {keys}")
-                    try:
-                        attrs = attrs_json[aid] = _compact({k: enc_value(v, inline_limit, bodies) for k, v in pairs},
-                                                           ascii_only)
-                    except Unencodable as exc:
-                        raise ValueError(f"op {op} ({head[0]}): {exc}") from None
+                    attrs = attrs_json[aid] = _compact(_encode_attrs(graph.attrs[aid], inline_limit, bodies, op,
+                                                                     head[0], base), ascii_only)
                 parts = [head[1]]
                 if write_index:
                     parts += [', "index": ', str(op)]
@@ -336,7 +379,7 @@ def _json_lines(graph: Graph, inline_limit: int, ascii_only: bool, bodies: dict[
                  if not (k[0] in limits and _is_index(k[1], limits[k[0]]))]
     if rest_desc:
         symbols["descriptions"] = rest_desc
-    meta = _file_meta(graph, inline_limit)
+    meta = _file_meta(graph, inline_limit, base)
 
     outputs_text = "[" + ", ".join(label(v) for v in graph.outputs.tolist()) + "]"
     updates_text = "[" + ", ".join(f"[{label(s)}, {label(d)}]" for s, d in graph.updates.tolist()) + "]"
