@@ -288,3 +288,16 @@ def test_the_command_prints_one_clean_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     cross = reference_crossing(path.read_text(), MAX_DEPTH)
     assert f"{path}: malformed JSON at line 1 column {cross + 1} (byte offset {cross}): nested too deeply" in lines[0]
+
+
+def test_graphml_refuses_a_value_nested_past_the_limit_naming_it(tmp_path: Path) -> None:
+    pytest.importorskip("networkx", reason="GraphML goes through networkx, an extra that make test installs")
+    path = tmp_path / "g.graphml"
+    g = _graph_with_meta(_nested(MAX_DEPTH + 10, lambda v: (v,)))
+    with pytest.raises(opgraph.GraphError, match=r"graphml format cannot hold this graph: file_meta entry 'm': "
+                                                 r".*nested more than 256 levels"):
+        opgraph.save(g, path)
+    assert not path.exists()  # nothing half-written
+    shallow = _graph_with_meta(_nested(5, lambda v: (v,)))
+    opgraph.save(shallow, path)
+    assert opgraph.load(path).file_meta == shallow.file_meta

@@ -187,6 +187,8 @@ def to_graphml_graph(graph: Graph) -> Any:
             meta[key] = encode_value(value, inline_limit=0)
         except TypeError:  # as in the JSON form: entries with no encoding are left out
             continue
+        except ValueError as exc:  # nested past the JSON form's limit: the file could not be read back
+            raise FormatError(f"file_meta entry {key!r}: {exc}") from None
     H.graph["file_meta"] = _json(meta)
     for node, data in G.nodes(data=True):
         out: dict[str, Any] = {"bipartite": int(data["bipartite"])}
@@ -194,7 +196,10 @@ def to_graphml_graph(graph: Graph) -> Any:
             out["type"] = _json(_type_json(data["type"]))
         else:
             out["kind"] = str(data["kind"])
-            out["attrs"] = _json({k: encode_value(v, inline_limit=0) for k, v in data["attrs"].items()})
+            try:
+                out["attrs"] = _json({k: encode_value(v, inline_limit=0) for k, v in data["attrs"].items()})
+            except ValueError as exc:
+                raise FormatError(f"op {node[1]} ({data['kind']}): an attribute: {exc}") from None
         _put_name(out, data.get("name"))
         H.add_node(_node_id(node), **out)
     for a, b, data in G.edges(data=True):
