@@ -213,6 +213,7 @@ class Emitter:
         self._memo: dict[Any, tuple[tuple[int, ...], int, int]] = {}
         self._attr_dicts: dict[int, dict[str, Any]] = {}
         self.pred_cache: dict[Any, bool] = {}  # (constant predicate, constant index) -> result
+        self.facts: dict[Any, Any] = {}  # per-pass facts rules reuse (rewrite puts each rule's RuleIndex here)
 
     # ------------------------------------------------------------ queries
     def find(self, v: int) -> int:

@@ -376,7 +376,8 @@ def lower(graph: Graph, can_run: Callable[[Any], bool], *, rules: RuleSet | None
     for r in rules or LOWER:
         inner = r.where
         chosen.add(Rule(r.name, r.pattern, r.replace, r.exact, r.flag,
-                        where=lambda m, inner=inner: not can_run(_info(m)) and (inner is None or inner(m))))
+                        where=lambda m, inner=inner: not can_run(_info(m)) and (inner is None or inner(m)),
+                        index=r.index))
     counts: dict[str, int] = {}
     g = graph
     for _ in range(max_rounds):

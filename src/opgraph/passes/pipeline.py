@@ -218,7 +218,7 @@ def _where_also(rules: RuleSet, pred: Callable[[Any], bool]) -> RuleSet:
     for r in rules:
         w = r.where
         out.add(Rule(r.name, r.pattern, r.replace, r.exact, r.flag,
-                     pred if w is None else (lambda m, w=w: w(m) and pred(m))))
+                     pred if w is None else (lambda m, w=w: w(m) and pred(m)), r.index))
     return out
 
 

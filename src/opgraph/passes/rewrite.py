@@ -28,7 +28,7 @@ the values it replaces (otherwise the rule does not fire).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,52 @@ class Match(dict):
         return self.e.op(kind, *(self[a] if isinstance(a, str) else a for a in names_or_ids), **attrs)
 
 
+class RuleIndex:
+    """Per pass, the ops a rule can fire at: a superset, found once from the pass's input graph.
+
+    A rule whose match reads further than its pattern (a scan below the root) gives itself an index
+    (``Rule(..., index=cls)``) so that it is not tried, nor its scan run, at every op of its kind:
+    :func:`rewrite` builds ``cls(graph)`` once per pass (shared by the rules naming the same ``cls``; a rule
+    reaches it as ``m.e.facts[cls]``), visits only ops whose ``mask`` is set (and that the rule's pattern
+    prefilter admits), and after each rewrite of an op visits the ops :meth:`rewritten` returns too, those
+    where the new ops may now complete a match. ``op in index`` answers for one op (of the input graph).
+
+    >>> import numpy as np, opgraph
+    >>> class Outputs(RuleIndex):   # only ops producing a graph output
+    ...     def __init__(self, graph):
+    ...         super().__init__(graph)
+    ...         self.mask[:] = False
+    ...         self.mask[graph.value_producer[graph.outputs]] = True
+    >>> b = opgraph.GraphBuilder()
+    >>> v = b.input(("float64", (2,)))
+    >>> b.output(b.negative(b.negative(b.negative(b.negative(v)))))
+    >>> x = P.var("x")
+    >>> rules = RuleSet().add(Rule("neg_neg", P("negative", P("negative", x)), lambda m: m["x"], index=Outputs))
+    >>> rewrite(b.freeze(), rules).counts          # only the last negative is tried
+    {'neg_neg': 1}
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.mask = np.ones(graph.num_ops, dtype=bool)
+        self._mark: list[bool] | None = None
+
+    def __contains__(self, op: int) -> bool:
+        if self._mark is None:
+            self._mark = self.mask.tolist()
+        return self._mark[op]
+
+    def add(self, op: int) -> None:
+        """Admit ``op`` from now on (for :meth:`rewritten`)."""
+        if self._mark is None:
+            self._mark = self.mask.tolist()
+        self._mark[op] = True
+        self.mask[op] = True
+
+    def rewritten(self, op: int) -> Sequence[int]:
+        """Ops (of the input graph) to visit because ``op`` was just rewritten; :meth:`add` them. None here."""
+        return ()
+
+
 @dataclass
 class Rule:
     """A rewrite: ``pattern`` (rooted at an op kind) -> ``replace(match)``.
@@ -132,7 +178,8 @@ class Rule:
     op), or None to decline. ``exact`` documents when the rewrite is exact for
     floating point; ``flag``, if set, names an option of :func:`opgraph.optimize`
     that must be on for the rule to run (rules exact only outside IEEE
-    special cases).
+    special cases). ``index``, a :class:`RuleIndex` subclass, limits the ops the
+    rule is tried at (for a rule whose match scans below its pattern).
     """
 
     name: str
@@ -141,11 +188,16 @@ class Rule:
     exact: str = ""
     flag: str | None = None
     where: Callable[[Match], bool] | None = None
+    index: type[RuleIndex] | None = None
     needs: frozenset[int] = field(init=False)
+    const_needs: tuple[Callable[[np.ndarray], bool], ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        # Kinds of the producers the root's inputs must include (a cheap prefilter).
+        # Kinds of the producers the root's inputs must include, and predicates some constant input must pass
+        # (cheap prefilters, run on the whole graph at once).
         self.needs = frozenset(c.kind for c in self.pattern.children if c.kind is not None)
+        self.const_needs = tuple(dict.fromkeys(c.where for c in self.pattern.children
+                                               if c.kind == CONST.id and c.where is not None))
 
 
 @dataclass
@@ -163,10 +215,11 @@ class RuleSet:
         return self
 
     def rule(self, name: str, pattern: P, *, exact: str, flag: str | None = None,
-             where: Callable[[Match], bool] | None = None) -> Callable[[Callable[[Match], Any]], Any]:
+             where: Callable[[Match], bool] | None = None,
+             index: type[RuleIndex] | None = None) -> Callable[[Callable[[Match], Any]], Any]:
         """Decorator form of :meth:`add`."""
         def deco(fn: Callable[[Match], Any]) -> Callable[[Match], Any]:
-            self.add(Rule(name, pattern, fn, exact, flag, where))
+            self.add(Rule(name, pattern, fn, exact, flag, where, index))
             return fn
         return deco
 
@@ -271,7 +324,8 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
     order = old.topological_order()
     pos = np.empty(no, dtype=np.int64)
     pos[order] = np.arange(no)
-    cand = _candidates(old, by_kind, flags_ok, fold)
+    indexes = _indexes(old, by_kind, flags_ok)
+    cand = _candidates(old, by_kind, flags_ok, fold, indexes)
     if not cand.any():
         return PassResult(graph, {})
     heap = (pos[cand]).tolist()
@@ -282,6 +336,8 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
     cons_ptr_l, cons_l = cons_ptr.tolist(), cons_ops.tolist()
     queued = cand.tolist()
     e = Emitter(old)
+    e.facts.update(indexes)
+    index_list = list(indexes.values())
     in_ptr, in_ids = e.in_ptr, e.in_ids
     out_ptr, out_ids = e.out_ptr, e.out_ids
     kinds = e.kind
@@ -318,12 +374,34 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, fold: bool = False, f
                     if not queued[c] and (feeds_const or kinds[c] in by_kind):
                         queued[c] = True
                         heapq.heappush(heap, pos_l[c])
+            # Ops further up that an indexed rule's match may now reach (each index says which).
+            for index in index_list:
+                for c in index.rewritten(op):
+                    if not queued[c] and kinds[c] in by_kind:
+                        queued[c] = True
+                        heapq.heappush(heap, pos_l[c])
     if not counts:
         return PassResult(graph, {})
     return PassResult(e.finish(), counts)
 
 
-def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fold: bool) -> np.ndarray:
+def _indexes(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any]) -> dict[type[RuleIndex], RuleIndex]:
+    """The indexes of the rules that may run in this pass (on ops of a kind the graph has), each built once."""
+    out: dict[type[RuleIndex], RuleIndex] = {}
+    kinds: set[int] | None = None
+    for kind, rules in by_kind.items():
+        for r in rules:
+            if r.index is None or r.flag not in flags_ok or r.index in out:
+                continue
+            if kinds is None:
+                kinds = set(np.unique(g.op_kind).tolist())
+            if kind in kinds:
+                out[r.index] = r.index(g)
+    return out
+
+
+def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fold: bool,
+                indexes: dict[type[RuleIndex], RuleIndex]) -> np.ndarray:
     """Ops a rule or folding might apply to, found with whole-array operations."""
     no = g.num_ops
     cand = np.zeros(no, dtype=bool)
@@ -331,6 +409,8 @@ def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fo
     prod = g.input_producers()
     pk = np.where(prod >= 0, g.op_kind[np.maximum(prod, 0)], -1)
     has: dict[int, np.ndarray] = {}
+    has_const: dict[Any, np.ndarray] = {}
+    const_at: tuple[np.ndarray, np.ndarray] | None = None
     for kind, rules in by_kind.items():
         of_kind = g.op_kind == kind
         if not of_kind.any():
@@ -344,12 +424,42 @@ def _candidates(g: Graph, by_kind: dict[int, list[Rule]], flags_ok: set[Any], fo
                 if h is None:
                     h = has[k] = np.bincount(rows[pk == k], minlength=no) > 0
                 m &= h
+            for pred in r.const_needs:
+                h = has_const.get(pred)
+                if h is None:
+                    if const_at is None:
+                        const_at = _const_inputs(g, rows, prod, pk)
+                    h = has_const[pred] = _has_const(g, pred, *const_at)
+                m &= h
+            if r.index is not None:
+                m &= indexes[r.index].mask
             cand |= m
     if fold:
         n_in = np.diff(g.in_ptr)
         non_const = np.bincount(rows[pk != CONST.id], minlength=no)
         cand |= (n_in > 0) & (non_const == 0) & (g.op_kind != CONST.id)
     return cand
+
+
+def _const_inputs(g: Graph, rows: np.ndarray, prod: np.ndarray, pk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(consuming op, constant index) for each input edge that reads a constant."""
+    at = np.flatnonzero(pk == CONST.id)
+    const_ops = prod[at]
+    index = {a: dict(g.attrs[a])["index"] for a in np.unique(g.op_attr[const_ops]).tolist()}
+    cidx = np.array([index[a] for a in g.op_attr[const_ops].tolist()], dtype=np.int64)
+    return rows[at], cidx
+
+
+def _has_const(g: Graph, pred: Callable[[np.ndarray], bool], ops: np.ndarray, cidx: np.ndarray) -> np.ndarray:
+    """Per op: whether one of its inputs is a constant that passes ``pred`` (asked once per constant)."""
+    uniq = np.unique(cidx)
+    ok = np.zeros(len(g.constants), dtype=bool)
+    for i in uniq.tolist():
+        try:
+            ok[i] = bool(pred(g.constants[i]))
+        except Exception:  # the match asks again, and behaves as without the prefilter
+            ok[i] = True
+    return np.bincount(ops[ok[cidx]], minlength=g.num_ops) > 0
 
 
 def _fold(e: Emitter, old: Graph, op: int, ins: list[int], outs: list[int], limit: int) -> bool:

@@ -30,8 +30,9 @@ import numpy as np
 
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
+from opgraph.passes.base import use_counts
 from opgraph.passes.lower import split_einsum
-from opgraph.passes.rewrite import FOLD_LIMIT, Match, P, Rule, RuleSet
+from opgraph.passes.rewrite import FOLD_LIMIT, Match, P, Rule, RuleIndex, RuleSet
 
 X, Y = P.var("x"), P.var("y")
 
@@ -602,6 +603,56 @@ def _same_poly(p: Poly | None, want: Poly) -> bool:
     return all(abs(p.get(k, 0.0) - want.get(k, 0.0)) <= 2e-6 * abs(want.get(k, 1.0)) for k in keys)
 
 
+class _GeluIndex(RuleIndex):
+    # The ops a GELU root can be, found once per pass from the erf and tanh ops upward instead of by a scan from
+    # every multiply downward: the ops at most MAX_OPS + 1 steps above an erf or tanh value along the only path the
+    # scan expands (single-use values, polynomial ops). A rewrite below a root can complete such a path under it,
+    # so an op the pass rewrote starts one too (rewritten). That keeps the index a superset of the roots where
+    # the scan can succeed: uses only grow during a pass, so a path's single-use values were single-use in the
+    # input graph, and above the topmost value a rewrite replaced, a path runs through the input graph's ops.
+    # Each start walks at most MAX_OPS + 1 steps.
+    def __init__(self, g: Any) -> None:
+        super().__init__(g)
+        no = g.num_ops
+        uses = use_counts(g)
+        cons = np.repeat(np.arange(no), np.diff(g.in_ptr))
+        single = uses[g.in_ids] == 1
+        parent = np.full(g.num_values, -1, dtype=np.int64)  # the one consumer of a single-use value
+        parent[g.in_ids[single]] = cons[single]
+        poly = np.isin(g.op_kind, [get_op(k).id for k in _POLY_KINDS])
+        n_out = np.diff(g.out_ptr)
+        out0 = np.full(no, -1, dtype=np.int64)
+        out0[n_out > 0] = g.out_ids[g.out_ptr[:-1][n_out > 0]]
+        mark = self.mask
+        mark[:] = False
+        vals = out0[np.isin(g.op_kind, [get_op("erf").id, get_op("tanh").id]) & (n_out > 0)]
+        for _ in range(_GeluScan.MAX_OPS + 1):
+            ops = parent[vals]
+            ops = ops[ops >= 0]
+            mark[ops] = True
+            vals = out0[ops[poly[ops]]]
+            if not len(vals):
+                break
+        self.parent, self.poly, self.out0 = parent.tolist(), poly.tolist(), out0.tolist()
+        self.out_ptr, self.out_ids = g.out_ptr.tolist(), g.out_ids.tolist()
+
+    def rewritten(self, op: int) -> list[int]:
+        parent, poly, out0 = self.parent, self.poly, self.out0
+        found = []
+        for v in self.out_ids[self.out_ptr[op]:self.out_ptr[op + 1]]:
+            for _ in range(_GeluScan.MAX_OPS + 1):
+                c = parent[v]
+                if c < 0:
+                    break
+                if c not in self:
+                    self.add(c)
+                    found.append(c)
+                if not poly[c]:
+                    break
+                v = out0[c]
+        return found
+
+
 def _gelu(m: Match) -> int | None:
     s = _GeluScan(m)
     a, b = (s.poly(v) for v in m.root_ins)
@@ -625,7 +676,8 @@ def _gelu(m: Match) -> int | None:
 
 
 FUSE.add(Rule(
-    "gelu", P("multiply", P("multiply"), Y), _gelu,
+    "gelu", P("multiply", P("multiply"), Y), _gelu, where=lambda m: m.root_op in m.e.facts[_GeluIndex],
+    index=_GeluIndex,
     exact="not bitwise: the gelu kernel computes the same function with its own rounding (float32: within 5 ulp "
           "of x * Phi(x) for x >= -1 and 1e-7 * |x| below, where the unfused 1 + erf cancels; float64: SciPy's "
           "ndtr, more accurate than the unfused formula); constants must match 1/sqrt(2), sqrt(2/pi), 0.044715 "
@@ -743,7 +795,7 @@ def _hard_swish_relu6(m: Match) -> int | None:
     kind = get_op(m.root_kind).name
     for u, c in ((a, b), (b, a)) if kind == "multiply" else ((a, b),):
         k = _scalar_of(m, c)
-        if k is None or not _close(1 / k if kind == "divide" else k, 1 / 6):
+        if k is None or (kind == "divide" and k == 0.0) or not _close(1 / k if kind == "divide" else k, 1 / 6):
             continue
         op = e.vprod[u]
         if op < 0 or e.uses[u] != 1 or get_op(e.kind[op]).name != "multiply":
@@ -755,12 +807,36 @@ def _hard_swish_relu6(m: Match) -> int | None:
     return None
 
 
+def _scalar_near(want: float, inverse: bool = False) -> Any:
+    """A constant predicate: one number (bool, integer or float) within 2e-6 of ``want`` (its reciprocal with
+    ``inverse``). The rules' patterns check it, so only ops fed such a constant are candidates, and the answer is
+    cached per constant."""
+    def check(a: np.ndarray) -> bool:
+        if a.size != 1 or a.dtype.kind not in "biuf":
+            return False
+        k = float(a.reshape(()))
+        if inverse:
+            if k == 0.0:
+                return False
+            k = 1 / k
+        return _close(k, want)
+    return check
+
+
+def _scalar_is(want: float) -> Any:
+    """A constant predicate: one number (bool, integer or float) equal to ``want``."""
+    def check(a: np.ndarray) -> bool:
+        return a.size == 1 and a.dtype.kind in "biuf" and float(a.reshape(())) == want
+    return check
+
+
 def _is_hs_gate(a: dict[str, Any]) -> bool:
     return _close(a["alpha"], 1 / 6) and _close(a["beta"], 0.5)
 
 
 FUSE.add(
-    Rule("hard_sigmoid", P("clip"), _hard_sigmoid,
+    Rule("hard_sigmoid", P("clip", X, P.const("lo", _scalar_is(0.0)), P.const("hi", _scalar_is(1.0))),
+         _hard_sigmoid,
          exact="not bitwise where a * x + b was two roundings (x / d + b, a * x + b, fma(x, a, b)): the kernel "
                "rounds a * x then + b; clip to [0, 1] as the unfused clip (nan stays nan)"),
     Rule("hard_swish", P("multiply", X, P("hard_sigmoid", X, one_use=True, attrs=_is_hs_gate)),
@@ -768,10 +844,12 @@ FUSE.add(
          exact="not bitwise: hard_swish computes x * relu6(x + 3) / 6 as torch does, which rounds differently "
                "from x * clip(x / 6 + 1/2, 0, 1) (most where x / 6 + 1/2 cancels near x = -3, where it is more "
                "accurate); slope and offset must be 1/6 and 1/2 to 2e-6"),
-    Rule("hard_swish_relu6", P("divide"), _hard_swish_relu6,
+    Rule("hard_swish_relu6", P("divide", P("multiply", one_use=True), P.const("k", _scalar_near(1 / 6, True))),
+         _hard_swish_relu6,
          exact="always up to rounding: x * clip(x + 3, 0, 6) / 6 is hard_swish's own formula (the kernel "
                "multiplies by 1/6 instead of dividing by 6: within 1 ulp)"),
-    Rule("hard_swish_relu6_mul", P("multiply"), _hard_swish_relu6,
+    Rule("hard_swish_relu6_mul", P("multiply", P("multiply", one_use=True), P.const("k", _scalar_near(1 / 6))),
+         _hard_swish_relu6,
          exact="(x * relu6(x + 3)) * (1/6): hard_swish's own formula (the same roundings)"),
 )
 
@@ -854,10 +932,10 @@ def _absorb(m: Match) -> int | None:
 
 
 FUSE.add(
-    Rule("layer_norm", P("divide"), _layer_norm,
+    Rule("layer_norm", P("divide", X, P("sqrt", one_use=True)), _layer_norm,
          exact="not bitwise: the kernel sums rows by BLAS and multiplies by 1 / sqrt(var + eps) (relative "
                "differences about 1e-7 in float32, checked in tests); same two-pass mean and variance"),
-    Rule("layer_norm_rsqrt", P("multiply"), _layer_norm,
+    Rule("layer_norm_rsqrt", P("multiply", X, P("reciprocal", one_use=True)), _layer_norm,
          exact="ONNX's function body (d * reciprocal(sqrt(var + eps))): the kernel's arithmetic, rows summed by "
                "BLAS"),
     Rule("layer_norm_scale", P("multiply", P("layer_norm", X, name="ln", one_use=True), Y), _absorb,
