@@ -484,7 +484,8 @@ class Program:
         return out
 
     def explain(self) -> str:
-        """Which op runs where and why, the regions, the lowering applied and the transfers per call."""
+        """Which op runs where and why, the regions, the lowering applied and the transfers per call, and where
+        the engine's results differ from NumPy's on this graph's ops (its declared ``Backend.numerics``)."""
         if self.arena_runtime is not None:
             return self.arena_runtime.explain()
         var = self.variant(tuple(self.outputs))
@@ -501,13 +502,21 @@ class Program:
             body = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.items())
             lines.append(f"region {i} on {r.backend}: {len(r.ops)} op(s), {len(r.inputs)} in, "
                          f"{len(r.outputs)} out: {body}")
+        differs: dict[Any, list[str]] = {}
         for op, kind, where, why in self.placement():
             if where != self.backend.name:
                 lines.append(f"  op {op} ({kind}) runs on {where}: {why}")
-            else:
-                caveat = self.backend.caveat(OpInfo.of(var.lowered, op))
-                if caveat is not None:
-                    lines.append(f"  op {op} ({kind}) on {where} {caveat}")
+                continue
+            info = OpInfo.of(var.lowered, op)
+            caveat = self.backend.caveat(info)
+            if caveat is not None:
+                lines.append(f"  op {op} ({kind}) on {where} {caveat}")
+            for d in self.backend.numerics_for(info, self.device):
+                differs.setdefault(d, []).append(kind)
+        for d, kinds in differs.items():
+            names = sorted(set(kinds))
+            lines.append(f"numerics: {self.backend.name} differs from NumPy on {len(kinds)} op(s) here "
+                         f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}): {d.note()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
