@@ -297,3 +297,25 @@ def test_auto_keeps_every_engine_for_a_graph_without_such_ops() -> None:
     f = opgraph.compile(g, backend="auto", example_inputs={"x": np.arange(4)}, budget=0.2,
                         candidates=("numpy", "jax"))
     assert not f.choice.excluded and f.choice.timings["jax"] is not None
+
+
+@pytest.mark.skipif("torch" not in ENGINES, reason="torch is not installed")
+@pytest.mark.parametrize("kind", ["fmod", "remainder"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_fmod_and_remainder_are_numpys_bit_for_bit(kind: str, dtype: str) -> None:
+    """Signs of zero included, over 64 elements (torch's vectorised kernel), quotients that overflow included."""
+    e = edge_values(dtype)
+    fi = np.finfo(dtype)
+    rng = np.random.default_rng(1)
+    span = rng.integers(fi.minexp - fi.nmant, fi.maxexp, (2, 4096))
+    wide = np.ldexp(rng.uniform(0.5, 1.0, span.shape), span) * rng.choice([-1.0, 1.0], span.shape)
+    a = np.concatenate([np.repeat(e, len(e)), wide[0]]).astype(dtype)
+    b = np.concatenate([np.tile(e, len(e)), wide[1]]).astype(dtype)
+    bld = opgraph.GraphBuilder()
+    bld.output(bld.op(kind, bld.input((dtype, a.shape), name="a"), bld.input((dtype, b.shape), name="b")))
+    got = opgraph.compile(bld.freeze(), backend="torch")(a=a, b=b)[0]
+    with np.errstate(all="ignore"):
+        want = getattr(np, kind)(a, b)
+    assert want[(a == fi.max) & (b == 0.5)][0] == 0  # the quotient overflows: torch's kernel gave NaN
+    same = (got.view(f"u{fi.bits // 8}") == want.view(f"u{fi.bits // 8}")) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), list(zip(a[~same][:5], b[~same][:5], got[~same][:5], want[~same][:5], strict=True))
