@@ -175,12 +175,28 @@ class NumericsDifference:
         """True when this difference concerns the op described by ``info`` on ``device`` (None: the default)."""
         if device is not None and device.split(":")[0] not in self.devices:
             return False
-        if self.kinds is not None and info.kind not in self.kinds:
-            return False
-        if self.kinds is None and (info.kind in self.exempt or _family(info.kind) in self.exempt):
-            return False
-        return any(isinstance(t, TensorType) and t.dtype.kind in FLOAT_KINDS
-                   and (self.dtypes is None or t.dtype.name in self.dtypes) for t in (*info.in_types, *info.out_types))
+        return self.concerns_kind(info.kind) and any(self.concerns_type(t) for t in (*info.in_types, *info.out_types))
+
+    def concerns_kind(self, kind: str) -> bool:
+        """True when ops of ``kind`` may be concerned (with an input or output of a type it concerns).
+
+        >>> NumericsDifference("x", "", "", near_subnormal, exempt=frozenset({"shape"})).concerns_kind("reshape")
+        False
+        """
+        if self.kinds is not None:
+            return kind in self.kinds
+        return kind not in self.exempt and _family(kind) not in self.exempt
+
+    def concerns_type(self, t: Any) -> bool:
+        """True when a value of type ``t`` (a floating-point tensor of :attr:`dtypes`) is concerned.
+
+        >>> from opgraph.core.types import TensorType
+        >>> d = NumericsDifference("x", "", "", near_subnormal, dtypes=frozenset({"float32"}))
+        >>> d.concerns_type(TensorType("float32", ())), d.concerns_type(TensorType("float64", ()))
+        (True, False)
+        """
+        return (isinstance(t, TensorType) and t.dtype.kind in FLOAT_KINDS
+                and (self.dtypes is None or t.dtype.name in self.dtypes))
 
     def ops(self) -> str:
         """The ops it concerns, in words.
@@ -397,14 +413,27 @@ class Backend(RuleTable):
         if not self.numerics:
             return {}
         device = device or self.devices[0]
+        n = graph.num_ops
+        # vectorised over ops (a scan per op would cost as much as a compile on a large graph): an op is concerned
+        # when its kind is and one of its inputs or outputs has a concerned type
+        edge_op = {side: np.repeat(np.arange(n), np.diff(getattr(graph, f"{side}_ptr"))) for side in ("in", "out")}
+        kinds = np.unique(graph.op_kind).tolist()
         found: dict[str, list[int]] = {}
-        for op in range(graph.num_ops):
-            if graph.op_kind[op] == CONST.id:
+        for d in self.numerics:
+            if device.split(":")[0] not in d.devices:
                 continue
-            info = OpInfo.of(graph, op)
-            for d in self.numerics_for(info, device):
-                found.setdefault(d.tag, []).append(op)
-        return found
+            type_ok = np.array([d.concerns_type(t) for t in graph.types] + [False], dtype=bool)
+            kind_ok = {k for k in kinds if k != CONST.id and d.concerns_kind(get_op(k).name)}
+            if not type_ok.any() or not kind_ok:
+                continue
+            value_ok = type_ok[graph.value_type]
+            op_ok = np.zeros(n, dtype=bool)
+            for side in ("in", "out"):
+                op_ok[edge_op[side][value_ok[getattr(graph, f"{side}_ids")]]] = True
+            op_ok &= np.isin(graph.op_kind, list(kind_ok))
+            if op_ok.any():
+                found.setdefault(d.tag, []).extend(np.nonzero(op_ok)[0].tolist())
+        return {tag: sorted(set(ops)) for tag, ops in found.items()}
 
     def doc_cell(self, kind: str) -> str | None:
         """How docs/backends.md's op table describes ``kind`` on this backend, where its rule table does not

@@ -632,7 +632,9 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
       ``"torch"``, ``"onnxruntime"``, or ``"auto"``, which times the installed
       backends on ``example_inputs`` (or on the first call's feeds) within
       ``budget`` seconds and keeps the fastest; its ``explain()`` gives the
-      choice and the timings (:mod:`opgraph.runtime.auto`).
+      choice and the timings (:mod:`opgraph.runtime.auto`). It leaves out an engine whose results differ
+      from NumPy's on an op of the graph (``Backend.numerics``: jax on CPU flushes subnormals to zero)
+      unless ``allow_numerics=("ftz",)`` (the tags to accept, or True) allows it.
     * ``device``: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``) where the backend has it.
     * ``partition``: run what the backend lacks on numpy (default); with
       False a missing op is an error naming it.
