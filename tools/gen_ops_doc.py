@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from opgraph.core.registry import _REQUIRED, all_ops, get_op
 
@@ -91,7 +92,20 @@ def render_backends() -> str:
     summary = ["", "Kinds with a rule: " + ", ".join(f"{n} {counts[n]}" for n in names) +
                f" (of {len(rows)}); dtypes each runs: " +
                "; ".join(f"{n}: {', '.join(sorted(loaded[n].dtypes, key=_dtype_order)) or 'all'}" for n in names) + "."]
-    return BACKENDS_HEADER.read_text() + "\n".join(head + rows + summary) + "\n"
+    intro = BACKENDS_HEADER.read_text().replace("<!-- numerics table -->", render_numerics(loaded))
+    return intro + "\n".join(head + rows + summary) + "\n"
+
+
+def render_numerics(loaded: dict[str, Any]) -> str:
+    """The table of the engines' declared differences from NumPy (``Backend.numerics``)."""
+    rows = ["| engine | tag | ops | where (input class) | what happens |", "|---|---|---|---|---|"]
+    for name, be in loaded.items():
+        for d in be.numerics:
+            cells = [f"`{name}` ({', '.join(d.devices)})", f"`{d.tag}`", d.ops(), d.inputs, d.effect]
+            rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    if len(rows) == 2:
+        rows.append("| (none) | | | | |")
+    return "\n".join(rows)
 
 
 def _dtype_order(name: str) -> int:

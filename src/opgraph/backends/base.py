@@ -86,7 +86,7 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.opinfo import OpInfo
-from opgraph.core.registry import CONST
+from opgraph.core.registry import CONST, get_op
 from opgraph.core.ruletable import RuleTable
 from opgraph.core.subgraph import Subgraph, bodies_in
 from opgraph.core.types import TensorType, ValueType
@@ -100,6 +100,130 @@ Limit = Callable[["OpInfo"], "str | None"]
 
 class BackendError(GraphError):
     """A backend cannot be used: unknown, not installed, or missing an op with partitioning off."""
+
+
+FLOAT_KINDS = frozenset("fc")
+
+
+Operands = Callable[[Sequence[np.ndarray]], np.ndarray]
+"""an op's operands (broadcast together) -> where a declared difference may show."""
+
+
+def near_subnormal(xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Where an operand is subnormal or so close above the subnormal range that an op's intermediates underflow
+    (nonzero and below 2**nmant times the smallest normal number).
+
+    >>> near_subnormal([np.array([5e-324, 1e-300, 0.5, 0.0])])
+    array([ True,  True, False, False])
+    """
+    out = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in xs)), dtype=bool)
+    for x in xs:
+        if x.dtype.kind == "f":
+            fi = np.finfo(x.dtype)
+            out |= (x != 0) & (np.abs(x) < float(fi.smallest_normal) * 2.0 ** fi.nmant)
+    return out
+
+
+def extreme(xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Where an operand is NaN, infinite or zero, or of a magnitude whose square underflows (below the square root
+    of the smallest normal number) or whose integer part is not exact (at least 2**nmant).
+
+    >>> extreme([np.array([np.nan, 0.0, 5e-324, 1e-300, 1e30, 0.5, 1e15])])
+    array([ True,  True,  True,  True,  True, False, False])
+    """
+    out = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in xs)), dtype=bool)
+    for x in xs:
+        if x.dtype.kind == "f":
+            fi = np.finfo(x.dtype)
+            with np.errstate(invalid="ignore"):
+                mag = np.abs(x)
+                out |= ~((mag >= np.sqrt(fi.smallest_normal)) & (mag < 2.0 ** fi.nmant))
+    return out
+
+
+@dataclass(frozen=True)
+class NumericsDifference:
+    """One way an engine's results differ from NumPy's, declared by the engine (:attr:`Backend.numerics`).
+
+    ``tag`` names it (the token ``backend="auto"``'s ``allow_numerics`` takes), ``inputs`` says in words the
+    input class where it shows and ``where`` computes it (operands -> mask; the edge-value suite,
+    tests/test_engine_edges.py, checks that the engine differs from NumPy nowhere else), ``effect`` what happens
+    there. It concerns the ops with a floating-point input or output of the ``kinds`` listed (None: every such op
+    but those of the ``exempt`` kinds and families, which only move or inspect values), of ``dtypes`` (None: all),
+    on ``devices``.
+
+    >>> ftz = NumericsDifference("ftz", "subnormal operands", "read as zero", where=near_subnormal,
+    ...                          exempt=frozenset({"shape"}))
+    >>> from opgraph.core.types import TensorType
+    >>> f8 = TensorType("float64", (2,))
+    >>> ftz.applies(OpInfo("multiply", {}, (f8, f8), (f8,)), "cpu"), ftz.applies(OpInfo("reshape", {}, (f8,), (f8,)))
+    (True, False)
+    >>> ftz.applies(OpInfo("multiply", {}, (f8, f8), (f8,)), "cuda:0")
+    False
+    """
+
+    tag: str
+    inputs: str
+    effect: str
+    where: Operands = field(compare=False)
+    kinds: frozenset[str] | None = None
+    exempt: frozenset[str] = frozenset()
+    dtypes: frozenset[str] | None = None
+    devices: tuple[str, ...] = ("cpu",)
+
+    def applies(self, info: OpInfo, device: str | None = None) -> bool:
+        """True when this difference concerns the op described by ``info`` on ``device`` (None: the default)."""
+        if device is not None and device.split(":")[0] not in self.devices:
+            return False
+        return self.concerns_kind(info.kind) and any(self.concerns_type(t) for t in (*info.in_types, *info.out_types))
+
+    def concerns_kind(self, kind: str) -> bool:
+        """True when ops of ``kind`` may be concerned (with an input or output of a type it concerns).
+
+        >>> NumericsDifference("x", "", "", near_subnormal, exempt=frozenset({"shape"})).concerns_kind("reshape")
+        False
+        """
+        if self.kinds is not None:
+            return kind in self.kinds
+        return kind not in self.exempt and _family(kind) not in self.exempt
+
+    def concerns_type(self, t: Any) -> bool:
+        """True when a value of type ``t`` (a floating-point tensor of :attr:`dtypes`) is concerned.
+
+        >>> from opgraph.core.types import TensorType
+        >>> d = NumericsDifference("x", "", "", near_subnormal, dtypes=frozenset({"float32"}))
+        >>> d.concerns_type(TensorType("float32", ())), d.concerns_type(TensorType("float64", ()))
+        (True, False)
+        """
+        return (isinstance(t, TensorType) and t.dtype.kind in FLOAT_KINDS
+                and (self.dtypes is None or t.dtype.name in self.dtypes))
+
+    def ops(self) -> str:
+        """The ops it concerns, in words.
+
+        >>> NumericsDifference("x", "", "", near_subnormal, kinds=frozenset({"log1p", "expm1"})).ops()
+        'expm1, log1p'
+        """
+        if self.kinds is not None:
+            text = ", ".join(sorted(self.kinds))
+        else:
+            text = "every op computing on floats" + (f" (not {', '.join(sorted(self.exempt))})" if self.exempt else "")
+        return text + (f"; {', '.join(sorted(self.dtypes))} only" if self.dtypes else "")
+
+    def note(self) -> str:
+        """One line: the tag, where it shows and what happens.
+
+        >>> NumericsDifference("ftz", "subnormal operands", "read as zero", near_subnormal).note()
+        'ftz (cpu): subnormal operands: read as zero'
+        """
+        return f"{self.tag} ({', '.join(self.devices)}): {self.inputs}: {self.effect}"
+
+
+def _family(kind: str) -> str:
+    try:
+        return get_op(kind).family
+    except (KeyError, GraphError):
+        return ""
 
 
 class Executable:
@@ -130,6 +254,9 @@ class Backend(RuleTable):
     extra: str = ""
     devices: tuple[str, ...] = ("cpu",)
     doc: str = ""
+    numerics: tuple[NumericsDifference, ...] = ()
+    """Where this engine's results differ from NumPy's (docs/backends.md tabulates them; ``explain()`` names them
+    for the ops of a graph; ``backend="auto"`` leaves the engine out of graphs they touch unless allowed)."""
     lowers_bodies: ClassVar[bool] = False
     """Whether control-flow bodies are lowered before they are checked and compiled (see :meth:`prepare_body`)."""
 
@@ -264,6 +391,49 @@ class Backend(RuleTable):
         True
         """
         return None
+
+    def numerics_for(self, info: OpInfo, device: str | None = None) -> list[NumericsDifference]:
+        """The declared differences from NumPy (:attr:`numerics`) that concern this op on ``device``.
+
+        >>> get_numpy().numerics_for(OpInfo("exp", {}, (), ()))
+        []
+        """
+        return [d for d in self.numerics if d.applies(info, device)]
+
+    def differs_from_numpy(self, graph: Graph, device: str | None = None) -> dict[str, list[int]]:
+        """Tag of each declared difference from NumPy that concerns an op of ``graph`` -> those ops.
+
+        Free for an engine without declared differences; otherwise one look at each op of a kind it may concern.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,))); b.output(b.op("exp", x))
+        >>> get_numpy().differs_from_numpy(b.freeze())
+        {}
+        """
+        if not self.numerics:
+            return {}
+        device = device or self.devices[0]
+        n = graph.num_ops
+        # vectorised over ops (a scan per op would cost as much as a compile on a large graph): an op is concerned
+        # when its kind is and one of its inputs or outputs has a concerned type
+        edge_op = {side: np.repeat(np.arange(n), np.diff(getattr(graph, f"{side}_ptr"))) for side in ("in", "out")}
+        kinds = np.unique(graph.op_kind).tolist()
+        found: dict[str, list[int]] = {}
+        for d in self.numerics:
+            if device.split(":")[0] not in d.devices:
+                continue
+            type_ok = np.array([d.concerns_type(t) for t in graph.types] + [False], dtype=bool)
+            kind_ok = {k for k in kinds if k != CONST.id and d.concerns_kind(get_op(k).name)}
+            if not type_ok.any() or not kind_ok:
+                continue
+            value_ok = type_ok[graph.value_type]
+            op_ok = np.zeros(n, dtype=bool)
+            for side in ("in", "out"):
+                op_ok[edge_op[side][value_ok[getattr(graph, f"{side}_ids")]]] = True
+            op_ok &= np.isin(graph.op_kind, list(kind_ok))
+            if op_ok.any():
+                found.setdefault(d.tag, []).extend(np.nonzero(op_ok)[0].tolist())
+        return {tag: sorted(set(ops)) for tag, ops in found.items()}
 
     def doc_cell(self, kind: str) -> str | None:
         """How docs/backends.md's op table describes ``kind`` on this backend, where its rule table does not

@@ -37,7 +37,16 @@ from typing import Any, cast
 
 import numpy as np
 
-from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, conform_args, input_dtypes
+from opgraph.backends.base import (
+    Backend,
+    BackendError,
+    Executable,
+    NumericsDifference,
+    OpInfo,
+    conform_args,
+    extreme,
+    input_dtypes,
+)
 from opgraph.core.graph import Graph
 from opgraph.ops.nn import pad4
 
@@ -208,7 +217,24 @@ class OnnxRuntimeBackend(Backend):
 BACKEND = OnnxRuntimeBackend(
     "onnxruntime", rules=cast("dict[str, Any]", _ExportRules()), dtypes=DTYPES,
     module="onnxruntime", extra="onnxruntime", devices=("cpu", "cuda"),
-    doc="ONNX Runtime: the graph exported to ONNX and run as one session (CPU; CUDA with onnxruntime-gpu)")
+    doc="ONNX Runtime: the graph exported to ONNX and run as one session (CPU; CUDA with onnxruntime-gpu)",
+    numerics=(
+        NumericsDifference(
+            "decomposed", "NaN, infinite or zero operands, tiny ones (squares underflow) and huge ones (>= 2**nmant)",
+            "the exported form (floor(a / b); ONNX's HardSwish) gives other NaN/inf placement and values there "
+            "(inf // 5e-324 inf and 2.2e-308 // -1e30 -0 where NumPy gives NaN and -1; hard_swish(3.4e38) finite "
+            "where NumPy's x * (x + 3) / 6 overflows)",
+            where=extreme, kinds=frozenset({"floor_divide", "hard_swish"})),
+        NumericsDifference(
+            "cancellation", "nonzero operands of magnitude below 1",
+            "computed as exp(x) - 1 and log(1 + x): the absolute error is about eps, the relative error large where "
+            "the result is small (expm1(1e-310) = 0)",
+            where=lambda xs: (np.abs(xs[0]) < 1) & (xs[0] != 0), kinds=frozenset({"expm1", "log1p"})),
+        NumericsDifference(
+            "cancellation", "operands above 1",
+            "computed as 1 - erf(x): relative error up to 1e-3 in float32 where erfc(x) is small (erfc(3))",
+            where=lambda xs: xs[0] > 1, kinds=frozenset({"erfc"})),
+    ))
 
 
 # ---------------------------------------------------------------- limits: the dtypes each kind computes in, and more

@@ -10,6 +10,13 @@ median.
 Backends that fail to compile or run are left out, with the reason in the
 report. Without example inputs the choice is made on the first call's feeds.
 
+An engine whose results differ from NumPy's on an op of the graph (its declared
+:attr:`~opgraph.backends.base.Backend.numerics`: jax on CPU flushes subnormals
+to zero) is left out, with the reason in the report, so ``auto`` never switches
+a graph silently to an engine that changes its results; ``allow_numerics``
+names the differences to accept (``("ftz",)``, or True for all). A graph
+without such ops costs nothing more.
+
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
     >>> x = b.input(("float64", (4,)), name="x")
@@ -44,12 +51,15 @@ class Choice:
     timings: dict[str, float | None] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     fastest: dict[str, float] = field(default_factory=dict)
+    excluded: dict[str, str] = field(default_factory=dict)
+    """Engines not timed because their results differ from NumPy's on this graph, and how."""
 
     def report(self) -> str:
-        """One line: the choice and every candidate's median time (or why it was left out)."""
+        """One line: the choice and every candidate's median time (or why it failed or was left out)."""
         parts = []
         for name, t in sorted(self.timings.items(), key=lambda kv: (kv[1] is None, kv[1] or 0.0)):
             parts.append(f"{name} {t * 1e3:.3f} ms" if t is not None else f"{name} failed ({self.failures[name]})")
+        parts += [f"{name} left out ({why})" for name, why in self.excluded.items()]
         return f"auto chose {self.backend}: " + ", ".join(parts)
 
 
@@ -62,14 +72,59 @@ def _numpy_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: options[k] for k in ("memory_limit",) if k in options}
 
 
+def numerics_exclusions(graph: Graph, names: Sequence[str], device: str | None = None,
+                        allow_numerics: Sequence[str] | bool = ()) -> dict[str, str]:
+    """Engine -> why ``auto`` leaves it out: its declared differences from NumPy that concern an op of ``graph``
+    (on ``device``) and are not in ``allow_numerics`` (True: allow all).
+
+    >>> import opgraph
+    >>> from opgraph.backends.base import Backend, NumericsDifference, near_subnormal
+    >>> ftz = NumericsDifference("ftz", "subnormal operands", "read as zero", near_subnormal)
+    >>> _ = backends.register(Backend("doc_ftz", rules={"log": np.log}, numerics=(ftz,)))
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (4,)), name="x"); b.output(b.op("log", x))
+    >>> print(numerics_exclusions(b.freeze(), ["numpy", "doc_ftz"])["doc_ftz"])
+    1 op(s) (log) would change: ftz (cpu): subnormal operands: read as zero; allow_numerics=('ftz',) times it
+    >>> numerics_exclusions(b.freeze(), ["numpy", "doc_ftz"], allow_numerics=("ftz",))
+    {}
+    >>> backends.unregister("doc_ftz")
+    """
+    if allow_numerics is True:
+        return {}
+    allowed = set() if allow_numerics is False else set(allow_numerics)
+    out: dict[str, str] = {}
+    for name in names:
+        if name == "numpy":
+            continue
+        try:
+            be = backends.get(name)
+        except Exception:  # not installed: compiling it below reports that
+            continue
+        if not be.numerics:
+            continue
+        dev = device if device is not None else be.devices[0]
+        found = {tag: ops for tag, ops in be.differs_from_numpy(graph, dev).items() if tag not in allowed}
+        if found:
+            notes = {d.tag: d for d in be.numerics}
+            ops = sorted({op for o in found.values() for op in o})
+            kinds = sorted({graph.kind_of(op) for op in ops})
+            out[name] = (f"{len(ops)} op(s) ({', '.join(kinds[:6])}{', ...' if len(kinds) > 6 else ''}) would change: "
+                         + "; ".join(notes[t].note() for t in found)
+                         + f"; allow_numerics={tuple(found)!r} times it")
+    return out
+
+
 def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repeats: int = 5,
-           candidates: Sequence[str] | None = None, device: str | None = None, **options: Any) -> Choice:
-    """Compile ``graph`` on every installed backend (or ``candidates``), time each on ``feeds``, keep the fastest."""
+           candidates: Sequence[str] | None = None, device: str | None = None,
+           allow_numerics: Sequence[str] | bool = (), **options: Any) -> Choice:
+    """Compile ``graph`` on every installed backend (or ``candidates``), time each on ``feeds``, keep the fastest;
+    engines whose results differ from NumPy's on this graph are left out unless ``allow_numerics`` allows it."""
     from opgraph.runtime.compiled import compile as compile_on
 
     # dask is for data larger than one machine's memory: timing it on small example feeds says nothing about
     # that, so "auto" picks among the in-memory engines unless dask is named as a candidate
     names = list(candidates or [n for n in backends.available() if n not in NOT_TIMED])
+    excluded = numerics_exclusions(graph, names, device, allow_numerics)
+    names = [n for n in names if n not in excluded]
     failures: dict[str, str] = {}
     compiled: dict[str, Any] = {}
 
@@ -110,13 +165,13 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     if not compiled:
         from opgraph.backends.base import BackendError
 
-        raise BackendError("auto: no backend could run the graph: " + "; ".join(f"{k}: {v}" for k, v in
-                                                                              failures.items()))
+        raise BackendError("auto: no backend could run the graph (or was allowed to): " + "; ".join(
+            f"{k}: {v}" for k, v in {**failures, **excluded}.items()))
     timings: dict[str, float | None] = {n: float(np.median(times[n])) if n in compiled else None for n in names}
     for c in compiled.values():
         c.reset_state()  # the timing calls must not leave update-edge state behind
     chosen = min(compiled, key=lambda n: timings[n])  # type: ignore[arg-type,return-value]
-    return Choice(chosen, compiled[chosen], timings, failures, {n: min(times[n]) for n in compiled})
+    return Choice(chosen, compiled[chosen], timings, failures, {n: min(times[n]) for n in compiled}, excluded)
 
 
 class AutoCompiled:

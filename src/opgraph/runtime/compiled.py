@@ -484,7 +484,8 @@ class Program:
         return out
 
     def explain(self) -> str:
-        """Which op runs where and why, the regions, the lowering applied and the transfers per call."""
+        """Which op runs where and why, the regions, the lowering applied and the transfers per call, and where
+        the engine's results differ from NumPy's on this graph's ops (its declared ``Backend.numerics``)."""
         if self.arena_runtime is not None:
             return self.arena_runtime.explain()
         var = self.variant(tuple(self.outputs))
@@ -501,13 +502,21 @@ class Program:
             body = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.items())
             lines.append(f"region {i} on {r.backend}: {len(r.ops)} op(s), {len(r.inputs)} in, "
                          f"{len(r.outputs)} out: {body}")
+        differs: dict[Any, list[str]] = {}
         for op, kind, where, why in self.placement():
             if where != self.backend.name:
                 lines.append(f"  op {op} ({kind}) runs on {where}: {why}")
-            else:
-                caveat = self.backend.caveat(OpInfo.of(var.lowered, op))
-                if caveat is not None:
-                    lines.append(f"  op {op} ({kind}) on {where} {caveat}")
+                continue
+            info = OpInfo.of(var.lowered, op)
+            caveat = self.backend.caveat(info)
+            if caveat is not None:
+                lines.append(f"  op {op} ({kind}) on {where} {caveat}")
+            for d in self.backend.numerics_for(info, self.device):
+                differs.setdefault(d, []).append(kind)
+        for d, kinds in differs.items():
+            names = sorted(set(kinds))
+            lines.append(f"numerics: {self.backend.name} differs from NumPy on {len(kinds)} op(s) here "
+                         f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}): {d.note()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -623,7 +632,9 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
       ``"torch"``, ``"onnxruntime"``, or ``"auto"``, which times the installed
       backends on ``example_inputs`` (or on the first call's feeds) within
       ``budget`` seconds and keeps the fastest; its ``explain()`` gives the
-      choice and the timings (:mod:`opgraph.runtime.auto`).
+      choice and the timings (:mod:`opgraph.runtime.auto`). It leaves out an engine whose results differ
+      from NumPy's on an op of the graph (``Backend.numerics``: jax on CPU flushes subnormals to zero)
+      unless ``allow_numerics=("ftz",)`` (the tags to accept, or True) allows it.
     * ``device``: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``) where the backend has it.
     * ``partition``: run what the backend lacks on numpy (default); with
       False a missing op is an error naming it.

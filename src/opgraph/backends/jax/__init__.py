@@ -40,8 +40,10 @@ from opgraph.backends.base import (
     Backend,
     BackendError,
     Executable,
+    NumericsDifference,
     conform_args,
     input_dtypes,
+    near_subnormal,
     straight_line,
 )
 from opgraph.core.graph import Graph
@@ -125,8 +127,18 @@ class JaxBackend(Backend):
         return np.asarray(array)
 
 
+FTZ = NumericsDifference(
+    "ftz", "subnormal operands and results (and operands just above them, whose intermediates underflow)",
+    "flushed to zero (XLA's CPU runtime sets FTZ/DAZ around every call; no XLA or JAX setting keeps subnormals: "
+    "--xla_cpu_ftz=false drops only the compiler's attribute), so x * 5e-324 is 0, inf * 5e-324 NaN, log(-5e-324) "
+    "-inf, 5e-324 > 0 False, and values whose intermediates underflow (prod, cumprod, asin, atan2) change",
+    where=near_subnormal, exempt=frozenset({
+        "shape", "negative", "positive", "abs", "copysign", "signbit", "isnan", "isinf", "isfinite", "real", "imag",
+        "conj", "where"}))
+"""XLA on CPU flushes subnormals to zero (openxla/xla#22858; jax-ml/jax#16200: working as intended)."""
+
 BACKEND = JaxBackend("jax", dtypes=DTYPES, module="jax", extra="jax", devices=("cpu", "cuda", "gpu"),
-                     doc="XLA through jax.jit (CPU build here; GPU with jax[cuda])")
+                     doc="XLA through jax.jit (CPU build here; GPU with jax[cuda])", numerics=(FTZ,))
 
 # The family modules register their rules on BACKEND as they are imported, so they come after it.
 from opgraph.backends.jax import (  # noqa: E402,F401

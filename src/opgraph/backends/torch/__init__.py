@@ -60,7 +60,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, has_dtype, input_dtypes, straight_line
+from opgraph.backends.base import (
+    Backend,
+    BackendError,
+    Executable,
+    NumericsDifference,
+    OpInfo,
+    extreme,
+    has_dtype,
+    input_dtypes,
+    straight_line,
+)
 from opgraph.backends.torch.dtypes import DTYPES, Fn, fix, td
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
@@ -210,7 +220,12 @@ class TorchBackend(Backend):
 
 BACKEND = TorchBackend(
     "torch", dtypes=DTYPES, module="torch", extra="torch", devices=("cpu", "cuda"),
-    doc="PyTorch: one straight-line function of torch calls per graph, optionally torch.compile-d (CPU or CUDA)")
+    doc="PyTorch: one straight-line function of torch calls per graph, optionally torch.compile-d (CPU or CUDA)",
+    numerics=(NumericsDifference(
+        "acc64", "float32 running products that leave the float32 range",
+        "torch accumulates float32 cumprod in float64 on CPU, so a product that overflows (or underflows) on the way "
+        "and comes back is finite (or nonzero) where NumPy's float32 steps give inf (or 0)",
+        where=extreme, kinds=frozenset({"cumprod"}), dtypes=frozenset({"float32"})),))
 
 # The family modules register their rules and limits on BACKEND, so they are imported once it exists.
 from opgraph.backends.torch import (  # noqa: E402,F401

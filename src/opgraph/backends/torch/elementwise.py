@@ -14,6 +14,7 @@ complex order, sign and add follow NumPy's loops where torch's differ.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,52 @@ def _int_safe(op: Fn) -> Callable[[np.dtype], Fn]:
     return make
 
 
+def _pow2(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """2**k (0 <= k < the dtype's largest exponent) exactly, built from its bits: ``torch.ldexp`` multiplies by a
+    power of two that is itself computed, and overflows before the product would."""
+    fi = torch.finfo(dtype)
+    nmant = round(-math.log2(fi.eps))
+    bias = round(math.log2(fi.max)) - 1
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[fi.bits // 8]
+    return ((k.to(ints) + bias) << nmant).view(dtype)
+
+
+def _fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C's (NumPy's) exact ``fmod`` for floats, also where the quotient a / b overflows.
+
+    torch's vectorised CPU kernel computes fmod exactly wherever ``a / b`` is finite and gives NaN where it
+    overflows (``fmod(1.797e308, 0.5)``, ``fmod(1, 5e-324)``). fmod(a, b) = fmod(fmod(a, c), b) for any
+    c = b * 2**k (a multiple of b, exact in binary), so ``a`` is first reduced twice by such a c, k chosen to keep
+    each quotient below 2**(maxexp - 1): two steps close the widest exponent gap (subnormal b, largest a), and
+    where the gap is small k is 0 and the steps change nothing (fmod(r, b) = r for |r| < |b|). Zeros keep the
+    sign of ``a``; NaN and infinite operands flow through as C gives them (fmod(a, +-inf) = a).
+    """
+    fi = torch.finfo(a.dtype)
+    step = round(math.log2(fi.max)) - 2
+    _, eb = torch.frexp(b)
+    for _ in range(2):
+        _, ea = torch.frexp(a)
+        k = torch.clamp(ea.to(torch.int64) - eb.to(torch.int64) - step, min=0, max=2 * step)
+        half = k // 2
+        c = b * _pow2(half, a.dtype) * _pow2(k - half, a.dtype)
+        a = torch.fmod(a, c)
+    return torch.fmod(a, b)
+
+
+def _remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """NumPy's float ``remainder`` (``npy_divmod``): the exact fmod, moved by b where its sign differs from b's;
+    a zero takes b's sign."""
+    mod = _fmod(a, b)
+    res = torch.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+    return torch.where(mod == 0, torch.copysign(torch.zeros_like(mod), b), res)
+
+
+def _float_exact(fn: Fn, int_op: Fn) -> Callable[[np.dtype], Fn]:
+    """``fn`` on float loops, torch's ``int_op`` with NumPy's 0 for a 0 divisor (:func:`_int_safe`) elsewhere."""
+    ints = _int_safe(int_op)
+    return lambda dt: fn if dt.kind == "f" else ints(dt)
+
+
 def _same(fn: Fn) -> Callable[[np.dtype], Fn]:
     return lambda dt: fn
 
@@ -168,7 +215,7 @@ _UNARY: dict[str, Callable[[np.dtype], Fn]] = {
 _BINARY: dict[str, Callable[[np.dtype], Fn]] = {
     "add": _real_or(torch.add, c_add), "subtract": _real_or(torch.sub, _c_sub), "multiply": _same(torch.mul),
     "divide": _same(torch.div), "floor_divide": _int_safe(torch.floor_divide),
-    "remainder": _int_safe(torch.remainder), "power": _same(torch.pow),
+    "remainder": _float_exact(_remainder, torch.remainder), "power": _same(torch.pow),
     "maximum": _real_or(torch.maximum, _c_pick(_CGE, 0)),
     "minimum": _real_or(torch.minimum, _c_pick(_CLE, 0)), "atan2": _same(torch.atan2), "hypot": _same(torch.hypot),
     "logaddexp": _same(torch.logaddexp), "copysign": _same(torch.copysign), "nextafter": _same(torch.nextafter),
@@ -180,7 +227,7 @@ _BINARY: dict[str, Callable[[np.dtype], Fn]] = {
     "bitwise_xor": _same(torch.bitwise_xor), "bitwise_left_shift": _same(torch.bitwise_left_shift),
     "bitwise_right_shift": _same(torch.bitwise_right_shift), "fmax": _real_or(torch.fmax, _c_pick(_CGE, 1)),
     "fmin": _real_or(torch.fmin, _c_pick(_CLE, 1)),
-    "fmod": _int_safe(torch.fmod),
+    "fmod": _float_exact(_fmod, torch.fmod),
 }
 
 

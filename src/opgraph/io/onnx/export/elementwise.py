@@ -7,7 +7,7 @@ else a few (``logaddexp`` as ``max + log(1 + exp(-|a - b|))``).
     >>> x = b.input(("float32", (2,)), name="x")
     >>> b.output(b.op("logaddexp", x, x))
     >>> [n.op_type for n in to_onnx(b.freeze()).graph.node]
-    ['Max', 'Sub', 'Abs', 'Neg', 'Exp', 'Add', 'Log', 'Add']
+    ['Max', 'Sub', 'Abs', 'Neg', 'Exp', 'Add', 'Log', 'Add', 'Equal', 'Add', 'Where']
 """
 
 from __future__ import annotations
@@ -103,14 +103,30 @@ def _floor_divide(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types
             return [ex.one("Mod", a, b, fmod=0)]
         # floor division = (a - mod(a, b)) / b, exact in integers
         return [ex.one("Div", ex.one("Sub", a, ex.one("Mod", a, b, fmod=0)), b)]
-    q = ex.one("Floor", ex.one("Div", a, b))
-    return [q] if kind == "floor_divide" else [ex.one("Sub", a, ex.one("Mul", q, b))]
+    if kind == "remainder":
+        # NumPy's npy_divmod: C's exact fmod (also where a / b overflows), moved by b where its sign differs from
+        # b's; a zero takes b's sign (a - floor(a / b) * b loses it all once a / b is past 2**nmant)
+        zero = scalar(ex, 0, ot[0])
+        mod = ex.one("Mod", a, b, fmod=1)
+        b_neg = ex.one("Less", b, zero)
+        differ = ex.one("Xor", b_neg, ex.one("Less", mod, zero))
+        moved = ex.one("And", ex.one("Not", ex.one("Equal", mod, zero)), differ)
+        signed_zero = ex.one("Where", b_neg, ex.one("Neg", zero), zero)
+        res = ex.one("Where", moved, ex.one("Add", mod, b), mod)
+        return [ex.one("Where", ex.one("Equal", mod, zero), signed_zero, res)]
+    return [ex.one("Floor", ex.one("Div", a, b))]
 
 
 @EXPORT.rule("hypot")
 def _hypot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    a, b = ins
-    return [ex.one("Sqrt", ex.one("Add", ex.one("Mul", a, a), ex.one("Mul", b, b)))]
+    # max * sqrt(1 + (min / max)**2): squares neither overflow nor underflow; an infinite side wins over NaN
+    a, b = (ex.one("Abs", x) for x in ins)
+    hi, lo = ex.one("Max", a, b), ex.one("Min", a, b)
+    zero, one = scalar(ex, 0, ot[0]), scalar(ex, 1, ot[0])
+    r = ex.one("Div", lo, ex.one("Where", ex.one("Equal", hi, zero), one, hi))
+    h = ex.one("Mul", hi, ex.one("Sqrt", ex.one("Add", one, ex.one("Mul", r, r))))
+    inf = ex.one("Or", ex.one("IsInf", a), ex.one("IsInf", b))
+    return [ex.one("Where", inf, scalar(ex, np.inf, ot[0]), h)]
 
 
 @EXPORT.rule("logaddexp")
@@ -118,7 +134,9 @@ def _logaddexp(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -
     a, b = ins
     hi = ex.one("Max", a, b)
     gap = ex.one("Neg", ex.one("Abs", ex.one("Sub", a, b)))
-    return [ex.one("Add", hi, ex.one("Log", ex.one("Add", scalar(ex, 1, ot[0]), ex.one("Exp", gap))))]
+    res = ex.one("Add", hi, ex.one("Log", ex.one("Add", scalar(ex, 1, ot[0]), ex.one("Exp", gap))))
+    # equal operands: a + log 2, which keeps logaddexp(inf, inf) = inf (inf - inf is NaN above)
+    return [ex.one("Where", ex.one("Equal", a, b), ex.one("Add", a, scalar(ex, math.log(2), ot[0])), res)]
 
 
 @EXPORT.rule("cast")
