@@ -68,7 +68,7 @@ def copy_files(src: Path, dst: Path, suffixes: tuple[str, ...]) -> None:
 
 # ----------------------------------------------------------------------------- two processes
 WRITER = GRAPHS + textwrap.dedent('''
-    import os, sys, time
+    import os, random, sys, time
     from opgraph.io.cg import save_cg
 
     path, stop = sys.argv[1], sys.argv[2]
@@ -77,9 +77,11 @@ WRITER = GRAPHS + textwrap.dedent('''
     save_cg(graphs[0], path)
     print("ready", flush=True)
     saves, end = 0, time.monotonic() + 60
+    rng = random.Random(0)
     while not os.path.exists(stop) and time.monotonic() < end:
         save_cg(graphs[saves % 2], path)
         saves += 1
+        time.sleep(rng.uniform(0.0, 0.03))  # a writer works between saves (a checkpoint per training step)
     print(saves, flush=True)
 ''')
 
@@ -137,7 +139,8 @@ def test_reader_never_loads_a_mix_of_two_saves(tmp_path: Path, monkeypatch: pyte
     print(seen, out.split()[-1], "saves,", len(retries), "retries")  # shown with pytest -s
     saves = int(out.split()[-1])
     assert saves >= 20, f"the writer saved only {saves} times"
-    assert seen["A"] + seen["B"] >= 20 and seen["A"] and seen["B"], seen
+    # most loads are one save's graph (a refusal only when every try of one load met a save under way)
+    assert seen["A"] + seen["B"] >= max(10, 2 * seen["error"]) and seen["A"] and seen["B"], seen
     assert retries, "no load met a set mid-replacement: the test did not exercise the check"
     # the set left behind is the writer's last save
     assert load_cg(base).equals(b if saves % 2 == 0 else a, check_names=True)

@@ -109,7 +109,7 @@ JSON (key ``save``) and, with the four files' digests, into
 ``.cgio``, ``.cgs``, ``.cgc``. :func:`load_cg` opens ``.cgc`` first, reads
 ``.cgtag`` before and after opening the four files, and accepts them when
 ``.cgtag`` did not change meanwhile and names the ``.cgc`` file's tag (no
-file is hashed); otherwise it tries again (up to 7 reads over 0.3 s) and
+file is hashed); otherwise it tries again (up to 9 reads over 1.3 s) and
 at last lets the files' own digests decide, raising one
 :class:`~opgraph.errors.FormatError` that the files come from different
 saves (naming each file and its tag or digest) rather than ever returning a

@@ -53,7 +53,7 @@ from opgraph.io.cg.format import (
 )
 from opgraph.io.cg.scan import CgFile, CgioLayout, CgLayout, CgsLayout, check_whole, file_bytes, scan_file
 
-RETRY_DELAYS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16)
+RETRY_DELAYS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
 """Seconds slept before each new try when a load meets a set whose files come from different saves."""
 
 
@@ -67,7 +67,7 @@ def load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     :class:`~opgraph.errors.FormatError` naming the file, record and byte offset.
 
     The graph is always one save's: a set that another process is saving
-    over meanwhile is read again (up to 7 times over 0.3 s), and files that
+    over meanwhile is read again (up to 9 times over 1.3 s), and files that
     stay from different saves (their save tags disagree) raise one
     :class:`~opgraph.errors.FormatError` naming each file and its tag
     (docs/cg-format.md, "Concurrent readers and the save tag").
