@@ -12,6 +12,7 @@ checks three more things every kernel must honour:
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 import opgraph
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
+from opgraph.io.cg.format import METADATA_RECORD
 
 RNG_SEED = 1234
 
@@ -144,3 +146,21 @@ def torch_depthwise(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], paddi
     xt = F.pad(torch.from_numpy(np.asarray(x, np.float64)), [*padding[1], *padding[0]])
     return F.conv2d(xt, torch.from_numpy(np.asarray(w, np.float64)), stride=stride, dilation=dilation,  # type: ignore[no-any-return]
                     groups=x.shape[1]).numpy()
+
+
+def edit_metadata(cgc: bytes, fn: Any) -> bytes:
+    """Rewrite the JSON text of the metadata record of a .cgc file (keeping its binary arrays)."""
+    w = cgc[0] // 8
+    fmt = {2: "<2h", 4: "<2i", 8: "<2q"}[w]
+    pos, out = 1, [cgc[:1]]
+    while pos < len(cgc):
+        t, n = struct.unpack_from(fmt, cgc, pos)
+        data = cgc[pos + 2 * w:pos + 2 * w + n]
+        if t == METADATA_RECORD:
+            j = struct.unpack_from("<q", data)[0]
+            blobs = data[8 + j + (-(8 + j) % 8):]
+            text = fn(data[8:8 + j].decode()).encode()
+            data = struct.pack("<q", len(text)) + text + b"\0" * (-(8 + len(text)) % 8) + blobs
+        out.append(struct.pack(fmt, t, len(data)) + data)
+        pos += 2 * w + n
+    return b"".join(out)

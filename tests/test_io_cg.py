@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import opgraph
 import opgraph.io.cg as cg
-from opcheck import rand
+from opcheck import edit_metadata, rand
 from opgraph.core.dtypes import DTYPE_CODES
 from opgraph.core.graph import Graph, Symbols, ranges
 from opgraph.core.types import TensorType
@@ -591,24 +591,6 @@ def test_bad_metadata(good: Path) -> None:
 
     patch(good, ".cgc", corrupt_json)
     expect_error(good, ".cgc", r"record 1 at byte offset \d+: opgraph metadata: bad JSON")
-
-
-def edit_metadata(cgc: bytes, fn: Any) -> bytes:
-    """Rewrite the JSON text of the metadata record of a .cgc file (keeping its binary arrays)."""
-    w = cgc[0] // 8
-    fmt = {2: "<2h", 4: "<2i", 8: "<2q"}[w]
-    pos, out = 1, [cgc[:1]]
-    while pos < len(cgc):
-        t, n = struct.unpack_from(fmt, cgc, pos)
-        data = cgc[pos + 2 * w:pos + 2 * w + n]
-        if t == cg.METADATA_RECORD:
-            j = struct.unpack_from("<q", data)[0]
-            blobs = data[8 + j + (-(8 + j) % 8):]
-            text = fn(data[8:8 + j].decode()).encode()
-            data = struct.pack("<q", len(text)) + text + b"\0" * (-(8 + len(text)) % 8) + blobs
-        out.append(struct.pack(fmt, t, len(data)) + data)
-        pos += 2 * w + n
-    return b"".join(out)
 
 
 def test_metadata_counts_and_tables_are_checked(good: Path) -> None:
