@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ import opgraph
 from opgraph import backends
 from opgraph.backends.base import OpInfo
 from opgraph.core.types import TensorType
+from opgraph.errors import GraphError
+from opgraph.io.jsonfmt import dumps_json
 
 SAMPLE = int(os.environ.get("OPGRAPH_BACKEND_SAMPLE", "1"))
 """Every case runs on every backend by default; OPGRAPH_BACKEND_SAMPLE=k keeps every k-th case of each
@@ -39,6 +42,8 @@ _plain_run_op = opcheck.run_op
 #: relative tolerance by result dtype: engines use other (vectorised, fused) math libraries than NumPy
 RTOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-9, "complex64": 2e-5, "complex128": 1e-9}
 ATOL = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-11, "complex64": 2e-6, "complex128": 1e-11}
+RECENT = 64
+"""How many executables of recent graphs one backend's test module keeps for reuse."""
 
 
 def compare(got: list[Any], want: list[np.ndarray], what: str) -> None:
@@ -53,6 +58,14 @@ def compare(got: list[Any], want: list[np.ndarray], what: str) -> None:
                                        err_msg=f"{what} output {i}")
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"{what} output {i}")
+
+
+def graph_key(graph: opgraph.Graph, options: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """What identifies a compiled executable: the graph's exact JSON text and the options (None: not keyable)."""
+    try:
+        return dumps_json(graph), repr(sorted((options or {}).items()))
+    except (GraphError, TypeError, ValueError):  # a value the JSON form cannot hold: compiled every time
+        return None
 
 
 def claimed(backend: Any, graph: opgraph.Graph) -> str | None:
@@ -73,7 +86,11 @@ Options = Mapping[str, Any] | Callable[[Sequence[np.ndarray]], Mapping[str, Any]
 def make_module(name: str, namespace: dict[str, Any], options: Options | None = None) -> None:
     """Fill a test module's ``namespace`` with the family tests re-run on backend ``name``, compiled with
     ``options`` (e.g. how to chunk the inputs)."""
-    counts = {"compared": 0, "not claimed": 0}
+    counts = {"compared": 0, "not claimed": 0, "reused": 0}
+    # A family test often builds the same one-op graph again (contiguous, then non-contiguous inputs, which
+    # reach the backend as the same C-ordered arrays): the executable compiled for an identical graph (same
+    # JSON text: ops, attributes, types, constants) and options is reused; every call's results are compared.
+    recent: OrderedDict[tuple[str, str], Any] = OrderedDict()
     unclaimed: dict[str, str] = {}
 
     def run_on_backend(kind: str, *arrays: np.ndarray, **attrs: Any) -> list[np.ndarray]:
@@ -91,7 +108,17 @@ def make_module(name: str, namespace: dict[str, Any], options: Options | None = 
             unclaimed.setdefault(kind, why)
             return want
         opts = options(arrays) if callable(options) else options
-        exe = be.compile_graph(g, **(opts or {}))
+        key = graph_key(g, opts)
+        exe = recent.get(key) if key is not None else None
+        if exe is None:
+            exe = be.compile_graph(g, **(opts or {}))
+            if key is not None:
+                recent[key] = exe
+                while len(recent) > RECENT:
+                    recent.popitem(last=False)
+        else:
+            counts["reused"] += 1
+            recent.move_to_end(key)
         got = [be.to_numpy(x) for x in exe([be.from_numpy(np.array(a, order="C")) for a in arrays])]
         compare(got, want, f"{kind} on {name}")
         counts["compared"] += 1
@@ -108,9 +135,10 @@ def make_module(name: str, namespace: dict[str, Any], options: Options | None = 
 
     def test_zz_cases_really_run_on_the_backend() -> None:
         """The wrapped family tests compare on the backend: an op it claims is compared, not passed through."""
-        before = counts["compared"]
+        before, reused = counts["compared"], counts["reused"]
         opcheck.check_op("exp", [np.linspace(-1, 1, 6)], np.exp)
         assert counts["compared"] == before + 2  # contiguous and non-contiguous inputs
+        assert counts["reused"] == reused + 1  # the same graph twice: compiled once, both calls compared
 
     namespace["_backend_run_op"] = _backend_run_op
     namespace["test_zz_cases_really_run_on_the_backend"] = test_zz_cases_really_run_on_the_backend
