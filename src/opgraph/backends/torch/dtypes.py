@@ -30,6 +30,7 @@ NP_TO_TORCH: dict[np.dtype, torch.dtype] = {
     np.dtype(np.complex64): torch.complex64, np.dtype(np.complex128): torch.complex128,
     np.dtype(np.uint16): torch.uint16, np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64,
 }
+TORCH_TO_NP: dict[torch.dtype, np.dtype] = {t: d for d, t in NP_TO_TORCH.items()}
 DTYPES: frozenset[str] = frozenset(d.name for d in NP_TO_TORCH)
 """The dtypes the torch backend runs. torch stores uint16, uint32 and uint64 but has little arithmetic on them:
 rules compute such values in int64 (exact for uint16 and uint32; for uint64 only where arithmetic modulo 2**64
