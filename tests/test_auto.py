@@ -120,6 +120,16 @@ def test_choose_times_only_what_can_win_and_matches_numpy() -> None:
     assert "first call" in text.explain()
 
 
+@pytest.mark.skipif("jax" not in ENGINES, reason="jax is not installed")
+def test_named_candidates_are_all_timed() -> None:
+    g, feeds = _scalar_chain(50)  # jax's per-call overhead loses to numpy's here: the pre-ranking would leave it out
+    assert rank(g, ["numpy", "jax"])["jax"].verdict.startswith("cannot win: ")
+    choice = choose(g, feeds, budget=0.5, candidates=("numpy", "jax"), allow_numerics=True)
+    assert choice.status() == {"numpy": "timed", "jax": "timed"} and not choice.left_out
+    assert "jax: timed: median " in choice.decision() and "estimated: compile " in choice.decision()
+    np.testing.assert_allclose(choice.compiled(feeds)[0], _numpy_chain(50, 0.3, 0.9), rtol=1e-12)
+
+
 def test_auto_compiled_calls_like_a_program() -> None:
     g = _two_outputs()
     x, z = np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])

@@ -152,7 +152,7 @@ class Estimate:
         'estimated: compile 0.02 s, overhead 0.030 ms per call, 3 op(s)'
         """
         if self.compile_seconds is None or self.overhead_seconds is None:
-            return f"no cost model for {self.engine}: timed"
+            return f"no cost model for {self.engine}"
         lacks = (f", {self.numpy_ops} op(s) on numpy, {self.transfers} transfer(s), <= {self.regions} region(s)"
                  if self.numpy_ops else "")
         return (f"estimated: compile {self.compile_seconds:.2g} s, overhead {self.overhead_seconds * 1e3:.3f} ms "
@@ -289,7 +289,12 @@ def rank(graph: Graph, names: Sequence[str], *, budget: float = 20.0, device: st
     (True, 'compile estimated at 0.23 s for 200 op(s), more than the whole budget (0.1 s)')
     """
     prof = profile(graph)
-    out = {n: estimate(graph, n, prof) for n in names}
+    out: dict[str, Estimate] = {}
+    for n in names:
+        try:
+            out[n] = estimate(graph, n, prof)
+        except Exception:  # not installed, or unknown: its compile reports why, as a failure
+            out[n] = Estimate(n, int(prof.real.sum()))
     for e in out.values():
         if e.engine != "numpy" and e.compile_seconds is not None and e.compile_seconds > budget:
             e.verdict = (f"compile estimated at {e.compile_seconds:.2g} s for {e.ops} op(s), more than the whole "
@@ -436,8 +441,9 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
     names = list(candidates or [n for n in backends.available() if n not in NOT_TIMED])
     excluded = numerics_exclusions(graph, names, device, allow_numerics)
     names = [n for n in names if n not in excluded]
-    estimates = rank(graph, names, budget=budget, device=device) if candidates is None else {}
-    left_out = {n: e.verdict for n, e in estimates.items() if e.verdict is not None}
+    estimates = rank(graph, names, budget=budget, device=device)
+    # named candidates are all timed (the estimates still go into the report)
+    left_out = {n: e.verdict for n, e in estimates.items() if e.verdict is not None and candidates is None}
     names = [n for n in names if n not in left_out]
     failures: dict[str, str] = {}
     compiled: dict[str, Any] = {}
