@@ -207,6 +207,29 @@ def profile(graph: Graph) -> Profile:
     return Profile(real, work)
 
 
+def _distinct_rows(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of the table ``cols`` (columns of ints), and each row's distinct index:
+    the columns packed into one int64 key where their ranges allow (a 1-D unique is a plain sort), else
+    ``np.unique(axis=0)``.
+
+    >>> first, inverse = _distinct_rows([np.array([3, 1, 3]), np.array([-1, 2, -1])])
+    >>> first.tolist(), inverse.tolist()
+    ([1, 0], [1, 0, 1])
+    """
+    if not len(cols) or not len(cols[0]):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lows = [int(c.min()) for c in cols]
+    sizes = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows, strict=True)]
+    if math.prod(sizes) < 1 << 62:
+        key = np.zeros(len(cols[0]), dtype=np.int64)
+        for c, lo, size in zip(cols, lows, sizes, strict=True):
+            key = key * size + (c.astype(np.int64) - lo)
+        _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _rows, first, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 def _runs(graph: Graph, name: str) -> np.ndarray:
     """Per op: True where engine ``name`` runs it (directly, or after lowering: a kind with a lowering rule is
     taken as lowered); constants count as run. One ``why_not`` per distinct (kind, attributes, types) signature."""
@@ -232,10 +255,10 @@ def _runs(graph: Graph, name: str) -> np.ndarray:
             at = np.minimum(ptr[check] + j, len(ids) - 1) if len(ids) else np.zeros(len(check), dtype=np.int64)
             cols.append(np.where(arity > j, graph.value_type[ids[at]] if len(ids) else -1, -1))
     wide = (a_in > 4) | (a_out > 2)
-    rows, first, inverse = np.unique(np.stack(cols, axis=1)[~wide], axis=0, return_index=True, return_inverse=True)
+    first, inverse = _distinct_rows([c[~wide] for c in cols])
     narrow = check[~wide]
     verdict = np.array([be.why_not(OpInfo.of(graph, int(narrow[i]))) is None for i in first.tolist()], dtype=bool)
-    ok[narrow] = verdict[inverse.reshape(-1)] if len(rows) else True
+    ok[narrow] = verdict[inverse] if len(first) else True
     for op in check[wide].tolist():
         ok[op] = be.why_not(OpInfo.of(graph, op)) is None
     return ok
