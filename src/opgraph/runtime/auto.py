@@ -7,7 +7,8 @@ How it decides, in three steps:
    reason, so ``auto`` never switches a graph silently to an engine that changes its results;
    ``allow_numerics`` names the differences to accept (``("ftz",)``, or True for all).
 2. **Pre-ranking from the graph alone** (:func:`rank`, no compile, no run; O(ops), vectorised over the columnar
-   graph). For each engine it estimates, from the measured constants in :data:`COSTS`:
+   graph, one ``why_not`` per distinct op signature: 45 ms for four engines on 10^4 scalar ops, 0.5 s on 10^5).
+   For each engine it estimates, from the measured constants in :data:`COSTS`:
 
    * the ops it runs and the ops it lacks (these run on numpy; the values crossing between the two are
      transfers, and every transfer may start a region, so ``regions <= transfers + 1``),
