@@ -420,26 +420,24 @@ def _install_hint(missing: str) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     """``opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]``."""
     from opgraph.core.atomic import atomic_files
-    from opgraph.core.feeds import input_id, value_id
+    from opgraph.core.feeds import value_id
 
-    settings = []
-    for item in args.set or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UsageError(f"--set expects NAME=FILE.npy, got {item!r}")
-        settings.append((name, path))
+    _set_items(args.set)  # a malformed --set is refused before the graph loads
     g = _load(args.file)
-    feeds: dict[int, np.ndarray] = {}
-    for name, path in settings:
-        v = input_id(g, name, verb="set")  # an unknown name lists the inputs and close names
-        feeds[v] = _load_npy(path, name)
+    feeds = read_feeds(g, args.set)
     if args.get:
         targets = [value_id(g, name) for name in args.get]
     else:
         targets = [int(v) for v in g.outputs]
         if not targets:
             raise UsageError("the graph declares no outputs; choose values with --get NAME")
-    results = g.run(feeds, targets, backend=args.backend)
+    if args.backend == "auto":  # Graph.run's choice (kept on the graph), with this command's budget, reported
+        from opgraph.runtime.auto import cached_choice, run_auto
+
+        results = run_auto(g, feeds, targets, budget=args.budget)
+        print(f"{PROG}: {cached_choice(g).report()}", file=sys.stderr)  # type: ignore[union-attr]
+    else:
+        results = g.run(feeds, targets, backend=args.backend)
     if args.outdir is None:
         for v, arr in zip(targets, results, strict=True):
             print(f"{g.value_label(v)} = {arr!r}")
@@ -456,6 +454,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
             np.save(f, np.asarray(arr), allow_pickle=False)
         print(f"wrote {path}")
     return 0
+
+
+def _set_items(items: Sequence[str] | None) -> list[tuple[str, str]]:
+    """``--set NAME=FILE.npy`` arguments as (name, path) pairs.
+
+    >>> _set_items(["x=a.npy"])
+    [('x', 'a.npy')]
+    """
+    settings = []
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--set expects NAME=FILE.npy, got {item!r}")
+        settings.append((name, path))
+    return settings
+
+
+def read_feeds(g: Any, items: Sequence[str] | None) -> dict[int, np.ndarray]:
+    """The feeds of ``--set NAME=FILE.npy`` arguments, by input id (an unknown name lists the inputs).
+
+    >>> read_feeds(None, [])
+    {}
+    """
+    from opgraph.core.feeds import input_id
+
+    feeds: dict[int, np.ndarray] = {}
+    for name, path in _set_items(items):
+        v = input_id(g, name, verb="set")  # an unknown name lists the inputs and close names
+        feeds[v] = _load_npy(path, name)
+    return feeds
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -593,7 +621,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="value to compute (repeatable; default: the graph's outputs)")
     p.add_argument("-o", "--outdir", metavar="OUTDIR", help="save each result as OUTDIR/NAME.npy instead of printing")
     p.add_argument("--backend", default="numpy",
-                   help="backend to run on: numpy (default), jax, torch, onnxruntime or auto (the fastest installed)")
+                   help="backend to run on: numpy (default), jax, torch, onnxruntime or auto (the fastest installed; "
+                        "the choice is reported on stderr)")
+    p.add_argument("--budget", type=float, default=20.0, metavar="SECONDS",
+                   help="with --backend auto: seconds to spend timing the engines that can win (default 20)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("dump", parents=[common], help="print the graph as text")
@@ -609,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_MODULES: tuple[str, ...] = ("opgraph.cli.optimize_cmd", "opgraph.cli.plan_cmd", "opgraph.cli.viz_cmd")
 """Modules adding more subcommands; each has ``add_parser(subparsers, common)``, which adds its
 parser with ``parents=[common]`` and sets ``func`` (a function of the parsed args returning the exit status).
-Helpers for them (``load_graph``, ``save_graph``, ``print_table``) are the ones below."""
+Helpers for them (``load_graph``, ``save_graph``, ``print_table``, :func:`read_feeds`) are the ones below."""
 
 
 def load_graph(path: str) -> Any:

@@ -679,7 +679,14 @@ def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None
     >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); y = b.op("exp", x); b.output(y)
     >>> run_on(b.freeze(), {"x": np.zeros(2)}, None, "numpy")
     [array([1., 1.])]
+
+    ``backend="auto"`` chooses on the first run and keeps the choice on the graph
+    (:func:`opgraph.runtime.auto.run_auto`).
     """
+    if backend == "auto":
+        from opgraph.runtime.auto import run_auto
+
+        return run_auto(graph, feeds, targets)
     key = ("program", backend)
     prog = graph._cache.get(key)
     if prog is None:
