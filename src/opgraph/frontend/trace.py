@@ -188,7 +188,8 @@ class TracedFunction:
                 bound = self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise ArgumentError(f"{self.name}(): {exc}") from None
-            bound.apply_defaults()
+            if not self.strict:  # strict (jit) leaves defaults to Python, as JAX does: they are never traced
+                bound.apply_defaults()
         if self.static:
             return self._bind_static(bound)
         values = tuple(bound.arguments.values())
