@@ -197,7 +197,7 @@ class TracedFunction:
             spec = self.flat_specs.get(len(values))
             if spec is None:
                 spec = self.flat_specs[len(values)] = pytree.flatten(values)[1]
-            return BoundCall((spec, *[(v.dtype.str, v.shape) for v in values]), bound, list(values), spec,
+            return BoundCall((spec, *[(v.dtype, v.shape) for v in values]), bound, list(values), spec,
                          list(enumerate(values)))
         return self._bind_leaves(bound, values, [], None)
 
@@ -225,7 +225,7 @@ class TracedFunction:
         infos: list[Leaf | None] = []
         for i, leaf in enumerate(leaves):
             if type(leaf) is np.ndarray:  # the common leaf, kept cheap
-                key.append((leaf.dtype.str, leaf.shape))
+                key.append((leaf.dtype, leaf.shape))
                 arrays.append((i, leaf))
                 infos.append(None)
                 continue
@@ -238,9 +238,9 @@ class TracedFunction:
             else:
                 info = self.describe(leaf)
             if info is not None:
-                key.append((info.dtype.str, info.shape, "weak") if info.weak else
-                           (info.dtype.str, info.shape, "lazy") if isinstance(info.value, LazyArray) else
-                           (info.dtype.str, info.shape))
+                key.append((info.dtype, info.shape, "weak") if info.weak else
+                           (info.dtype, info.shape, "lazy") if isinstance(info.value, LazyArray) else
+                           (info.dtype, info.shape))
                 arrays.append((i, info.value))
                 infos.append(info)
                 continue

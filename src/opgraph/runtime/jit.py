@@ -171,7 +171,7 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if len(args) == self._arity and not kwargs and all(type(a) is np.ndarray for a in args):
             spec = self._tracer.flat_specs.get(len(args))  # the common call: only the lookup and the run
-            entry = self._cache.get((spec, *[(a.dtype.str, a.shape) for a in args])) if spec is not None else None
+            entry = self._cache.get((spec, *[(a.dtype, a.shape) for a in args])) if spec is not None else None
             if entry is not None:
                 return entry.run(args)
         call = self._tracer.bind(args, kwargs)
