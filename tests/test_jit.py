@@ -148,6 +148,8 @@ def test_python_scalars_are_weakly_typed_and_fed(backend, rng, jnp):
     g = opgraph.jit(lambda lr, n: lr * n, backend=backend)
     assert g(0.5, 3) == 1.5 and g(0.5, 3).dtype == np.float64  # only weak operands: float64 (x64)
     assert g(True, 2) == 2
+    h = opgraph.jit(lambda a, k: a + k, backend=backend)
+    assert h(np.ones(2, np.int8), 3).dtype == np.int8 == jax.jit(lambda a, k: a + k)(np.ones(2, np.int8), 3).dtype
     np.testing.assert_allclose(f(x, np.float32(0.5), 1), x * np.float32(0.5) + 1)
     assert f.cache_size == 2  # a NumPy scalar is a (strongly typed) 0-d array, as in JAX
 
@@ -326,6 +328,7 @@ def test_graph_lower_explain_and_repr(rng):
     assert "optimize level 2" in lines[1] and "(1 ops)" in lines[1]  # the transposes cancelled
     assert prog.explain() in text
     assert 0 < f.compile_seconds(x, w) < 60
+    assert f.compile_seconds(x, w) == pytest.approx(sum(f.compile_times["x: float64[2, 3], w: float64[3, 1]"].values()))
     assert repr(f) == "<opgraph.jit <lambda> on numpy: 1 signature(s) compiled>"
 
 
@@ -334,6 +337,27 @@ def test_optimize_level_zero_compiles_the_traced_graph(rng):
     x = rng.normal(size=(2, 3))
     np.testing.assert_allclose(f(x), x)
     assert f.lower(x).graph.num_ops == f.graph(x).num_ops
+
+
+def test_a_jitted_method_takes_its_instance_as_a_static_argument(rng):
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __hash__(self):
+            return hash(self.scale)
+
+        def __eq__(self, other):
+            return isinstance(other, Model) and other.scale == self.scale
+
+        @opgraph.jit(static_argnums=0)
+        def apply(self, x):
+            return x * self.scale
+
+    x = rng.normal(size=3)
+    np.testing.assert_allclose(Model(2.0).apply(x), x * 2.0)
+    np.testing.assert_allclose(Model(3.0).apply(x), x * 3.0)
+    assert Model.apply.cache_size == 2
 
 
 def test_auto_backend(rng):

@@ -282,6 +282,21 @@ class Jitted:
         """How many signatures have been compiled."""
         return len(self._cache)
 
+    @property
+    def compile_times(self) -> dict[str, dict[str, float]]:
+        """Seconds spent on each signature compiled so far, by phase (``trace``, ``optimize``, ``compile``).
+
+        >>> import numpy as np, opgraph
+        >>> f = opgraph.jit(lambda x: x + 1.0)
+        >>> _ = f(np.ones(2)); list(f.compile_times), sorted(f.compile_times["x: float64[2]"])
+        (['x: float64[2]'], ['compile', 'optimize', 'trace'])
+        """
+        return {e.signature: dict(e.seconds) for e in self._cache.values()}
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        # a jitted method: bound to its instance, which is then its first argument (static, or an error, as in JAX)
+        return self if obj is None else functools.partial(self, obj)
+
     def __repr__(self) -> str:
         return f"<opgraph.jit {self.name} on {self.backend}: {self.cache_size} signature(s) compiled>"
 
