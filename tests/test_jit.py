@@ -332,6 +332,16 @@ def test_graph_lower_explain_and_repr(rng):
     assert repr(f) == "<opgraph.jit <lambda> on numpy: 1 signature(s) compiled>"
 
 
+def test_a_later_call_of_arrays_and_numbers_only_flattens_and_looks_up(rng, monkeypatch):
+    f = opgraph.jit(lambda p, x, lr: {"w": p["w"] - lr * x, "n": p["n"] + 1})
+    p, x = {"w": rng.normal(size=3), "n": np.zeros((), np.int64)}, rng.normal(size=3)
+    f(p, x, 0.5)
+    monkeypatch.setattr(f._tracer, "bind", None)  # not bound again: the signature key is read from the leaves
+    out = f(p, x, 0.25)
+    np.testing.assert_allclose(out["w"], p["w"] - 0.25 * x)
+    assert out["n"] == 1 and f.cache_size == 1
+
+
 def test_optimize_level_zero_compiles_the_traced_graph(rng):
     f = opgraph.jit(lambda x: onp.transpose(onp.transpose(x)) * 1.0, optimize=0)
     x = rng.normal(size=(2, 3))

@@ -69,6 +69,12 @@ _DONATING = frozenset({"jax"})  # engines whose executables reuse donated input 
 _WEAK = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
          complex: np.dtype(np.complex128)}
 
+# each leaf type's part of the signature key, without describing the leaf (as TracedFunction keys it)
+_KEY: dict[type, Callable[[Any], Any]] = {
+    np.ndarray: lambda a: (a.dtype, a.shape),
+    **{t: (lambda k: lambda _: k)((dt, (), "weak")) for t, dt in _WEAK.items()},
+}
+
 
 def describe_leaf(x: Any) -> Leaf | None:
     """How ``jit`` traces an argument leaf: arrays by dtype and shape (fed as they are, no copy), Python scalars as
@@ -169,11 +175,21 @@ class Jitted:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == self._arity and not kwargs and all(type(a) is np.ndarray for a in args):
-            spec = self._tracer.flat_specs.get(len(args))  # the common call: only the lookup and the run
-            entry = self._cache.get((spec, *[(a.dtype, a.shape) for a in args])) if spec is not None else None
-            if entry is not None:
-                return entry.run(args)
+        if len(args) == self._arity and not kwargs:  # the common calls: only flattening, the lookup and the run
+            if all(type(a) is np.ndarray for a in args):
+                spec = self._tracer.flat_specs.get(len(args))
+                entry = self._cache.get((spec, *[(a.dtype, a.shape) for a in args])) if spec is not None else None
+                if entry is not None:
+                    return entry.run(args)
+            else:
+                leaves, spec = pytree.flatten(args)
+                try:
+                    key = (spec, *[_KEY[type(a)](a) for a in leaves])
+                except KeyError:  # a leaf of another type (a jax or torch array, a static value): bind it
+                    key = None
+                entry = self._cache.get(key) if key is not None else None
+                if entry is not None:
+                    return entry.run(leaves)
         call = self._tracer.bind(args, kwargs)
         entry = self._cache.get(call.key)  # a key with traced (lazy) leaves is never cached
         if entry is None:
