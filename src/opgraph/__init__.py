@@ -83,13 +83,14 @@ if TYPE_CHECKING:
     from opgraph.io import load, save
     from opgraph.passes import optimize
     from opgraph.runtime.compiled import compile
+    from opgraph.runtime.jit import jit
     from opgraph.viz import draw
 
 __all__ = [
     "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
     "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError",
     "OutOfMemoryError", "Symbols", "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops",
-    "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "load",
+    "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "jit", "load",
     "optimize", "register_op", "save", "scan", "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp",
     "while_loop",
 ]
@@ -105,6 +106,7 @@ _LAZY_NAMES = {
     "grad": "opgraph.autodiff",
     "hessian": "opgraph.autodiff",
     "jacobian": "opgraph.autodiff",
+    "jit": "opgraph.runtime.jit",
     "load": "opgraph.io",
     "OpGraph": "opgraph.frontend.tensor_algebra",
     "optimize": "opgraph.passes",

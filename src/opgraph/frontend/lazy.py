@@ -66,7 +66,7 @@ class TracingError(GraphError):
 class _Node:
     """One recorded op (or input, or constant) with the types of its outputs."""
 
-    __slots__ = ("attrs", "const", "free", "inputs", "name", "opdef", "seq", "types", "value")
+    __slots__ = ("attrs", "const", "free", "inputs", "name", "opdef", "seq", "types", "value", "weak")
 
     def __init__(self, opdef: OpDef | None, attrs: tuple[tuple[str, Any], ...], inputs: tuple[LazyArray, ...],
                  types: tuple[TensorType, ...], *, const: np.ndarray | None = None, name: str | None = None) -> None:
@@ -80,6 +80,8 @@ class _Node:
         self.value: tuple[np.ndarray, ...] | None = None
         # depends on a placeholder (which never gets a value), so it cannot be evaluated outside a graph run
         self.free: bool = self.is_input or any(a._node.free for a in inputs)
+        # a weakly typed 0-d value (a Python scalar traced by opgraph.jit): takes the other operands' dtype
+        self.weak = False
 
     @property
     def is_input(self) -> bool:
@@ -485,15 +487,45 @@ def constant(value: Any, dtype: Any = None, name: str | None = None) -> LazyArra
     return LazyArray(node)
 
 
-def placeholder(shape: Any, dtype: Any = np.float64, name: str | None = None) -> LazyArray:
+def placeholder(shape: Any, dtype: Any = np.float64, name: str | None = None, *, weak: bool = False) -> LazyArray:
     """A lazy array with a type but no value: an input of the graph it feeds.
+
+    A ``weak`` placeholder (0-d) stands for a Python scalar, as JAX traces one: next to array operands of
+    another dtype it is cast to the dtype a Python scalar would take there (NEP 50), so ``x_f32 * lr`` stays
+    float32 whatever ``lr``'s own (float64) input type.
 
     >>> import opgraph.numpy as onp
     >>> x = onp.placeholder((None, 3), "float32", name="x")
     >>> (x * 2).shape
     (None, 3)
+    >>> (x * placeholder((), "float64", name="lr", weak=True)).dtype
+    dtype('float32')
     """
-    return LazyArray(_Node(None, (), (), (TensorType(dtype, shape),), name=name))
+    node = _Node(None, (), (), (TensorType(dtype, shape),), name=name)
+    node.weak = weak
+    return LazyArray(node)
+
+
+_WEAK_EXAMPLE = {"b": True, "i": 0, "u": 0, "f": 0.0, "c": 0j}  # a Python scalar of each dtype kind
+
+
+def _strengthen(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], bool]:
+    """Cast weak lazy arguments to the dtype a Python scalar of their kind takes next to the strong ones;
+    and whether the op's result is weak too (no strong operand)."""
+    weak = [isinstance(a, LazyArray) and a._node.weak for a in args]
+    if not any(weak):
+        return args, False
+    strong = [a for a, w in zip(args, weak, strict=True)
+              if not w and not isinstance(a, (bool, int, float, complex))
+              and isinstance(a, (LazyArray, np.ndarray, np.generic))]
+    if not strong:
+        return args, True
+    out = list(args)
+    for i, w in enumerate(weak):
+        if w:
+            dt = _weak_dtype(_WEAK_EXAMPLE.get(args[i].dtype.kind, 0.0), strong)
+            out[i] = _record("cast", (args[i],), {"dtype": dt.name}) if dt != args[i].dtype else args[i]
+    return tuple(out), False
 
 
 def as_lazy(x: Any, others: Sequence[Any] = ()) -> LazyArray:
@@ -512,14 +544,28 @@ def apply(kind: str | OpDef, *args: Any, **attrs: Any) -> Any:
     >>> apply("add", onp.asarray([1, 2]), 3).eval()
     array([4, 5])
     """
+    args, weak = _strengthen(args)
+    node = _record_node(kind, args, attrs)
+    if weak and len(node.types) == 1 and node.types[0].shape == () and all(
+            a.dtype == node.types[0].dtype for a in args if isinstance(a, LazyArray)):
+        node.weak = True  # arithmetic on weak scalars stays weak (lr * 0.5), as in JAX
+    if len(node.types) == 1:
+        return LazyArray(node, 0)
+    return tuple(LazyArray(node, i) for i in range(len(node.types)))
+
+
+def _record_node(kind: str | OpDef, args: tuple[Any, ...], attrs: dict[str, Any]) -> _Node:
     # Fresh handles: x[key] = v rebinds the user's handle x, which must not change ops already built on x.
     inputs = tuple(LazyArray(a._node, a._index) for a in (as_lazy(a, args) for a in args))
     r: Resolved = resolve(kind, [a.type for a in inputs], attrs)
     node = _Node(r.opdef, r.attrs, inputs, r.out_types)  # type: ignore[arg-type]
     _fold_small(node, r)
-    if len(r.out_types) == 1:
-        return LazyArray(node, 0)
-    return tuple(LazyArray(node, i) for i in range(len(r.out_types)))
+    return node
+
+
+def _record(kind: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> LazyArray:
+    """One single-output op, recorded as it is (no weak-scalar promotion)."""
+    return LazyArray(_record_node(kind, args, attrs), 0)
 
 
 def _fold_small(node: _Node, r: Resolved) -> None:

@@ -191,7 +191,8 @@ class _Variant:
             for v in r.inputs:
                 readers[v] = readers.get(v, 0) + 1
         results = set(g.outputs.tolist())
-        self.donatable = {int(d) for d in g.updates[:, 1].tolist() if readers.get(int(d)) == 1 and d not in results}
+        self.donatable = {int(d) for d in [*g.updates[:, 1].tolist(), *g.inputs[list(program.donate)].tolist()]
+                          if readers.get(int(d)) == 1 and d not in results}
         # results that no region computes: constants (inputs come with the feeds)
         self.constants = {int(v): g.constant_of(int(g.value_producer[v])) for v in g.outputs.tolist()
                           if g.value_producer[v] >= 0 and g.op_kind[g.value_producer[v]] == CONST.id}
@@ -239,9 +240,12 @@ class Program:
     """
 
     def __init__(self, graph: Graph, backend: str | Backend, *, device: str | None = None, partition: bool = True,
-                 memory_limit: Any = "auto", schedule: str | np.ndarray = "best", **options: Any) -> None:
+                 memory_limit: Any = "auto", schedule: str | np.ndarray = "best", donate: Sequence[int] = (),
+                 **options: Any) -> None:
         started = time.perf_counter()
         self.graph = graph
+        self.donate = tuple(donate)
+        """Input positions whose buffers the engine may reuse (``opgraph.jit``'s ``donate_argnums``; jax does)."""
         self.memory_limit = memory_limit
         self.backend = backend if isinstance(backend, Backend) else backends.get(backend)
         reason = self.backend.unavailable_reason()
