@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,18 +51,239 @@ from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray
 from opgraph.frontend.trace import is_array
 
-__all__ = ["SGD", "Adagrad", "Adam", "Momentum", "Optimizer", "StepRunner", "Trainer", "TrainingStep",
-           "training_step"]
+__all__ = ["SGD", "Adagrad", "Adam", "EmptyState", "Momentum", "Optimizer", "ScaleByAdamState", "ScaleByRssState",
+           "StepRunner", "TraceState", "Trainer", "TrainingStep", "apply_updates", "training_step"]
 
 
-class Optimizer:
-    """Base class: ``apply(b, param, grad, state_input)`` appends the update ops.
+# ---------------------------------------------------------------- optimiser state (optax's NamedTuples)
+class EmptyState(NamedTuple):
+    """The state of an optimiser that keeps none (:class:`SGD`), as optax's ``EmptyState``.
 
-    ``state_input(suffix, shape)`` declares a state input (zeros initially) and
-    returns ``(value, set)``, where ``set(new)`` records its update edge.
-    ``global_state`` optimisers (Adam's step count) use ``state_input`` with
-    a scalar shape.
+    >>> SGD(0.1).init({"w": np.zeros(2)})
+    EmptyState()
     """
+
+
+class TraceState(NamedTuple):
+    """:class:`Momentum`'s state, as optax's ``TraceState``: ``trace``, the velocity, shaped like the parameters.
+
+    >>> Momentum(0.1).init([np.ones(2)])
+    TraceState(trace=[array([0., 0.])])
+    """
+
+    trace: Any
+
+
+class ScaleByRssState(NamedTuple):
+    """:class:`Adagrad`'s state, as optax's ``ScaleByRssState``: the running ``sum_of_squares`` of the gradients.
+
+    >>> Adagrad(0.1).init(np.zeros(2, np.float32))
+    ScaleByRssState(sum_of_squares=array([0.1, 0.1], dtype=float32))
+    """
+
+    sum_of_squares: Any
+
+
+class ScaleByAdamState(NamedTuple):
+    """:class:`Adam`'s state, as optax's ``ScaleByAdamState``: the step ``count`` (int32, a scalar), the moments
+    ``mu`` and ``nu``, shaped like the parameters.
+
+    >>> Adam().init({"w": np.zeros(2)}).count
+    array(0, dtype=int32)
+    """
+
+    count: Any
+    mu: Any
+    nu: Any
+
+
+_MAX_COUNT = int(np.iinfo(np.int32).max)
+
+
+def _namespace(leaves: Sequence[Any]) -> Any:
+    """Where the update formulas run for these leaves: lazy arrays (a trace, ``opgraph.grad`` results) in
+    ``opgraph.numpy``, so the update becomes graph ops; arrays with their own namespace (jax) in it; else NumPy,
+    eagerly (a hand-written loop pays no graph building per step)."""
+    xp: Any = np
+    for x in leaves:
+        if isinstance(x, LazyArray):
+            import opgraph.numpy as onp
+
+            return onp
+        if xp is np and not isinstance(x, (np.ndarray, np.generic)) and hasattr(x, "__array_namespace__"):
+            xp = x.__array_namespace__()
+    return xp
+
+
+def _match(grads: Any, **trees: Any) -> tuple[list[Any], list[list[Any]], pytree.PyTreeSpec, Any]:
+    """The gradients' leaves, each state tree's leaves in the same order, the structure and the namespace."""
+    g_leaves, spec = pytree.flatten(grads)
+    out = []
+    for name, tree in trees.items():
+        leaves, other = pytree.flatten(tree)
+        if other != spec:
+            raise GraphError(f"the gradients have the structure {spec} but the optimiser state's {name} has "
+                             f"{other}: update() takes gradients structured like the parameters given to init()")
+        out.append(leaves)
+    return g_leaves, out, spec, _namespace(g_leaves + [x for leaves in out for x in leaves])
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
+    """``params + updates`` leaf by leaf, each result in its parameter's dtype (``optax.apply_updates``).
+
+    ``None`` leaves stay ``None``; the trees must have the same structure.
+
+    >>> import numpy as np
+    >>> apply_updates({"w": np.ones(2, np.float32), "b": None}, {"w": np.array([0.5, -1.0]), "b": None})
+    {'w': array([1.5, 0. ], dtype=float32), 'b': None}
+    """
+    p_leaves, spec = pytree.flatten(params)
+    u_leaves, other = pytree.flatten(updates)
+    if other != spec:
+        raise GraphError(f"the parameters have the structure {spec} but the updates have {other}")
+    out = []
+    for p, u in zip(p_leaves, u_leaves, strict=True):
+        dtype = p.dtype if hasattr(p, "dtype") else np.asarray(p).dtype
+        new = p + u
+        if not hasattr(new, "dtype"):
+            new = np.asarray(new)
+        out.append(new if new.dtype == dtype else new.astype(dtype))
+    return pytree.unflatten(spec, out)
+
+
+# ---------------------------------------------------------------- the update formulas (one place each)
+# Each takes the namespace ``xp`` (NumPy, opgraph.numpy, or _Ops on a GraphBuilder), one parameter's gradient and
+# state and the hyperparameters; it returns the step ``d`` with ``p_new = p - d`` for a positive ``lr`` and the new
+# state. The pure ``update`` passes ``-lr``, so ``d`` is optax's update (``p_new = p + d``, exactly the same
+# numbers: negating is exact); ``apply`` passes ``lr`` and builds ``p - d``. The operand order is the one the
+# update-fusion rules (opgraph.passes.rules.FUSE_UPDATES) match; every order here rounds as optax's does except
+# where said.
+def _sgd_rule(xp: Any, g: Any, *, lr: float) -> Any:
+    return g * lr
+
+
+def _momentum_rule(xp: Any, g: Any, v: Any, *, lr: float, mu: float, nesterov: bool) -> tuple[Any, Any]:
+    v_new = v * mu + g
+    return ((g + v_new * mu) if nesterov else v_new) * lr, v_new
+
+
+def _adagrad_rule(xp: Any, g: Any, acc: Any, *, lr: float, eps: float) -> tuple[Any, Any]:
+    acc_new = acc + g * g
+    # optax: g * rsqrt(acc' + eps) where acc' > 0, else 0. acc' = 0 means g = 0 (the accumulator starts at 0 or
+    # more), so the step is 0 either way; the guard is only needed (and built) where eps <= 0, against 0 / 0.
+    denom = acc_new + eps if eps > 0 else xp.where(acc_new > 0, acc_new + eps, 1.0)
+    return g * lr / xp.sqrt(denom), acc_new
+
+
+def _adam_rule(xp: Any, g: Any, m: Any, v: Any, t: Any, *, lr: float, b1: float, b2: float, eps: float,
+               eps_root: float) -> tuple[Any, Any, Any]:
+    """``t``: the step count after this step's increment, in the parameter's dtype."""
+    m_new = m * b1 + g * (1.0 - b1)
+    v_new = v * b2 + g * g * (1.0 - b2)
+    m_hat = m_new / (1.0 - b1 ** t)
+    v_hat = v_new / (1.0 - b2 ** t)
+    if eps_root:
+        v_hat = v_hat + eps_root
+    # optax: -lr * (m^ / (sqrt(v^) + eps)); here (m^ * -lr) / (...): the same up to one rounding
+    return m_hat * lr / (xp.sqrt(v_hat) + eps), m_new, v_new
+
+
+class _Sym:
+    """A value of a GraphBuilder with Python's operators, so the formulas above build ops (``apply``)."""
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, b: GraphBuilder, v: Value) -> None:
+        self.b, self.v = b, v
+
+    def _rhs(self, x: Any) -> Any:
+        return x.v if isinstance(x, _Sym) else x
+
+    def _lhs(self, x: Any) -> Any:  # a number on the left: a constant of this value's dtype
+        return x.v if isinstance(x, _Sym) else np.array(x, self.v.dtype)
+
+    def _op(self, kind: str, a: Any, c: Any) -> _Sym:
+        return _Sym(self.b, getattr(self.b, kind)(a, c))
+
+    def __add__(self, o: Any) -> _Sym:
+        return self._op("add", self.v, self._rhs(o))
+
+    def __radd__(self, o: Any) -> _Sym:
+        return self._op("add", self._lhs(o), self.v)
+
+    def __sub__(self, o: Any) -> _Sym:
+        return self._op("subtract", self.v, self._rhs(o))
+
+    def __rsub__(self, o: Any) -> _Sym:
+        return self._op("subtract", self._lhs(o), self.v)
+
+    def __mul__(self, o: Any) -> _Sym:
+        return self._op("multiply", self.v, self._rhs(o))
+
+    def __rmul__(self, o: Any) -> _Sym:
+        return self._op("multiply", self._lhs(o), self.v)
+
+    def __truediv__(self, o: Any) -> _Sym:
+        return self._op("divide", self.v, self._rhs(o))
+
+    def __rtruediv__(self, o: Any) -> _Sym:
+        return self._op("divide", self._lhs(o), self.v)
+
+    def __pow__(self, o: Any) -> _Sym:
+        return self._op("power", self.v, self._rhs(o))
+
+    def __rpow__(self, o: Any) -> _Sym:
+        return self._op("power", self._lhs(o), self.v)
+
+    def __gt__(self, o: Any) -> _Sym:
+        return self._op("greater", self.v, self._lhs(o))
+
+
+class _Ops:
+    """The namespace of the formulas on a GraphBuilder."""
+
+    def __init__(self, b: GraphBuilder) -> None:
+        self.b = b
+
+    def __call__(self, v: Value) -> _Sym:
+        return _Sym(self.b, v)
+
+    def sqrt(self, x: _Sym) -> _Sym:
+        return _Sym(self.b, self.b.sqrt(x.v))
+
+    def where(self, c: _Sym, x: _Sym, y: float) -> _Sym:
+        return _Sym(self.b, self.b.where(c.v, x.v, x._lhs(y)))
+
+
+# ---------------------------------------------------------------- the optimisers
+class Optimizer:
+    """Base class. Pure functions with optax's semantics: ``state = opt.init(params)``, then per step
+    ``updates, state = opt.update(grads, state)`` and ``params = apply_updates(params, updates)``; pytrees
+    (dicts, lists, tuples, namedtuples, ``None`` leaves) of NumPy arrays (computed eagerly in NumPy) or lazy
+    arrays (inside ``@opgraph.function`` or a trace: the update becomes graph ops for any engine).
+
+    For :func:`training_step`: ``apply(b, param, grad, state_input)`` appends the same formulas' ops to a
+    GraphBuilder. ``state_input(suffix, shared=False, init=0.0)`` declares a state input (starting at ``init``)
+    and returns ``(value, set)``, where ``set(new)`` records its update edge; ``shared`` state (Adam's step
+    count) is one scalar for all parameters.
+
+    >>> import numpy as np
+    >>> opt = SGD(0.5)
+    >>> params = {"w": np.array([1.0, 2.0])}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update({"w": np.array([2.0, 2.0])}, state, params)
+    >>> apply_updates(params, updates)
+    {'w': array([0., 1.])}
+    """
+
+    def init(self, params: Any) -> Any:
+        """The initial state for a pytree of parameters (zeros shaped like them, optax's defaults)."""
+        raise NotImplementedError
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        """``(updates, new_state)``: the updates to add to the parameters (``apply_updates``). ``params`` is
+        accepted as optax does and not used by these optimisers."""
+        raise NotImplementedError
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         """Return the new parameter value."""
@@ -71,83 +292,165 @@ class Optimizer:
 
 @dataclass
 class SGD(Optimizer):
-    """Plain gradient descent: ``p = p - lr * g``.
+    """Plain gradient descent: ``p = p - lr * g`` (``optax.sgd(lr)``).
 
     >>> SGD(0.1)
     SGD(lr=0.1)
+    >>> SGD(0.1).update([np.array([1.0, -2.0])], EmptyState())
+    ([array([-0.1,  0.2])], EmptyState())
     """
 
     lr: float = 0.01
 
+    def init(self, params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, _, spec, xp = _match(grads)
+        return pytree.unflatten(spec, [_sgd_rule(xp, g, lr=-self.lr) for g in leaves]), EmptyState()
+
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
-        return b.subtract(param, b.multiply(grad, self.lr))
+        ops = _Ops(b)
+        return b.subtract(param, _sgd_rule(ops, ops(grad), lr=self.lr).v)
 
 
 @dataclass
 class Momentum(Optimizer):
-    """Heavy-ball momentum: ``v = mu * v + g; p = p - lr * v``.
+    """Heavy-ball momentum: ``v = mu * v + g; p = p - lr * v``; with ``nesterov``, ``p = p - lr * (g + mu * v)``
+    (``optax.sgd(lr, momentum=mu, nesterov=...)``).
 
     >>> Momentum(0.1, 0.9).mu
     0.9
+    >>> opt = Momentum(0.1, 0.5)
+    >>> state = opt.init(np.zeros(2))
+    >>> for _ in range(2):
+    ...     updates, state = opt.update(np.ones(2), state)
+    >>> updates, state.trace
+    (array([-0.15, -0.15]), array([1.5, 1.5]))
     """
 
     lr: float = 0.01
     mu: float = 0.9
+    nesterov: bool = False
+
+    def init(self, params: Any) -> TraceState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        return TraceState(pytree.unflatten(spec, [xp.zeros_like(p) for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (trace,), spec, xp = _match(grads, trace=state.trace)
+        out = [_momentum_rule(xp, g, v, lr=-self.lr, mu=self.mu, nesterov=self.nesterov)
+               for g, v in zip(leaves, trace, strict=True)]
+        return pytree.unflatten(spec, [d for d, _ in out]), TraceState(pytree.unflatten(spec, [v for _, v in out]))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         v, set_v = state("v")
-        v_new = b.add(b.multiply(v, self.mu), grad)
-        set_v(v_new)
-        return b.subtract(param, b.multiply(v_new, self.lr))
+        ops = _Ops(b)
+        d, v_new = _momentum_rule(ops, ops(grad), ops(v), lr=self.lr, mu=self.mu, nesterov=self.nesterov)
+        set_v(v_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
 class Adagrad(Optimizer):
-    """Adagrad: ``acc = acc + g * g; p = p - lr * g / (sqrt(acc) + eps)``.
+    """Adagrad as ``optax.adagrad``: ``acc = acc + g * g; p = p - lr * g / sqrt(acc + eps)``, the accumulator
+    starting at ``initial_accumulator_value``.
+
+    (Before issue 33 the ``training_step`` form was PyTorch's and ONNX's: ``acc`` from 0 and
+    ``g / (sqrt(acc) + eps)`` with ``eps = 1e-10``; ONNX's Adagrad imports unchanged.)
 
     >>> Adagrad().eps
-    1e-10
+    1e-07
+    >>> opt = Adagrad(0.1, initial_accumulator_value=0.0, eps=0.0)
+    >>> updates, state = opt.update(np.array([3.0, 0.0]), opt.init(np.zeros(2)))
+    >>> updates, state.sum_of_squares
+    (array([-0.1,  0. ]), array([9., 0.]))
     """
 
     lr: float = 0.01
-    eps: float = 1e-10
+    initial_accumulator_value: float = 0.1
+    eps: float = 1e-7
+
+    def init(self, params: Any) -> ScaleByRssState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        return ScaleByRssState(pytree.unflatten(spec, [xp.full_like(p, self.initial_accumulator_value)
+                                                       for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (acc,), spec, xp = _match(grads, sum_of_squares=state.sum_of_squares)
+        out = [_adagrad_rule(xp, g, a, lr=-self.lr, eps=self.eps) for g, a in zip(leaves, acc, strict=True)]
+        return (pytree.unflatten(spec, [d for d, _ in out]),
+                ScaleByRssState(pytree.unflatten(spec, [a for _, a in out])))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
-        acc, set_acc = state("acc")
-        acc_new = b.add(acc, b.multiply(grad, grad))
-        set_acc(acc_new)
-        return b.subtract(param, b.divide(b.multiply(grad, self.lr), b.add(b.sqrt(acc_new), self.eps)))
+        acc, set_acc = state("acc", init=self.initial_accumulator_value)
+        ops = _Ops(b)
+        d, acc_new = _adagrad_rule(ops, ops(grad), ops(acc), lr=self.lr, eps=self.eps)
+        set_acc(acc_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
 class Adam(Optimizer):
-    """Adam with bias correction (Kingma and Ba): with step count ``t`` (starting at 1),
-    ``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; m^ = m / (1 - b1^t); v^ = v / (1 - b2^t);
-    p = p - lr m^ / (sqrt(v^) + eps)``.
+    """Adam with bias correction (Kingma and Ba) as ``optax.adam``: with the step count ``t`` (incremented
+    first, so 1 at the first step), ``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; m^ = m / (1 - b1^t);
+    v^ = v / (1 - b2^t); p = p - lr m^ / (sqrt(v^ + eps_root) + eps)``.
 
     >>> Adam().beta2
     0.999
+    >>> opt = Adam(lr=0.1)
+    >>> updates, state = opt.update(np.array([2.0, -1.0]), opt.init(np.zeros(2)))
+    >>> np.round(updates, 6), state.count
+    (array([-0.1,  0.1]), array(1, dtype=int32))
     """
 
     lr: float = 0.001
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+    eps_root: float = 0.0
+
+    def _rule(self, xp: Any, g: Any, m: Any, v: Any, t: Any, lr: float) -> tuple[Any, Any, Any]:
+        return _adam_rule(xp, g, m, v, t, lr=lr, b1=self.beta1, b2=self.beta2, eps=self.eps,
+                          eps_root=self.eps_root)
+
+    def init(self, params: Any) -> ScaleByAdamState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        zeros = [xp.zeros_like(p) for p in leaves]
+        return ScaleByAdamState(xp.zeros((), dtype=np.int32), pytree.unflatten(spec, zeros),
+                                pytree.unflatten(spec, [xp.zeros_like(p) for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (mu, nu), spec, xp = _match(grads, mu=state.mu, nu=state.nu)
+        count = state.count
+        count = xp.where(count < _MAX_COUNT, count + 1, _MAX_COUNT)  # optax.safe_increment: int32, saturating
+        ts: dict[Any, Any] = {}  # the count in each parameter dtype: no float64 reaches float32 parameters
+        out = []
+        for g, m, v in zip(leaves, mu, nu, strict=True):
+            t = ts.get(g.dtype)
+            if t is None:
+                t = ts[g.dtype] = count.astype(g.dtype)
+            out.append(self._rule(xp, g, m, v, t, -self.lr))
+        return (pytree.unflatten(spec, [d for d, _, _ in out]),
+                ScaleByAdamState(count, pytree.unflatten(spec, [m for _, m, _ in out]),
+                                 pytree.unflatten(spec, [v for _, _, v in out])))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
+        # the graph's step count is a float scalar (of the first parameter's dtype): the fused Adam kernels
+        # (adam_update_t) take it as it is
         t, set_t = state("t", shared=True)
         t_new = b.add(t, 1.0)
         set_t(t_new)
         m, set_m = state("m")
         v, set_v = state("v")
-        m_new = b.add(b.multiply(m, self.beta1), b.multiply(grad, 1.0 - self.beta1))
-        v_new = b.add(b.multiply(v, self.beta2), b.multiply(b.multiply(grad, grad), 1.0 - self.beta2))
-        set_m(m_new)
-        set_v(v_new)
-        dt = param.dtype
-        m_hat = b.divide(m_new, b.subtract(np.array(1.0, dt), b.power(np.array(self.beta1, dt), t_new)))
-        v_hat = b.divide(v_new, b.subtract(np.array(1.0, dt), b.power(np.array(self.beta2, dt), t_new)))
-        return b.subtract(param, b.divide(b.multiply(m_hat, self.lr), b.add(b.sqrt(v_hat), self.eps)))
+        ops = _Ops(b)
+        d, m_new, v_new = self._rule(ops, ops(grad), ops(m), ops(v), ops(t_new), self.lr)
+        set_m(m_new.v)
+        set_v(v_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
@@ -252,14 +555,14 @@ def _builder_step(b: GraphBuilder, loss: Value, params: Sequence[Value], optimiz
     for p, g, name in zip(params, grads, names, strict=True):
 
         def state_input(suffix: str, shared_: bool = False, *, _p: Value = p, _name: str = name,
-                        **kw: Any) -> tuple[Value, Any]:
+                        init: float = 0.0, **kw: Any) -> tuple[Value, Any]:
             shared_ = shared_ or kw.get("shared", False)
             if shared_ and suffix in shared:
                 return shared[suffix]
             full = f"{type(optimizer).__name__.lower()}.{suffix}" if shared_ else f"{_name}.{suffix}"
             t = b.type_of(_p.id) if not shared_ else type(b.type_of(_p.id))(b.type_of(_p.id).dtype, ())
             v = b.input(t, name=full)
-            state[full] = np.zeros(t.shape, t.dtype)
+            state[full] = np.full(t.shape, init, t.dtype)
             done: list[bool] = []
 
             def set_(new: Value) -> None:
