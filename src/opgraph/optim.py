@@ -128,6 +128,11 @@ def _match(grads: Any, **trees: Any) -> tuple[list[Any], list[list[Any]], pytree
     return g_leaves, out, spec, _namespace(g_leaves + [x for leaves in out for x in leaves])
 
 
+def _tree(spec: pytree.PyTreeSpec, leaves: list[Any], xp: Any) -> Any:
+    # NumPy turns 0-d results into scalars (np.float32): give back arrays, as every other leaf
+    return pytree.unflatten(spec, [np.asarray(x) for x in leaves] if xp is np else leaves)
+
+
 def apply_updates(params: Any, updates: Any) -> Any:
     """``params + updates`` leaf by leaf, each result in its parameter's dtype (``optax.apply_updates``).
 
@@ -145,7 +150,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
     for p, u in zip(p_leaves, u_leaves, strict=True):
         dtype = p.dtype if hasattr(p, "dtype") else np.asarray(p).dtype
         new = p + u
-        if not hasattr(new, "dtype"):
+        if not hasattr(new, "dtype") or isinstance(new, np.generic):
             new = np.asarray(new)
         out.append(new if new.dtype == dtype else new.astype(dtype))
     return pytree.unflatten(spec, out)
@@ -307,7 +312,7 @@ class SGD(Optimizer):
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, _, spec, xp = _match(grads)
-        return pytree.unflatten(spec, [_sgd_rule(xp, g, lr=-self.lr) for g in leaves]), EmptyState()
+        return _tree(spec, [_sgd_rule(xp, g, lr=-self.lr) for g in leaves], xp), EmptyState()
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         ops = _Ops(b)
@@ -342,7 +347,7 @@ class Momentum(Optimizer):
         leaves, (trace,), spec, xp = _match(grads, trace=state.trace)
         out = [_momentum_rule(xp, g, v, lr=-self.lr, mu=self.mu, nesterov=self.nesterov)
                for g, v in zip(leaves, trace, strict=True)]
-        return pytree.unflatten(spec, [d for d, _ in out]), TraceState(pytree.unflatten(spec, [v for _, v in out]))
+        return _tree(spec, [d for d, _ in out], xp), TraceState(_tree(spec, [v for _, v in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         v, set_v = state("v")
@@ -381,8 +386,7 @@ class Adagrad(Optimizer):
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, (acc,), spec, xp = _match(grads, sum_of_squares=state.sum_of_squares)
         out = [_adagrad_rule(xp, g, a, lr=-self.lr, eps=self.eps) for g, a in zip(leaves, acc, strict=True)]
-        return (pytree.unflatten(spec, [d for d, _ in out]),
-                ScaleByRssState(pytree.unflatten(spec, [a for _, a in out])))
+        return _tree(spec, [d for d, _ in out], xp), ScaleByRssState(_tree(spec, [a for _, a in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         acc, set_acc = state("acc", init=self.initial_accumulator_value)
@@ -434,9 +438,9 @@ class Adam(Optimizer):
             if t is None:
                 t = ts[g.dtype] = count.astype(g.dtype)
             out.append(self._rule(xp, g, m, v, t, -self.lr))
-        return (pytree.unflatten(spec, [d for d, _, _ in out]),
-                ScaleByAdamState(count, pytree.unflatten(spec, [m for _, m, _ in out]),
-                                 pytree.unflatten(spec, [v for _, _, v in out])))
+        return (_tree(spec, [d for d, _, _ in out], xp),
+                ScaleByAdamState(np.asarray(count) if xp is np else count, _tree(spec, [m for _, m, _ in out], xp),
+                                 _tree(spec, [v for _, _, v in out], xp)))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         # the graph's step count is a float scalar (of the first parameter's dtype): the fused Adam kernels
