@@ -283,3 +283,31 @@ def test_training_step_equals_pure_functions(name: str) -> None:
         p = apply_updates(p, updates)
         run({})
         np.testing.assert_allclose(run.value("w"), p["w"], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name,fused_kind", [("momentum", "sgd_momentum_update"), ("adam", "adam_update_t")])
+def test_traced_step_is_fused_like_training_step(monkeypatch: pytest.MonkeyPatch, name: str, fused_kind: str) -> None:
+    """A traced ``update`` + ``apply_updates`` optimises into the same fused update op as ``training_step``'s
+    graph (``p + -step`` simplifies to ``p - step``), and still computes the eager results."""
+    import opgraph.ops.fused as fused
+    from opgraph.passes import optimize
+
+    monkeypatch.setattr(fused, "UPDATE_MIN", {k: (0, 0) for k in fused.UPDATE_MIN})  # fused with or without numba
+    opt = OPTIMISERS[name][0]
+
+    def step(params: Any, state: Any, grads: Any) -> Any:
+        updates, state = opt.update(grads, state, params)
+        return apply_updates(params, updates), state
+
+    rng = np.random.default_rng(5)
+    params = {"w": rng.standard_normal((4, 3)).astype(np.float32), "b": rng.standard_normal(3)}
+    state, grads = opt.init(params), _grads(params, rng, 0)
+    g = opgraph.function(step).graph(params, state, grads)
+    o = optimize(g, level=2)
+    assert sum(o.kind_of(op) == fused_kind for op in range(o.num_ops)) == 2
+    want = pytree.flatten(step(params, state, grads))[0]
+    got = opgraph.compile(o, backend="numpy")(dict(zip([o.name_of(int(v)) for v in o.inputs],
+                                                       pytree.flatten((params, state, grads))[0], strict=True)))
+    for x, w in zip(got, want, strict=True):
+        assert np.asarray(x).dtype == w.dtype
+        np.testing.assert_allclose(x, w, rtol=1e-6, atol=1e-7)

@@ -36,6 +36,7 @@ loss, ``trainer.params`` are the current parameters.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -104,28 +105,75 @@ def _namespace(leaves: Sequence[Any]) -> Any:
     """Where the update formulas run for these leaves: lazy arrays (a trace, ``opgraph.grad`` results) in
     ``opgraph.numpy``, so the update becomes graph ops; arrays with their own namespace (jax) in it; else NumPy,
     eagerly (a hand-written loop pays no graph building per step)."""
+    types = set(map(type, leaves))
+    if types <= {np.ndarray}:  # the common eager case, checked once per type rather than per leaf
+        return np
     xp: Any = np
-    for x in leaves:
-        if isinstance(x, LazyArray):
+    for t in types:
+        if issubclass(t, LazyArray):
             import opgraph.numpy as onp
 
             return onp
-        if xp is np and not isinstance(x, (np.ndarray, np.generic)) and hasattr(x, "__array_namespace__"):
-            xp = x.__array_namespace__()
+        if xp is np and not issubclass(t, (np.ndarray, np.generic)) and hasattr(t, "__array_namespace__"):
+            xp = next(x for x in leaves if type(x) is t).__array_namespace__()
     return xp
+
+
+_NODES = (list, tuple, dict, deque, type(None))
+
+
+def _has_nodes(leaves: Sequence[Any]) -> bool:
+    """Whether leaves found by ``flatten_up_to`` are containers (the tree is deeper than the structure)."""
+    return any(issubclass(t, _NODES) for t in set(map(type, leaves)))
+
+
+_RECENT: list[pytree.PyTreeSpec] = []  # structures flattened lately, most recent first
+
+
+def _leaves_of(tree: Any) -> tuple[list[Any], pytree.PyTreeSpec]:
+    """``pytree.flatten``, first trying the structures seen lately: checking a tree against a known structure
+    (``flatten_up_to``) costs a twentieth of a full flatten, which a hand-written loop pays every step."""
+    for spec in _RECENT:
+        try:
+            leaves = spec.flatten_up_to(tree)
+        except (ValueError, TypeError):
+            continue
+        if not _has_nodes(leaves):
+            return leaves, spec
+    leaves, spec = pytree.flatten(tree)
+    _RECENT.insert(0, spec)
+    del _RECENT[8:]
+    return leaves, spec
 
 
 def _match(grads: Any, **trees: Any) -> tuple[list[Any], list[list[Any]], pytree.PyTreeSpec, Any]:
     """The gradients' leaves, each state tree's leaves in the same order, the structure and the namespace."""
-    g_leaves, spec = pytree.flatten(grads)
+    g_leaves, spec = _leaves_of(grads)
     out = []
     for name, tree in trees.items():
-        leaves, other = pytree.flatten(tree)
-        if other != spec:
+        try:
+            leaves = spec.flatten_up_to(tree)
+        except (ValueError, TypeError):
+            leaves = None
+        if leaves is None or _has_nodes(leaves):
             raise GraphError(f"the gradients have the structure {spec} but the optimiser state's {name} has "
-                             f"{other}: update() takes gradients structured like the parameters given to init()")
+                             f"{pytree.flatten(tree)[1]}: update() takes gradients structured like the parameters "
+                             "given to init()")
         out.append(leaves)
     return g_leaves, out, spec, _namespace(g_leaves + [x for leaves in out for x in leaves])
+
+
+def _signed(xp: Any, lr: float) -> tuple[float, bool]:
+    """The ``lr`` a pure update gives its formula, and whether it negates the step. Eager: ``-lr`` (no extra pass
+    over memory). Traced (opgraph.numpy): ``lr``, then ``-step``, so that ``apply_updates``' ``p + -step``
+    simplifies to the ``p - step`` the update-fusion rules match, as ``training_step``'s graphs are. Negating is
+    exact: the same numbers either way."""
+    traced = getattr(xp, "__name__", "") == "opgraph.numpy"
+    return (lr if traced else -lr), traced
+
+
+def _neg(x: Any, neg: bool) -> Any:
+    return -x if neg else x
 
 
 def _tree(spec: pytree.PyTreeSpec, leaves: list[Any], xp: Any) -> Any:
@@ -142,12 +190,22 @@ def apply_updates(params: Any, updates: Any) -> Any:
     >>> apply_updates({"w": np.ones(2, np.float32), "b": None}, {"w": np.array([0.5, -1.0]), "b": None})
     {'w': array([1.5, 0. ], dtype=float32), 'b': None}
     """
-    p_leaves, spec = pytree.flatten(params)
-    u_leaves, other = pytree.flatten(updates)
-    if other != spec:
-        raise GraphError(f"the parameters have the structure {spec} but the updates have {other}")
+    p_leaves, spec = _leaves_of(params)
+    try:
+        u_leaves = spec.flatten_up_to(updates)
+    except (ValueError, TypeError):
+        u_leaves = None
+    if u_leaves is None or _has_nodes(u_leaves):
+        raise GraphError(f"the parameters have the structure {spec} but the updates have "
+                         f"{pytree.flatten(updates)[1]}")
     out = []
     for p, u in zip(p_leaves, u_leaves, strict=True):
+        if type(p) is np.ndarray and type(u) is np.ndarray:  # the common eager case, kept cheap
+            new = p + u
+            if type(new) is not np.ndarray:  # 0-d operands give a NumPy scalar
+                new = np.asarray(new)
+            out.append(new if new.dtype == p.dtype else new.astype(p.dtype))
+            continue
         dtype = p.dtype if hasattr(p, "dtype") else np.asarray(p).dtype
         new = p + u
         if not hasattr(new, "dtype") or isinstance(new, np.generic):
@@ -185,12 +243,11 @@ def _adam_rule(xp: Any, g: Any, m: Any, v: Any, t: Any, *, lr: float, b1: float,
     """``t``: the step count after this step's increment, in the parameter's dtype."""
     m_new = m * b1 + g * (1.0 - b1)
     v_new = v * b2 + g * g * (1.0 - b2)
-    m_hat = m_new / (1.0 - b1 ** t)
-    v_hat = v_new / (1.0 - b2 ** t)
-    if eps_root:
-        v_hat = v_hat + eps_root
-    # optax: -lr * (m^ / (sqrt(v^) + eps)); here (m^ * -lr) / (...): the same up to one rounding
-    return m_hat * lr / (xp.sqrt(v_hat) + eps), m_new, v_new
+    # optax: -lr * (m^ / (sqrt(v^) + eps)); here (m^ * -lr) / (...): the same up to one rounding. One expression,
+    # so that NumPy reuses its temporaries' memory (no name holds m^ * lr)
+    return (m_new / (1.0 - b1 ** t) * lr
+            / (xp.sqrt((v_new / (1.0 - b2 ** t) + eps_root) if eps_root else v_new / (1.0 - b2 ** t)) + eps),
+            m_new, v_new)
 
 
 class _Sym:
@@ -312,7 +369,8 @@ class SGD(Optimizer):
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, _, spec, xp = _match(grads)
-        return _tree(spec, [_sgd_rule(xp, g, lr=-self.lr) for g in leaves], xp), EmptyState()
+        lr, neg = _signed(xp, self.lr)
+        return _tree(spec, [_neg(_sgd_rule(xp, g, lr=lr), neg) for g in leaves], xp), EmptyState()
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         ops = _Ops(b)
@@ -345,9 +403,10 @@ class Momentum(Optimizer):
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, (trace,), spec, xp = _match(grads, trace=state.trace)
-        out = [_momentum_rule(xp, g, v, lr=-self.lr, mu=self.mu, nesterov=self.nesterov)
+        lr, neg = _signed(xp, self.lr)
+        out = [_momentum_rule(xp, g, v, lr=lr, mu=self.mu, nesterov=self.nesterov)
                for g, v in zip(leaves, trace, strict=True)]
-        return _tree(spec, [d for d, _ in out], xp), TraceState(_tree(spec, [v for _, v in out], xp))
+        return _tree(spec, [_neg(d, neg) for d, _ in out], xp), TraceState(_tree(spec, [v for _, v in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         v, set_v = state("v")
@@ -385,8 +444,9 @@ class Adagrad(Optimizer):
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, (acc,), spec, xp = _match(grads, sum_of_squares=state.sum_of_squares)
-        out = [_adagrad_rule(xp, g, a, lr=-self.lr, eps=self.eps) for g, a in zip(leaves, acc, strict=True)]
-        return _tree(spec, [d for d, _ in out], xp), ScaleByRssState(_tree(spec, [a for _, a in out], xp))
+        lr, neg = _signed(xp, self.lr)
+        out = [_adagrad_rule(xp, g, a, lr=lr, eps=self.eps) for g, a in zip(leaves, acc, strict=True)]
+        return _tree(spec, [_neg(d, neg) for d, _ in out], xp), ScaleByRssState(_tree(spec, [a for _, a in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         acc, set_acc = state("acc", init=self.initial_accumulator_value)
@@ -430,16 +490,29 @@ class Adam(Optimizer):
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         leaves, (mu, nu), spec, xp = _match(grads, mu=state.mu, nu=state.nu)
         count = state.count
-        count = xp.where(count < _MAX_COUNT, count + 1, _MAX_COUNT)  # optax.safe_increment: int32, saturating
-        ts: dict[Any, Any] = {}  # the count in each parameter dtype: no float64 reaches float32 parameters
+        lr, neg = _signed(xp, self.lr)
         out = []
-        for g, m, v in zip(leaves, mu, nu, strict=True):
-            t = ts.get(g.dtype)
-            if t is None:
-                t = ts[g.dtype] = count.astype(g.dtype)
-            out.append(self._rule(xp, g, m, v, t, -self.lr))
-        return (_tree(spec, [d for d, _, _ in out], xp),
-                ScaleByAdamState(np.asarray(count) if xp is np else count, _tree(spec, [m for _, m, _ in out], xp),
+        ts: dict[Any, Any] = {}  # the count in each parameter dtype: no float64 reaches float32 parameters
+        if xp is np:
+            # eager: the count as a NumPy scalar of each parameter's dtype (cheaper than 0-d arrays), rounding the
+            # bias corrections as the traced graph does
+            n = min(int(count) + 1, _MAX_COUNT)
+            count = np.asarray(n, np.int32)
+            for g, m, v in zip(leaves, mu, nu, strict=True):
+                dtype = g.dtype if type(g) is np.ndarray else np.result_type(g)
+                t = ts.get(dtype)
+                if t is None:
+                    t = ts[dtype] = dtype.type(n)
+                out.append(self._rule(xp, g, m, v, t, lr))
+        else:
+            count = xp.where(count < _MAX_COUNT, count + 1, _MAX_COUNT)  # optax.safe_increment: int32, saturating
+            for g, m, v in zip(leaves, mu, nu, strict=True):
+                t = ts.get(g.dtype)
+                if t is None:
+                    t = ts[g.dtype] = count.astype(g.dtype)
+                out.append(self._rule(xp, g, m, v, t, lr))
+        return (_tree(spec, [_neg(d, neg) for d, _, _ in out], xp),
+                ScaleByAdamState(count, _tree(spec, [m for _, m, _ in out], xp),
                                  _tree(spec, [v for _, _, v in out], xp)))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
