@@ -207,7 +207,7 @@ def _mixed_params(rng: np.random.Generator) -> Any:
 ENGINES = [b for b in ("numpy", "jax", "torch", "onnxruntime", "dask") if b in available()]
 
 
-@pytest.mark.parametrize("name", ["momentum", "adagrad", "adam"])
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adagrad", "adam"])
 def test_traced_update_compiles_on_every_engine(name: str) -> None:
     opt = OPTIMISERS[name][0]
     rng = np.random.default_rng(3)

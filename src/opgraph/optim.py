@@ -1,4 +1,21 @@
-"""Training: optimisers as ordinary graph ops, update edges, and a small step runner.
+"""Training: optimisers as pure functions (optax's API) and as graph ops, update edges, and a small step runner.
+
+Each optimiser (:class:`SGD`, :class:`Momentum`, :class:`Adagrad`, :class:`Adam`) has optax's pure functions:
+``state = opt.init(params)``, ``updates, state = opt.update(grads, state, params)`` and
+:func:`apply_updates`, on pytrees of NumPy arrays (eager) or lazy arrays (traced into graph ops for any engine).
+Its update formula is written once and also builds the ops of :func:`training_step`.
+
+    >>> import numpy as np, opgraph
+    >>> import opgraph.numpy as onp
+    >>> from opgraph.optim import Adam, apply_updates
+    >>> loss = lambda p, x: onp.sum((p["w"] - x) ** 2)
+    >>> params, opt = {"w": np.zeros(2)}, Adam(lr=0.1)
+    >>> state = opt.init(params)
+    >>> for _ in range(3):
+    ...     updates, state = opt.update(opgraph.grad(loss)(params, np.ones(2)), state, params)
+    ...     params = apply_updates(params, updates)
+    >>> params["w"].round(4), state.count
+    (array([0.3, 0.3]), array(3, dtype=int32))
 
 :func:`training_step` takes a builder holding a loss, the parameter inputs and
 an optimiser; it appends the gradient ops (:mod:`opgraph.autodiff`), the
