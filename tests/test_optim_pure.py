@@ -311,3 +311,21 @@ def test_traced_step_is_fused_like_training_step(monkeypatch: pytest.MonkeyPatch
     for x, w in zip(got, want, strict=True):
         assert np.asarray(x).dtype == w.dtype
         np.testing.assert_allclose(x, w, rtol=1e-6, atol=1e-7)
+
+
+def test_jax_arrays_are_updated_in_jax_numpy() -> None:
+    opt = Adam(0.1)
+    params = {"w": np.arange(3.0, dtype=np.float32), "b": np.ones((), np.float32)}
+    grads = {"w": np.array([0.5, -1.0, 2.0], np.float32), "b": np.array(3.0, np.float32)}
+    p_np, s_np = params, opt.init(params)
+    p_jx = jax.tree.map(jax.numpy.asarray, params)
+    s_jx = opt.init(p_jx)
+    for _ in range(3):
+        u, s_np = opt.update(grads, s_np)
+        p_np = apply_updates(p_np, u)
+        u, s_jx = opt.update(jax.tree.map(jax.numpy.asarray, grads), s_jx)
+        p_jx = apply_updates(p_jx, u)
+    for k in params:
+        assert isinstance(p_jx[k], jax.Array) and p_jx[k].dtype == np.float32
+        np.testing.assert_allclose(np.asarray(p_jx[k]), p_np[k], rtol=1e-6)
+    assert isinstance(s_jx.count, jax.Array) and s_jx.count.dtype == np.int32 and int(s_jx.count) == 3
