@@ -23,6 +23,8 @@ def _quadratic(opt: object) -> tuple[StepRunner, np.ndarray]:
 def _reference(opt: object, a: np.ndarray, target: np.ndarray, n: int) -> np.ndarray:
     w = np.zeros(3)
     s1, s2 = np.zeros(3), np.zeros(3)
+    if isinstance(opt, Adagrad):
+        s1 = np.full(3, opt.initial_accumulator_value)
     for k in range(1, n + 1):
         g = 2 * a.T @ (a @ w - target) / len(target)
         if isinstance(opt, SGD):
@@ -31,8 +33,8 @@ def _reference(opt: object, a: np.ndarray, target: np.ndarray, n: int) -> np.nda
             s1 = opt.mu * s1 + g
             w = w - opt.lr * s1
         elif isinstance(opt, Adagrad):
-            s1 = s1 + g * g
-            w = w - opt.lr * g / (np.sqrt(s1) + opt.eps)
+            s1 = s1 + g * g  # optax.adagrad: eps inside the root
+            w = w - opt.lr * g / np.sqrt(s1 + opt.eps)
         elif isinstance(opt, Adam):
             s1 = opt.beta1 * s1 + (1 - opt.beta1) * g
             s2 = opt.beta2 * s2 + (1 - opt.beta2) * g * g

@@ -32,7 +32,9 @@ class RefOptimiser:
         o, self.t = self.opt, self.t + 1
         out = {}
         for k in p:
-            s1, s2 = self.s1.get(k, np.zeros_like(p[k])), self.s2.get(k, np.zeros_like(p[k]))
+            s1 = self.s1.get(k, np.full_like(p[k], o.initial_accumulator_value) if isinstance(o, Adagrad)
+                             else np.zeros_like(p[k]))
+            s2 = self.s2.get(k, np.zeros_like(p[k]))
             if isinstance(o, SGD):
                 out[k] = p[k] - o.lr * g[k]
             elif isinstance(o, Momentum):
@@ -40,7 +42,7 @@ class RefOptimiser:
                 out[k] = p[k] - o.lr * s1
             elif isinstance(o, Adagrad):
                 s1 = s1 + g[k] * g[k]
-                out[k] = p[k] - o.lr * g[k] / (np.sqrt(s1) + o.eps)
+                out[k] = p[k] - o.lr * g[k] / np.sqrt(s1 + o.eps)  # optax.adagrad: eps inside the root
             elif isinstance(o, Adam):
                 s1 = o.beta1 * s1 + (1 - o.beta1) * g[k]
                 s2 = o.beta2 * s2 + (1 - o.beta2) * g[k] * g[k]

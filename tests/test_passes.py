@@ -509,7 +509,7 @@ def test_adam_variants(dynamic: bool, square_first: bool) -> None:
 
 @pytest.mark.usefixtures("updates_any_size")
 @pytest.mark.parametrize("opt,rule", [("SGD", "matmul_transpose_a"), ("Momentum", "sgd_momentum"),
-                                      ("Adagrad", "adagrad"), ("Adam", "adam_t_sq")])
+                                      ("Adagrad", "matmul_transpose_a"), ("Adam", "adam_t_sq")])
 def test_training_steps_from_opgraph_optim(opt: str, rule: str) -> None:
     import opgraph.optim as optim
     b = opgraph.GraphBuilder()

@@ -1,4 +1,21 @@
-"""Training: optimisers as ordinary graph ops, update edges, and a small step runner.
+"""Training: optimisers as pure functions (optax's API) and as graph ops, update edges, and a small step runner.
+
+Each optimiser (:class:`SGD`, :class:`Momentum`, :class:`Adagrad`, :class:`Adam`) has optax's pure functions:
+``state = opt.init(params)``, ``updates, state = opt.update(grads, state, params)`` and
+:func:`apply_updates`, on pytrees of NumPy arrays (eager) or lazy arrays (traced into graph ops for any engine).
+Its update formula is written once and also builds the ops of :func:`training_step`.
+
+    >>> import numpy as np, opgraph
+    >>> import opgraph.numpy as onp
+    >>> from opgraph.optim import Adam, apply_updates
+    >>> loss = lambda p, x: onp.sum((p["w"] - x) ** 2)
+    >>> params, opt = {"w": np.zeros(2)}, Adam(lr=0.1)
+    >>> state = opt.init(params)
+    >>> for _ in range(3):
+    ...     updates, state = opt.update(opgraph.grad(loss)(params, np.ones(2)), state, params)
+    ...     params = apply_updates(params, updates)
+    >>> params["w"].round(4), state.count
+    (array([0.3, 0.3]), array(3, dtype=int32))
 
 :func:`training_step` takes a builder holding a loss, the parameter inputs and
 an optimiser; it appends the gradient ops (:mod:`opgraph.autodiff`), the
@@ -36,9 +53,10 @@ loss, ``trainer.params`` are the current parameters.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,18 +69,298 @@ from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray
 from opgraph.frontend.trace import is_array
 
-__all__ = ["SGD", "Adagrad", "Adam", "Momentum", "Optimizer", "StepRunner", "Trainer", "TrainingStep",
-           "training_step"]
+__all__ = ["SGD", "Adagrad", "Adam", "EmptyState", "Momentum", "Optimizer", "ScaleByAdamState", "ScaleByRssState",
+           "StepRunner", "TraceState", "Trainer", "TrainingStep", "apply_updates", "training_step"]
 
 
-class Optimizer:
-    """Base class: ``apply(b, param, grad, state_input)`` appends the update ops.
+# ---------------------------------------------------------------- optimiser state (optax's NamedTuples)
+class EmptyState(NamedTuple):
+    """The state of an optimiser that keeps none (:class:`SGD`), as optax's ``EmptyState``.
 
-    ``state_input(suffix, shape)`` declares a state input (zeros initially) and
-    returns ``(value, set)``, where ``set(new)`` records its update edge.
-    ``global_state`` optimisers (Adam's step count) use ``state_input`` with
-    a scalar shape.
+    >>> SGD(0.1).init({"w": np.zeros(2)})
+    EmptyState()
     """
+
+
+class TraceState(NamedTuple):
+    """:class:`Momentum`'s state, as optax's ``TraceState``: ``trace``, the velocity, shaped like the parameters.
+
+    >>> Momentum(0.1).init([np.ones(2)])
+    TraceState(trace=[array([0., 0.])])
+    """
+
+    trace: Any
+
+
+class ScaleByRssState(NamedTuple):
+    """:class:`Adagrad`'s state, as optax's ``ScaleByRssState``: the running ``sum_of_squares`` of the gradients.
+
+    >>> Adagrad(0.1).init(np.zeros(2, np.float32))
+    ScaleByRssState(sum_of_squares=array([0.1, 0.1], dtype=float32))
+    """
+
+    sum_of_squares: Any
+
+
+class ScaleByAdamState(NamedTuple):
+    """:class:`Adam`'s state, as optax's ``ScaleByAdamState``: the step ``count`` (int32, a scalar), the moments
+    ``mu`` and ``nu``, shaped like the parameters.
+
+    >>> Adam().init({"w": np.zeros(2)}).count
+    array(0, dtype=int32)
+    """
+
+    count: Any
+    mu: Any
+    nu: Any
+
+
+_MAX_COUNT = int(np.iinfo(np.int32).max)
+
+
+def _namespace(leaves: Sequence[Any]) -> Any:
+    """Where the update formulas run for these leaves: lazy arrays (a trace, ``opgraph.grad`` results) in
+    ``opgraph.numpy``, so the update becomes graph ops; arrays with their own namespace (jax) in it; else NumPy,
+    eagerly (a hand-written loop pays no graph building per step)."""
+    types = set(map(type, leaves))
+    if types <= {np.ndarray}:  # the common eager case, checked once per type rather than per leaf
+        return np
+    xp: Any = np
+    for t in types:
+        if issubclass(t, LazyArray):  # opgraph.numpy, a sibling layer: reached through the array's hook
+            return next(x for x in leaves if type(x) is t).__array_namespace__()
+        if xp is np and not issubclass(t, (np.ndarray, np.generic)) and hasattr(t, "__array_namespace__"):
+            xp = next(x for x in leaves if type(x) is t).__array_namespace__()
+    return xp
+
+
+_NODES = (list, tuple, dict, deque, type(None))
+
+
+def _has_nodes(leaves: Sequence[Any]) -> bool:
+    """Whether leaves found by ``flatten_up_to`` are containers (the tree is deeper than the structure)."""
+    return any(issubclass(t, _NODES) for t in set(map(type, leaves)))
+
+
+_RECENT: list[pytree.PyTreeSpec] = []  # structures flattened lately, most recent first
+
+
+def _leaves_of(tree: Any) -> tuple[list[Any], pytree.PyTreeSpec]:
+    """``pytree.flatten``, first trying the structures seen lately: checking a tree against a known structure
+    (``flatten_up_to``) costs a twentieth of a full flatten, which a hand-written loop pays every step."""
+    for spec in _RECENT:
+        try:
+            leaves = spec.flatten_up_to(tree)
+        except (ValueError, TypeError):
+            continue
+        if not _has_nodes(leaves):
+            return leaves, spec
+    leaves, spec = pytree.flatten(tree)
+    _RECENT.insert(0, spec)
+    del _RECENT[8:]
+    return leaves, spec
+
+
+def _match(grads: Any, **trees: Any) -> tuple[list[Any], list[list[Any]], pytree.PyTreeSpec, Any]:
+    """The gradients' leaves, each state tree's leaves in the same order, the structure and the namespace."""
+    g_leaves, spec = _leaves_of(grads)
+    out = []
+    for name, tree in trees.items():
+        try:
+            leaves = spec.flatten_up_to(tree)
+        except (ValueError, TypeError):
+            leaves = None
+        if leaves is None or _has_nodes(leaves):
+            raise GraphError(f"the gradients have the structure {spec} but the optimiser state's {name} has "
+                             f"{pytree.flatten(tree)[1]}: update() takes gradients structured like the parameters "
+                             "given to init()")
+        out.append(leaves)
+    return g_leaves, out, spec, _namespace(g_leaves + [x for leaves in out for x in leaves])
+
+
+def _signed(xp: Any, lr: float) -> tuple[float, bool]:
+    """The ``lr`` a pure update gives its formula, and whether it negates the step. Eager: ``-lr`` (no extra pass
+    over memory). Traced (opgraph.numpy): ``lr``, then ``-step``, so that ``apply_updates``' ``p + -step``
+    simplifies to the ``p - step`` the update-fusion rules match, as ``training_step``'s graphs are. Negating is
+    exact: the same numbers either way."""
+    traced = getattr(xp, "__name__", "") == "opgraph.numpy"
+    return (lr if traced else -lr), traced
+
+
+def _neg(x: Any, neg: bool) -> Any:
+    return -x if neg else x
+
+
+def _tree(spec: pytree.PyTreeSpec, leaves: list[Any], xp: Any) -> Any:
+    # NumPy turns 0-d results into scalars (np.float32): give back arrays, as every other leaf
+    return pytree.unflatten(spec, [np.asarray(x) for x in leaves] if xp is np else leaves)
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
+    """``params + updates`` leaf by leaf, each result in its parameter's dtype (``optax.apply_updates``).
+
+    ``None`` leaves stay ``None``; the trees must have the same structure.
+
+    >>> import numpy as np
+    >>> apply_updates({"w": np.ones(2, np.float32), "b": None}, {"w": np.array([0.5, -1.0]), "b": None})
+    {'w': array([1.5, 0. ], dtype=float32), 'b': None}
+    """
+    p_leaves, spec = _leaves_of(params)
+    try:
+        u_leaves = spec.flatten_up_to(updates)
+    except (ValueError, TypeError):
+        u_leaves = None
+    if u_leaves is None or _has_nodes(u_leaves):
+        raise GraphError(f"the parameters have the structure {spec} but the updates have "
+                         f"{pytree.flatten(updates)[1]}")
+    out = []
+    for p, u in zip(p_leaves, u_leaves, strict=True):
+        if type(p) is np.ndarray and type(u) is np.ndarray:  # the common eager case, kept cheap
+            new = p + u
+            if type(new) is not np.ndarray:  # 0-d operands give a NumPy scalar
+                new = np.asarray(new)
+            out.append(new if new.dtype == p.dtype else new.astype(p.dtype))
+            continue
+        dtype = p.dtype if hasattr(p, "dtype") else np.asarray(p).dtype
+        new = p + u
+        if not hasattr(new, "dtype") or isinstance(new, np.generic):
+            new = np.asarray(new)
+        out.append(new if new.dtype == dtype else new.astype(dtype))
+    return pytree.unflatten(spec, out)
+
+
+# ---------------------------------------------------------------- the update formulas (one place each)
+# Each takes the namespace ``xp`` (NumPy, opgraph.numpy, or _Ops on a GraphBuilder), one parameter's gradient and
+# state and the hyperparameters; it returns the step ``d`` with ``p_new = p - d`` for a positive ``lr`` and the new
+# state. The pure ``update`` passes ``-lr``, so ``d`` is optax's update (``p_new = p + d``, exactly the same
+# numbers: negating is exact); ``apply`` passes ``lr`` and builds ``p - d``. The operand order is the one the
+# update-fusion rules (opgraph.passes.rules.FUSE_UPDATES) match; every order here rounds as optax's does except
+# where said.
+def _sgd_rule(xp: Any, g: Any, *, lr: float) -> Any:
+    return g * lr
+
+
+def _momentum_rule(xp: Any, g: Any, v: Any, *, lr: float, mu: float, nesterov: bool) -> tuple[Any, Any]:
+    v_new = v * mu + g
+    return ((g + v_new * mu) if nesterov else v_new) * lr, v_new
+
+
+def _adagrad_rule(xp: Any, g: Any, acc: Any, *, lr: float, eps: float) -> tuple[Any, Any]:
+    acc_new = acc + g * g
+    # optax: g * rsqrt(acc' + eps) where acc' > 0, else 0. acc' = 0 means g = 0 (the accumulator starts at 0 or
+    # more), so the step is 0 either way; the guard is only needed (and built) where eps <= 0, against 0 / 0.
+    denom = acc_new + eps if eps > 0 else xp.where(acc_new > 0, acc_new + eps, 1.0)
+    return g * lr / xp.sqrt(denom), acc_new
+
+
+def _adam_rule(xp: Any, g: Any, m: Any, v: Any, t: Any, *, lr: float, b1: float, b2: float, eps: float,
+               eps_root: float) -> tuple[Any, Any, Any]:
+    """``t``: the step count after this step's increment, in the parameter's dtype."""
+    m_new = m * b1 + g * (1.0 - b1)
+    v_new = v * b2 + g * g * (1.0 - b2)
+    # optax: -lr * (m^ / (sqrt(v^) + eps)); here (m^ * -lr) / (...): the same up to one rounding. One expression,
+    # so that NumPy reuses its temporaries' memory (no name holds m^ * lr)
+    return (m_new / (1.0 - b1 ** t) * lr
+            / (xp.sqrt((v_new / (1.0 - b2 ** t) + eps_root) if eps_root else v_new / (1.0 - b2 ** t)) + eps),
+            m_new, v_new)
+
+
+class _Sym:
+    """A value of a GraphBuilder with Python's operators, so the formulas above build ops (``apply``)."""
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, b: GraphBuilder, v: Value) -> None:
+        self.b, self.v = b, v
+
+    def _rhs(self, x: Any) -> Any:
+        return x.v if isinstance(x, _Sym) else x
+
+    def _lhs(self, x: Any) -> Any:  # a number on the left: a constant of this value's dtype
+        return x.v if isinstance(x, _Sym) else np.array(x, self.v.dtype)
+
+    def _op(self, kind: str, a: Any, c: Any) -> _Sym:
+        return _Sym(self.b, getattr(self.b, kind)(a, c))
+
+    def __add__(self, o: Any) -> _Sym:
+        return self._op("add", self.v, self._rhs(o))
+
+    def __radd__(self, o: Any) -> _Sym:
+        return self._op("add", self._lhs(o), self.v)
+
+    def __sub__(self, o: Any) -> _Sym:
+        return self._op("subtract", self.v, self._rhs(o))
+
+    def __rsub__(self, o: Any) -> _Sym:
+        return self._op("subtract", self._lhs(o), self.v)
+
+    def __mul__(self, o: Any) -> _Sym:
+        return self._op("multiply", self.v, self._rhs(o))
+
+    def __rmul__(self, o: Any) -> _Sym:
+        return self._op("multiply", self._lhs(o), self.v)
+
+    def __truediv__(self, o: Any) -> _Sym:
+        return self._op("divide", self.v, self._rhs(o))
+
+    def __rtruediv__(self, o: Any) -> _Sym:
+        return self._op("divide", self._lhs(o), self.v)
+
+    def __pow__(self, o: Any) -> _Sym:
+        return self._op("power", self.v, self._rhs(o))
+
+    def __rpow__(self, o: Any) -> _Sym:
+        return self._op("power", self._lhs(o), self.v)
+
+    def __gt__(self, o: Any) -> _Sym:
+        return self._op("greater", self.v, self._lhs(o))
+
+
+class _Ops:
+    """The namespace of the formulas on a GraphBuilder."""
+
+    def __init__(self, b: GraphBuilder) -> None:
+        self.b = b
+
+    def __call__(self, v: Value) -> _Sym:
+        return _Sym(self.b, v)
+
+    def sqrt(self, x: _Sym) -> _Sym:
+        return _Sym(self.b, self.b.sqrt(x.v))
+
+    def where(self, c: _Sym, x: _Sym, y: float) -> _Sym:
+        return _Sym(self.b, self.b.where(c.v, x.v, x._lhs(y)))
+
+
+# ---------------------------------------------------------------- the optimisers
+class Optimizer:
+    """Base class. Pure functions with optax's semantics: ``state = opt.init(params)``, then per step
+    ``updates, state = opt.update(grads, state)`` and ``params = apply_updates(params, updates)``; pytrees
+    (dicts, lists, tuples, namedtuples, ``None`` leaves) of NumPy arrays (computed eagerly in NumPy) or lazy
+    arrays (inside ``@opgraph.function`` or a trace: the update becomes graph ops for any engine).
+
+    For :func:`training_step`: ``apply(b, param, grad, state_input)`` appends the same formulas' ops to a
+    GraphBuilder. ``state_input(suffix, shared=False, init=0.0)`` declares a state input (starting at ``init``)
+    and returns ``(value, set)``, where ``set(new)`` records its update edge; ``shared`` state (Adam's step
+    count) is one scalar for all parameters.
+
+    >>> import numpy as np
+    >>> opt = SGD(0.5)
+    >>> params = {"w": np.array([1.0, 2.0])}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update({"w": np.array([2.0, 2.0])}, state, params)
+    >>> apply_updates(params, updates)
+    {'w': array([0., 1.])}
+    """
+
+    def init(self, params: Any) -> Any:
+        """The initial state for a pytree of parameters (zeros shaped like them, optax's defaults)."""
+        raise NotImplementedError
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        """``(updates, new_state)``: the updates to add to the parameters (``apply_updates``). ``params`` is
+        accepted as optax does and not used by these optimisers."""
+        raise NotImplementedError
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         """Return the new parameter value."""
@@ -71,83 +369,180 @@ class Optimizer:
 
 @dataclass
 class SGD(Optimizer):
-    """Plain gradient descent: ``p = p - lr * g``.
+    """Plain gradient descent: ``p = p - lr * g`` (``optax.sgd(lr)``).
 
     >>> SGD(0.1)
     SGD(lr=0.1)
+    >>> SGD(0.1).update([np.array([1.0, -2.0])], EmptyState())
+    ([array([-0.1,  0.2])], EmptyState())
     """
 
     lr: float = 0.01
 
+    def init(self, params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, _, spec, xp = _match(grads)
+        lr, neg = _signed(xp, self.lr)
+        return _tree(spec, [_neg(_sgd_rule(xp, g, lr=lr), neg) for g in leaves], xp), EmptyState()
+
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
-        return b.subtract(param, b.multiply(grad, self.lr))
+        ops = _Ops(b)
+        return b.subtract(param, _sgd_rule(ops, ops(grad), lr=self.lr).v)
 
 
 @dataclass
 class Momentum(Optimizer):
-    """Heavy-ball momentum: ``v = mu * v + g; p = p - lr * v``.
+    """Heavy-ball momentum: ``v = mu * v + g; p = p - lr * v``; with ``nesterov``, ``p = p - lr * (g + mu * v)``
+    (``optax.sgd(lr, momentum=mu, nesterov=...)``).
 
     >>> Momentum(0.1, 0.9).mu
     0.9
+    >>> opt = Momentum(0.1, 0.5)
+    >>> state = opt.init(np.zeros(2))
+    >>> for _ in range(2):
+    ...     updates, state = opt.update(np.ones(2), state)
+    >>> updates, state.trace
+    (array([-0.15, -0.15]), array([1.5, 1.5]))
     """
 
     lr: float = 0.01
     mu: float = 0.9
+    nesterov: bool = False
+
+    def init(self, params: Any) -> TraceState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        return TraceState(pytree.unflatten(spec, [xp.zeros_like(p) for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (trace,), spec, xp = _match(grads, trace=state.trace)
+        lr, neg = _signed(xp, self.lr)
+        out = [_momentum_rule(xp, g, v, lr=lr, mu=self.mu, nesterov=self.nesterov)
+               for g, v in zip(leaves, trace, strict=True)]
+        return _tree(spec, [_neg(d, neg) for d, _ in out], xp), TraceState(_tree(spec, [v for _, v in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
         v, set_v = state("v")
-        v_new = b.add(b.multiply(v, self.mu), grad)
-        set_v(v_new)
-        return b.subtract(param, b.multiply(v_new, self.lr))
+        ops = _Ops(b)
+        d, v_new = _momentum_rule(ops, ops(grad), ops(v), lr=self.lr, mu=self.mu, nesterov=self.nesterov)
+        set_v(v_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
 class Adagrad(Optimizer):
-    """Adagrad: ``acc = acc + g * g; p = p - lr * g / (sqrt(acc) + eps)``.
+    """Adagrad as ``optax.adagrad``: ``acc = acc + g * g; p = p - lr * g / sqrt(acc + eps)``, the accumulator
+    starting at ``initial_accumulator_value``.
+
+    (Before issue 33 the ``training_step`` form was PyTorch's and ONNX's: ``acc`` from 0 and
+    ``g / (sqrt(acc) + eps)`` with ``eps = 1e-10``; ONNX's Adagrad imports unchanged.)
 
     >>> Adagrad().eps
-    1e-10
+    1e-07
+    >>> opt = Adagrad(0.1, initial_accumulator_value=0.0, eps=0.0)
+    >>> updates, state = opt.update(np.array([3.0, 0.0]), opt.init(np.zeros(2)))
+    >>> updates, state.sum_of_squares
+    (array([-0.1,  0. ]), array([9., 0.]))
     """
 
     lr: float = 0.01
-    eps: float = 1e-10
+    initial_accumulator_value: float = 0.1
+    eps: float = 1e-7
+
+    def init(self, params: Any) -> ScaleByRssState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        return ScaleByRssState(pytree.unflatten(spec, [xp.full_like(p, self.initial_accumulator_value)
+                                                       for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (acc,), spec, xp = _match(grads, sum_of_squares=state.sum_of_squares)
+        lr, neg = _signed(xp, self.lr)
+        out = [_adagrad_rule(xp, g, a, lr=lr, eps=self.eps) for g, a in zip(leaves, acc, strict=True)]
+        return _tree(spec, [_neg(d, neg) for d, _ in out], xp), ScaleByRssState(_tree(spec, [a for _, a in out], xp))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
-        acc, set_acc = state("acc")
-        acc_new = b.add(acc, b.multiply(grad, grad))
-        set_acc(acc_new)
-        return b.subtract(param, b.divide(b.multiply(grad, self.lr), b.add(b.sqrt(acc_new), self.eps)))
+        acc, set_acc = state("acc", init=self.initial_accumulator_value)
+        ops = _Ops(b)
+        d, acc_new = _adagrad_rule(ops, ops(grad), ops(acc), lr=self.lr, eps=self.eps)
+        set_acc(acc_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
 class Adam(Optimizer):
-    """Adam with bias correction (Kingma and Ba): with step count ``t`` (starting at 1),
-    ``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; m^ = m / (1 - b1^t); v^ = v / (1 - b2^t);
-    p = p - lr m^ / (sqrt(v^) + eps)``.
+    """Adam with bias correction (Kingma and Ba) as ``optax.adam``: with the step count ``t`` (incremented
+    first, so 1 at the first step), ``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; m^ = m / (1 - b1^t);
+    v^ = v / (1 - b2^t); p = p - lr m^ / (sqrt(v^ + eps_root) + eps)``.
 
     >>> Adam().beta2
     0.999
+    >>> opt = Adam(lr=0.1)
+    >>> updates, state = opt.update(np.array([2.0, -1.0]), opt.init(np.zeros(2)))
+    >>> np.round(updates, 6), state.count
+    (array([-0.1,  0.1]), array(1, dtype=int32))
     """
 
     lr: float = 0.001
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+    eps_root: float = 0.0
+
+    def _rule(self, xp: Any, g: Any, m: Any, v: Any, t: Any, lr: float) -> tuple[Any, Any, Any]:
+        return _adam_rule(xp, g, m, v, t, lr=lr, b1=self.beta1, b2=self.beta2, eps=self.eps,
+                          eps_root=self.eps_root)
+
+    def init(self, params: Any) -> ScaleByAdamState:
+        leaves, spec = pytree.flatten(params)
+        xp = _namespace(leaves)
+        zeros = [xp.zeros_like(p) for p in leaves]
+        return ScaleByAdamState(xp.zeros((), dtype=np.int32), pytree.unflatten(spec, zeros),
+                                pytree.unflatten(spec, [xp.zeros_like(p) for p in leaves]))
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        leaves, (mu, nu), spec, xp = _match(grads, mu=state.mu, nu=state.nu)
+        count = state.count
+        lr, neg = _signed(xp, self.lr)
+        out = []
+        ts: dict[Any, Any] = {}  # the count in each parameter dtype: no float64 reaches float32 parameters
+        if xp is np:
+            # eager: the count as a NumPy scalar of each parameter's dtype (cheaper than 0-d arrays), rounding the
+            # bias corrections as the traced graph does
+            n = min(int(count) + 1, _MAX_COUNT)
+            count = np.asarray(n, np.int32)
+            for g, m, v in zip(leaves, mu, nu, strict=True):
+                dtype = g.dtype if type(g) is np.ndarray else np.result_type(g)
+                t = ts.get(dtype)
+                if t is None:
+                    t = ts[dtype] = dtype.type(n)
+                out.append(self._rule(xp, g, m, v, t, lr))
+        else:
+            count = xp.where(count < _MAX_COUNT, count + 1, _MAX_COUNT)  # optax.safe_increment: int32, saturating
+            for g, m, v in zip(leaves, mu, nu, strict=True):
+                t = ts.get(g.dtype)
+                if t is None:
+                    t = ts[g.dtype] = count.astype(g.dtype)
+                out.append(self._rule(xp, g, m, v, t, lr))
+        return (_tree(spec, [_neg(d, neg) for d, _, _ in out], xp),
+                ScaleByAdamState(count, _tree(spec, [m for _, m, _ in out], xp),
+                                 _tree(spec, [v for _, _, v in out], xp)))
 
     def apply(self, b: GraphBuilder, param: Value, grad: Value, state: Any) -> Value:
+        # the graph's step count is a float scalar (of the first parameter's dtype): the fused Adam kernels
+        # (adam_update_t) take it as it is
         t, set_t = state("t", shared=True)
         t_new = b.add(t, 1.0)
         set_t(t_new)
         m, set_m = state("m")
         v, set_v = state("v")
-        m_new = b.add(b.multiply(m, self.beta1), b.multiply(grad, 1.0 - self.beta1))
-        v_new = b.add(b.multiply(v, self.beta2), b.multiply(b.multiply(grad, grad), 1.0 - self.beta2))
-        set_m(m_new)
-        set_v(v_new)
-        dt = param.dtype
-        m_hat = b.divide(m_new, b.subtract(np.array(1.0, dt), b.power(np.array(self.beta1, dt), t_new)))
-        v_hat = b.divide(v_new, b.subtract(np.array(1.0, dt), b.power(np.array(self.beta2, dt), t_new)))
-        return b.subtract(param, b.divide(b.multiply(m_hat, self.lr), b.add(b.sqrt(v_hat), self.eps)))
+        ops = _Ops(b)
+        d, m_new, v_new = self._rule(ops, ops(grad), ops(m), ops(v), ops(t_new), self.lr)
+        set_m(m_new.v)
+        set_v(v_new.v)
+        return b.subtract(param, d.v)
 
 
 @dataclass
@@ -252,14 +647,14 @@ def _builder_step(b: GraphBuilder, loss: Value, params: Sequence[Value], optimiz
     for p, g, name in zip(params, grads, names, strict=True):
 
         def state_input(suffix: str, shared_: bool = False, *, _p: Value = p, _name: str = name,
-                        **kw: Any) -> tuple[Value, Any]:
+                        init: float = 0.0, **kw: Any) -> tuple[Value, Any]:
             shared_ = shared_ or kw.get("shared", False)
             if shared_ and suffix in shared:
                 return shared[suffix]
             full = f"{type(optimizer).__name__.lower()}.{suffix}" if shared_ else f"{_name}.{suffix}"
             t = b.type_of(_p.id) if not shared_ else type(b.type_of(_p.id))(b.type_of(_p.id).dtype, ())
             v = b.input(t, name=full)
-            state[full] = np.zeros(t.shape, t.dtype)
+            state[full] = np.full(t.shape, init, t.dtype)
             done: list[bool] = []
 
             def set_(new: Value) -> None:
