@@ -1,15 +1,19 @@
-"""opgraph demo: train an MLP on scikit-learn's digits with a training-step graph.
+"""opgraph demo: train an MLP on scikit-learn's digits with ``opgraph.jit``.
 
-1. Build the training step once: forward pass, softmax cross-entropy loss,
-   gradients by opgraph's reverse-mode autodiff (ordinary graph ops),
-   momentum-SGD updates and update edges (parameters and optimiser state
-   carried from call to call).
-2. Call it per mini-batch; print per-epoch loss and test accuracy.
+1. Write the loss with ``opgraph.numpy`` and one training step as a plain
+   function: ``opgraph.value_and_grad`` of the loss (reverse mode, ordinary
+   graph ops), then momentum SGD through the optimiser's pure functions
+   (``opt.update`` and ``opgraph.optim.apply_updates``, optax's API).
+2. ``opgraph.jit`` traces that step once, optimises it, plans its memory and
+   compiles it for the numpy engine; each mini-batch is one call with the
+   parameters and optimiser state as pytrees in and out. Per-epoch loss and
+   test accuracy are printed.
 3. Train the same model in plain NumPy with a hand-written backward pass
    (same initialisation, same batches) and compare time, peak memory and
    the final parameters.
 4. Check that the builder, lazy arrays and tracing give the same forward graph.
-5. Save the step graph as a .cg file set and as JSON in ``out/`` and load both back.
+5. Build the same step as one graph with update edges (``training_step``),
+   save it as a .cg file set and as JSON in ``out/`` and load both back.
 
 Run with ``make demo``.
 """
@@ -38,7 +42,7 @@ import opgraph.io
 import opgraph.nn as nn
 import opgraph.numpy as onp
 import opgraph.viz
-from opgraph.optim import Momentum, StepRunner, TrainingStep, training_step
+from opgraph.optim import Momentum, TrainingStep, apply_updates, training_step
 
 console = Console()
 HIDDEN, CLASSES, BATCH, EPOCHS, LR, MU = 128, 10, 32, 15, 0.05, 0.9
@@ -86,41 +90,41 @@ def batches(n: int, epoch: int) -> list[np.ndarray]:
     return [order[i:i + BATCH] for i in range(0, n - BATCH + 1, BATCH)]
 
 
-class CompiledRunner:
-    """The step graph on the compiled runtime, which applies update edges natively."""
-
-    def __init__(self, step: TrainingStep, params: dict[str, np.ndarray]) -> None:
-        from opgraph.runtime.compiled import compile
-
-        self.fn = compile(opgraph.optimize(step.graph))  # a step runs many times: optimised once (level 2)
-        self.first: dict[str, np.ndarray] | None = {**step.state, **params}
-
-    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        if self.first is not None:  # the first call feeds the parameters and optimiser state
-            feeds, self.first = {**self.first, **feeds}, None
-        return self.fn(feeds)
-
-    def value(self, name: str) -> np.ndarray:
-        return self.fn.state(name)
+def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
+    """Softmax cross-entropy of the MLP ``relu(x @ w1 + b1) @ w2 + b2`` on one-hot labels ``y``."""
+    logits = nn.relu(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+    return -onp.mean(onp.sum(y * nn.log_softmax(logits, axis=-1), axis=1))
 
 
-def train_opgraph(step: TrainingStep, params: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray,
-                  epochs: int, on_epoch: Callable[[int, float, dict[str, np.ndarray]], None] | None = None,
-                  max_steps: int | None = None, runner: Callable[..., Any] = StepRunner) -> dict[str, np.ndarray]:
-    run = runner(step, params)
+OPTIMIZER = Momentum(lr=LR, mu=MU)  # optax.sgd(LR, momentum=MU): v = MU v + g; p = p - LR v
+
+
+@opgraph.jit
+def train_step(params: dict[str, Any], opt_state: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+    """One step: loss and gradients, the optimiser's update, the new parameters (traced and compiled once)."""
+    loss, grads = opgraph.value_and_grad(loss_fn)(params, x, y)
+    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+    return loss, apply_updates(params, updates), opt_state
+
+
+def train_opgraph(params: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray, epochs: int,
+                  on_epoch: Callable[[int, float, dict[str, np.ndarray]], None] | None = None,
+                  max_steps: int | None = None) -> dict[str, np.ndarray]:
+    """Train with the jitted step: the parameters and optimiser state are pytrees passed in and returned."""
+    opt_state = OPTIMIZER.init(params)
     onehot = np.eye(CLASSES)[ys]
     steps = 0
     for epoch in range(epochs):
         losses = []
         for idx in batches(len(xs), epoch):
-            (loss,) = run({"x": xs[idx], "y": onehot[idx]})  # one training step
+            loss, params, opt_state = train_step(params, opt_state, xs[idx], onehot[idx])
             losses.append(float(loss))
             steps += 1
             if max_steps is not None and steps >= max_steps:
-                return {n: run.value(n) for n in PARAMS}
+                return params
         if on_epoch is not None:
-            on_epoch(epoch, float(np.mean(losses)), {n: run.value(n) for n in PARAMS})
-    return {n: run.value(n) for n in PARAMS}
+            on_epoch(epoch, float(np.mean(losses)), params)
+    return params
 
 
 def numpy_step(p: dict[str, np.ndarray], vel: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> None:
@@ -215,19 +219,22 @@ def main() -> None:
     n_in = x_train.shape[1]
     params = init_params(n_in)
 
-    t0 = time.perf_counter()
-    step = build_step(n_in)
-    t_build = time.perf_counter() - t0
     predict = build_predict(n_in, len(x_test))
-    g = step.graph
-    g.verify()
-    kinds = Counter(g.kind_of(i) for i in range(g.num_ops))
-    console.print(f"training-step graph: {g.num_ops} ops ({', '.join(f'{k} {c}' for k, c in sorted(kinds.items()))}), "
-                  f"{len(g.updates)} update edges, built in {t_build * 1e3:.1f} ms")
 
     def accuracy(p: dict[str, np.ndarray]) -> float:
         (pred,) = predict.run({"x": x_test, **p})
         return float(np.mean(pred == y_test))
+
+    onehot = np.eye(CLASSES)[y_train]
+    t0 = time.perf_counter()
+    train_step(params, OPTIMIZER.init(params), x_train[:BATCH], onehot[:BATCH])  # trace, optimise, compile
+    t_compile = time.perf_counter() - t0
+    g = train_step.graph(params, OPTIMIZER.init(params), x_train[:BATCH], onehot[:BATCH])
+    kinds = Counter(g.kind_of(i) for i in range(g.num_ops))
+    console.print(f"traced training step: {g.num_ops} ops ({', '.join(f'{k} {c}' for k, c in sorted(kinds.items()))}); "
+                  f"opgraph.jit traced, optimised and compiled it in {t_compile * 1e3:.0f} ms")
+    console.print(train_step.explain(params, OPTIMIZER.init(params), x_train[:BATCH], onehot[:BATCH]),
+                  markup=False, highlight=False)
 
     history: list[tuple[int, float, float]] = []
     with Progress(TextColumn("[bold]epoch {task.completed}/{task.total}"), BarColumn(),
@@ -240,65 +247,41 @@ def main() -> None:
             progress.console.print(f"epoch {epoch + 1:2d}  loss {loss:.4f}  test accuracy {acc:.2%}")
             progress.update(task, advance=1, description=f"loss {loss:.4f} acc {acc:.2%}")
 
-        t0 = time.perf_counter()
-        trained = train_opgraph(step, params, x_train, y_train, EPOCHS, on_epoch)
-        t_og = time.perf_counter() - t0
+        trained = train_opgraph(params, x_train, y_train, EPOCHS, on_epoch)
     t0 = time.perf_counter()
-    train_opgraph(step, params, x_train, y_train, EPOCHS)  # timed again without the per-epoch evaluation
+    train_opgraph(params, x_train, y_train, EPOCHS)  # timed again without the per-epoch evaluation
     t_og = time.perf_counter() - t0
-    try:
-        t0 = time.perf_counter()
-        built = CompiledRunner(step, params)  # optimise and compile once; the steps are timed apart
-        t_build = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        compiled = train_opgraph(step, params, x_train, y_train, EPOCHS, runner=lambda _s, _p: built)
-        t_cp: float | None = time.perf_counter() - t0
-        diff_cp = max(float(np.max(np.abs(compiled[k] - trained[k]))) for k in PARAMS)
-    except (ImportError, AttributeError):  # the compiled runtime is optional here
-        t_cp = None
 
     t0 = time.perf_counter()
     reference = train_numpy(params, x_train, y_train, EPOCHS)
     t_np = time.perf_counter() - t0
     n_steps = EPOCHS * len(batches(len(x_train), 0))
-    mem_og = peak_memory(lambda: train_opgraph(step, params, x_train, y_train, 1, max_steps=20))
-    if t_cp is not None:
-        built = CompiledRunner(step, params)  # the memory of 20 steps: the program (arena, state) and its calls
-        mem_cp: float | None = peak_memory(lambda: train_opgraph(step, params, x_train, y_train, 1, max_steps=20,
-                                                                 runner=lambda _s, _p: built))
-    else:
-        mem_cp = None
+    mem_og = peak_memory(lambda: train_opgraph(params, x_train, y_train, 1, max_steps=20))
     mem_np = peak_memory(lambda: train_numpy(params, x_train, y_train, 1, max_steps=20))
     diff = max(float(np.max(np.abs(trained[k] - reference[k]))) for k in PARAMS)
     acc_og, acc_np = accuracy(trained), accuracy(reference)
 
     table = Table(title=f"{EPOCHS} epochs, {n_steps} steps of batch {BATCH} (MLP {n_in}-{HIDDEN}-{CLASSES}, "
                         f"momentum SGD)")
-    for col in ("", "opgraph step graph, executor", "opgraph, compiled", "NumPy (hand-written backward)"):
+    for col in ("", "opgraph.jit (numpy engine)", "NumPy (hand-written backward)"):
         table.add_column(col, justify="right" if col else "left")
-
-    def cp(text: str) -> str:
-        return text if t_cp is not None else "-"
-
-    table.add_row("test accuracy", f"{acc_og:.2%}", cp(f"{accuracy(compiled):.2%}" if t_cp else ""), f"{acc_np:.2%}")
-    table.add_row("training time", f"{t_og:.2f} s ({t_og / t_np:.1f}x)",
-                  cp(f"{t_cp:.2f} s ({(t_cp or 1) / t_np:.1f}x)"), f"{t_np:.2f} s")
-    table.add_row("time per step", f"{t_og / n_steps * 1e3:.2f} ms", cp(f"{(t_cp or 0) / n_steps * 1e3:.2f} ms"),
-                  f"{t_np / n_steps * 1e3:.2f} ms")
-    table.add_row("optimise + compile (once)", "", cp(f"{t_build * 1e3:.0f} ms" if t_cp else ""), "")
-    table.add_row("peak traced memory (20 steps)", f"{mem_og:.2f} MiB", cp(f"{mem_cp or 0:.2f} MiB"),
-                  f"{mem_np:.2f} MiB")
-    table.add_row("max |parameter difference| vs NumPy", f"{diff:.1e}",
-                  cp(f"{diff_cp + diff:.1e}" if t_cp else ""), "")
+    table.add_row("test accuracy", f"{acc_og:.2%}", f"{acc_np:.2%}")
+    table.add_row("training time", f"{t_og:.2f} s ({t_og / t_np:.2f}x)", f"{t_np:.2f} s")
+    table.add_row("time per step", f"{t_og / n_steps * 1e3:.3f} ms", f"{t_np / n_steps * 1e3:.3f} ms")
+    table.add_row("trace + optimise + compile (once)", f"{t_compile * 1e3:.0f} ms", "")
+    table.add_row("peak traced memory (20 steps)", f"{mem_og:.2f} MiB", f"{mem_np:.2f} MiB")
+    table.add_row("max |parameter difference| vs NumPy", f"{diff:.1e}", "")
     console.print(table)
     if diff > 1e-8:
         raise SystemExit("opgraph and NumPy training disagree")
     if acc_og < 0.95:
         raise SystemExit(f"test accuracy {acc_og:.2%} is below 95%")
-    console.print("[green]opgraph's autodiff training matches the hand-written NumPy training.[/green]")
+    console.print("[green]opgraph.jit training matches the hand-written NumPy training.[/green]")
 
     check_front_ends(trained, x_test)
 
+    g = build_step(n_in).graph  # the same step as one graph whose update edges carry parameters and state
+    g.verify()
     out_dir = Path(__file__).resolve().parent.parent / "out"
     out_dir.mkdir(exist_ok=True)
     opgraph.io.save(g, out_dir / "mlp_step.cg")
@@ -306,7 +289,8 @@ def main() -> None:
     if opgraph.io.load(out_dir / "mlp_step") != g or opgraph.io.load(out_dir / "mlp_step.json") != g:
         raise SystemExit("the saved step graph did not load back equal")
     sizes = ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in sorted(out_dir.glob("mlp_step.*")))
-    console.print(f"saved and reloaded the training-step graph: {sizes} "
+    console.print(f"saved and reloaded the training-step graph ({g.num_ops} ops, {len(g.updates)} update edges): "
+                  f"{sizes} "
                   f"(try: {opgraph_command()} info {os.path.relpath(out_dir / 'mlp_step.cg')})")
     try:
         picture = opgraph.viz.render(g, out_dir / "mlp_step.svg", plan=True)
