@@ -175,3 +175,12 @@ def test_shapes_compiled_on_first_use_add_to_the_engine_time() -> None:
     after3 = f.compile_times["jax"]
     f(np.zeros(4))
     assert before < after3 < f.compile_times["jax"]
+
+
+def test_a_context_takes_torch_tensors_and_refuses_requires_grad(engine: str) -> None:
+    ctx = opgraph.compile(_graph(), backend=engine).context()
+    ctx.set("x", torch.from_numpy(X.copy()))
+    with pytest.raises(FeedError, match="input %w is a torch tensor with requires_grad=True"):
+        ctx.set("w", torch.tensor(W, requires_grad=True))
+    ctx.set("w", jnp.asarray(W))
+    np.testing.assert_allclose(ctx.get(_graph().outputs[0]), WANT, rtol=1e-14)

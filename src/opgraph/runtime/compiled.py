@@ -448,7 +448,8 @@ class Program:
                 got, dev = info.kind, info.device
                 if got != "numpy":
                     foreign = True
-                    check_feed(x, self.graph.value_label(input_id(self.graph, k)))
+                    if getattr(x, "requires_grad", False):  # the label only where it is refused
+                        check_feed(x, self.graph.value_label(input_id(self.graph, k)))
             if kind is None:
                 kind, device = got, dev
             elif got != kind or dev != device:
@@ -680,13 +681,15 @@ class ProgramContext:
     def set(self, key: Any, data: Any) -> None:
         """Give an input a new value; regions that read it (directly or not) run again when next needed."""
         if self._ops is not None:
-            return self._ops.set(key, data)
+            check_feed(data, self.graph.value_label(input_id(self.graph, key, verb="set")))
+            return self._ops.set(key, to_numpy(data))
         with self._lock:
             g = self.graph
             v = input_id(g, key, verb="set")
+            check_feed(data, g.value_label(v))
             self._clock += 1
             pos = self.program._input_pos[v]
-            self._inputs[pos] = ("numpy", coerce_feed(g, v, data))
+            self._inputs[pos] = ("numpy", coerce_feed(g, v, to_numpy(data)))
             self._stamp[pos] = self._clock
 
     def get(self, key: Any) -> np.ndarray:
