@@ -107,12 +107,15 @@ def test_zero_copy_torch_cpu_on_the_numpy_and_torch_engines() -> None:
     class Spy:  # the arena sees a NumPy view of the tensor's memory, not a copy
         def __call__(self, feeds):
             seen.extend(feeds.values())
-            return inner(feeds)
+            outs = inner(feeds)
+            seen.extend(outs)
+            return outs
 
     numpy_prog.__dict__["arena_runtime"] = Spy()
     out = numpy_prog(t)[0]
     assert np.shares_memory(seen[0], t.numpy())
     assert isinstance(out, torch.Tensor)
+    assert out.data_ptr() == seen[1].ctypes.data  # the tensor is the arena's fresh result, not a copy of it
     np.testing.assert_allclose(out.numpy(), np.exp(t.numpy()), rtol=1e-15)
     # the torch engine takes a tensor of the right type as it is: no NumPy round trip
     f = opgraph.compile(g, backend="torch")
