@@ -402,12 +402,16 @@ class Program:
         >>> p(np.ones(2), np.ones(2))[0], p({"x": np.ones(2)}, w=np.zeros(2))[0]
         (array([2., 2.]), array([1., 1.]))
         """
-        if self._plain_arena and targets is None and not named:  # the common calls, checked by type alone
-            if len(args) == self._n_inputs and {type(a) for a in args} <= _PLAIN:
-                feeds = dict(zip(self._input_ids, args, strict=True))
-                return self.arena_runtime(feeds)  # type: ignore[misc,no-any-return]
-            if len(args) == 1 and type(args[0]) is dict and {type(a) for a in args[0].values()} <= _PLAIN:
-                return self.arena_runtime(args[0])  # type: ignore[misc,no-any-return]
+        if self._plain_arena and targets is None:  # the common calls, checked by type alone
+            arena_call = self.arena_runtime
+            if named:
+                if not args and {type(a) for a in named.values()} <= _PLAIN:
+                    return arena_call(None, **named)  # type: ignore[misc,no-any-return]
+            elif len(args) == 1 and type(args[0]) is dict:
+                if {type(a) for a in args[0].values()} <= _PLAIN:
+                    return arena_call(args[0])  # type: ignore[misc,no-any-return]
+            elif len(args) == self._n_inputs and {type(a) for a in args} <= _PLAIN:
+                return arena_call(dict(zip(self._input_ids, args, strict=True)))  # type: ignore[misc,no-any-return]
         if len(args) == 2 and targets is None and (args[0] is None or isinstance(args[0], Mapping)):
             args, targets = args[:1], args[1]  # p(feeds, targets), as Graph.run is called
         arena = self.arena_runtime is not None and targets is None
