@@ -51,12 +51,16 @@ class ExecutionError(GraphError, RuntimeError):
     """Running a graph failed: a missing feed, a feed of the wrong type, or a kernel error."""
 
 
-class FeedError(ExecutionError, ValueError):
-    """A feed cannot be used: its values do not fit the input's dtype, or its shape is wrong.
+class FeedError(ExecutionError, ValueError, TypeError):
+    """A feed cannot be used: its values do not fit the input's dtype, or its shape is wrong, or a compiled
+    program was called in a form it does not take (two positional arrays for one input, ...).
 
-    Also a ``ValueError``, as NumPy raises for values it cannot convert.
+    Also a ``ValueError``, as NumPy raises for values it cannot convert, and a ``TypeError``, as Python raises
+    for a call with the wrong arguments.
 
     >>> issubclass(FeedError, ExecutionError) and issubclass(FeedError, ValueError)
+    True
+    >>> issubclass(FeedError, TypeError)
     True
     """
 

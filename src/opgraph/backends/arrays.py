@@ -3,6 +3,9 @@
 :func:`describe` reads an array's kind (``"numpy"``, ``"jax"``, ``"torch"``), dtype (as a NumPy dtype), shape and
 device without converting it, so a trace cache key or a feed check costs no copy and no device-to-host transfer.
 An engine's module is never imported here: a jax or torch array can only exist once its library is loaded.
+:func:`to_numpy` and :func:`convert` move an array between kinds through the engine that owns the target kind
+(:meth:`Backend.as_own <opgraph.backends.base.Backend.as_own>`: DLPack between torch and jax, zero-copy NumPy
+views of CPU tensors), and :func:`check_feed` refuses what opgraph cannot take as a feed.
 
     >>> import numpy as np
     >>> describe(np.zeros((2, 3), np.float32))
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayInfo", "describe", "kind_of"]
+__all__ = ["ArrayInfo", "check_feed", "convert", "copy", "describe", "kind_of", "to_numpy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +72,65 @@ def describe(x: Any) -> ArrayInfo | None:
         where = "cpu" if dev.platform == "cpu" else f"cuda:{dev.id}"
         return ArrayInfo("jax", np.dtype(x.dtype), tuple(x.shape), where)
     return None
+
+
+def check_feed(x: Any, label: str) -> None:
+    """Refuse a feed opgraph cannot take as it is: a torch tensor that requires grad (opgraph does not propagate
+    torch's autograd, and reading its values would silently drop the graph), as one FeedError naming the input.
+
+    >>> import numpy as np
+    >>> check_feed(np.zeros(2), "%x") is None
+    True
+    """
+    if getattr(x, "requires_grad", False) and kind_of(x) == "torch":
+        from opgraph.errors import FeedError
+
+        raise FeedError(f"input {label} is a torch tensor with requires_grad=True: opgraph does not propagate "
+                        f"torch autograd; pass x.detach() (and use opgraph.grad for gradients)")
+
+
+def to_numpy(x: Any) -> Any:
+    """``x`` as a NumPy array if it is a jax or torch array (a view where the memory is on the CPU; a copy from
+    a GPU); anything else is returned as it is.
+
+    >>> import numpy as np
+    >>> a = np.ones(2); to_numpy(a) is a, to_numpy(2.0)
+    (True, 2.0)
+    """
+    kind = kind_of(x)
+    if kind is None or kind == "numpy":
+        return x
+    from opgraph import backends
+
+    return backends.get(kind).to_numpy(x)
+
+
+def convert(x: Any, kind: str, device: str | None = None) -> Any:
+    """``x`` (a NumPy, jax or torch array) as an array of ``kind`` on ``device`` (None: the CPU, or where ``x``
+    is when it is of that kind already), without a copy where the engines allow it (DLPack, NumPy views).
+
+    >>> import numpy as np
+    >>> a = np.arange(3.0)
+    >>> convert(a, "numpy") is a
+    True
+    """
+    if kind == "numpy":
+        return to_numpy(x)
+    from opgraph import backends
+
+    return backends.get(kind).as_own(x, device)
+
+
+def copy(x: Any) -> Any:
+    """A copy of ``x`` that shares no memory with it, in its own kind (jax arrays are immutable: as they are).
+
+    >>> import numpy as np
+    >>> a = np.ones(2); b = copy(a); b is not a and not np.shares_memory(a, b)
+    True
+    """
+    kind = kind_of(x)
+    if kind == "torch":
+        return x.clone()
+    if kind == "jax":
+        return x
+    return np.array(x, copy=True)

@@ -455,9 +455,10 @@ class Backend(RuleTable):
         """
         return None
 
-    def finish(self, results: Sequence[Any], states: Sequence[Any],
-               options: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
-        """A call's results as NumPy arrays and its new update-edge state as this backend keeps it.
+    def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any],
+               kind: str = "numpy", device: str | None = None) -> tuple[list[Any], list[Any]]:
+        """A call's results as arrays of ``kind`` (``"numpy"``, ``"jax"``, ``"torch"``) on ``device`` and its new
+        update-edge state as this backend keeps it.
 
         Called once per call with every result and state computed on this backend, so an engine that
         evaluates lazily (dask) computes them in one pass; ``options`` are the program's compile options.
@@ -465,7 +466,32 @@ class Backend(RuleTable):
         >>> get_numpy().finish([np.zeros(1)], [], {})
         ([array([0.])], [])
         """
-        return [self.to_numpy(r) for r in results], list(states)
+        return [self.export(r, kind, device) for r in results], list(states)
+
+    def export(self, array: Any, kind: str = "numpy", device: str | None = None) -> Any:
+        """This backend's array as an array of ``kind`` on ``device``: its own kind stays as it is (moved where
+        ``device`` says), others cross by :func:`opgraph.backends.arrays.convert` (DLPack, NumPy views).
+
+        >>> get_numpy().export(np.zeros(1))
+        array([0.])
+        """
+        from opgraph.backends import arrays
+
+        if kind == self.name:
+            return self.as_own(array, device)
+        own = array if arrays.kind_of(array) is not None else self.to_numpy(array)
+        return arrays.convert(own, kind, device)
+
+    def as_own(self, array: Any, device: str | None = None) -> Any:
+        """A NumPy, jax or torch array as this backend's own array on ``device`` (None: where the array is, or the
+        backend's default), without a copy where the engines allow it; the numpy backend gives NumPy arrays.
+
+        >>> a = np.zeros(2); get_numpy().as_own(a) is a
+        True
+        """
+        from opgraph.backends import arrays
+
+        return self.from_numpy(np.asarray(arrays.to_numpy(array)), device)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         """A NumPy array as this backend's array."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import difflib
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -180,6 +180,98 @@ def resolve_feeds(graph: Graph, feeds: Mapping[Any, Any] | None = None,
         if v in out:
             raise FeedError(f"input {graph.value_label(v)} is fed twice: by key {by[v]} and by keyword {name}=")
         out[v], by[v] = data, f"keyword {name}="
+    return out
+
+
+def _call_inputs(graph: Graph) -> tuple[list[int], list[int]]:
+    """The graph's inputs, and those a positional call may leave out (update destinations, which hold state),
+    worked out once per graph."""
+    got = graph._cache.get("call_inputs")
+    if got is None:
+        inputs = graph.inputs.tolist()
+        held = set(graph.updates[:, 1].tolist())
+        got = graph._cache["call_inputs"] = (inputs, [v for v in inputs if v not in held])
+    return got  # type: ignore[no-any-return]
+
+
+def call_forms(graph: Graph) -> str:
+    """The three ways a compiled program is called, with the graph's inputs and their types, for messages.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); w = b.input(("f4", ()), name="w")
+    >>> print(call_forms(b.freeze()))
+    the graph's inputs are x: f64[2], w: f32[]; call it with the arrays in that order (f(x, w)), one dict ...
+    """
+    inputs, free = _call_inputs(graph)
+    labels = [graph.value_label(v).lstrip("%") for v in inputs]
+    shown = ", ".join(f"{n}: {graph.type_of(v)}" for n, v in zip(labels[:_SHOWN], inputs, strict=False))
+    if len(labels) > _SHOWN:
+        shown += f", ... ({len(labels)} in all)"
+    if not inputs:
+        return "the graph has no inputs; call it with no arguments (f())"
+    order = ", ".join(labels[:4]) + (", ..." if len(labels) > 4 else "")
+    pos = f"the arrays in that order (f({order}))"
+    if len(free) != len(inputs):
+        held = [graph.value_label(v).lstrip("%") for v in inputs if v not in set(free)]
+        pos += f", or without the state input(s) {', '.join(held[:4])} after the first call"
+    ident = labels[0] if labels[0].isidentifier() else "name"
+    return (f"the graph's inputs are {shown}; call it with {pos}, one dict keyed by input name, id or Value "
+            f"(f({{{labels[0]!r}: ...}})), or keywords (f({ident}=...))")
+
+
+def resolve_call(graph: Graph, args: Sequence[Any], named: Mapping[str, Any] | None = None) -> dict[int, Any]:
+    """The feeds of a compiled program's call ``f(*args, **named)`` as ``{input id: data}``.
+
+    Exactly three forms are taken:
+
+    * positional arrays in the graph's input order: ``f(x)``, ``f(x, w)``;
+      every input, or every input but the update destinations (whose state the
+      program keeps between calls; keywords may still feed them);
+    * one mapping keyed as :func:`resolve_feeds` reads it (ids, names, ``"%x"``,
+      Values), optionally with keywords;
+    * keywords, each an input's name.
+
+    Anything else is one :class:`FeedError` (also a ``TypeError``) naming the
+    graph's inputs with their types, the three forms, and what was given.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("f8", ()), name="x"); w = b.input(("f8", ()), name="w")
+    >>> g = b.freeze()
+    >>> resolve_call(g, (1.0, 2.0)), resolve_call(g, ({"x": 1.0},), {"w": 2.0}), resolve_call(g, (), {"w": 2.0})
+    ({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}, {1: 2.0})
+    >>> resolve_call(g, (np.array(1.0),))
+    Traceback (most recent call last):
+      ...
+    opgraph.errors.FeedError: got 1 positional argument for 2 inputs: the graph's inputs are x: f64[], w: f64[]; ...
+    """
+    n = len(args)
+    if n == 0:
+        return resolve_feeds(graph, None, named) if named else {}
+    first = args[0]
+    # type() before isinstance(): an ABC check costs as much as the rest of a small call
+    if n == 1 and type(first) is not np.ndarray and (first is None or isinstance(first, Mapping)):
+        return resolve_feeds(graph, first, named)
+    inputs, free = graph._cache.get("call_inputs") or _call_inputs(graph)
+    if n == len(inputs):
+        ids = inputs
+    elif n == len(free):
+        ids = free
+    else:
+        counts = sorted({len(inputs), len(free)})
+        want = " or ".join(map(str, counts)) + (" input" if counts[-1] == 1 else " inputs")
+        raise FeedError(f"got {n} positional argument{'s' if n != 1 else ''} for {want}: {call_forms(graph)}")
+    for i, a in enumerate(args):
+        if type(a) is not np.ndarray and (a is None or isinstance(a, Mapping)):
+            raise FeedError(f"positional argument {i} is {'None' if a is None else 'a ' + type(a).__name__}, "
+                            f"not an array: {call_forms(graph)}")
+    out = dict(zip(ids, args, strict=False))  # lengths equal: checked above
+    if named:
+        more = resolve_feeds(graph, None, named)
+        for v in more:
+            if v in out:
+                raise FeedError(f"input {graph.value_label(v)} is fed twice: by position {ids.index(v)} and by "
+                                f"keyword {graph.value_label(v).lstrip('%')}=")
+        out.update(more)
     return out
 
 

@@ -22,9 +22,13 @@ compiled on the graph itself, which a call reaches directly. Otherwise:
    session, one arena program); regions with inputs of unknown shape are
    compiled per shape signature on first use and cached.
 
-A call converts the feeds, runs the regions in order and returns NumPy
-arrays. Update-edge state stays in the backend's arrays (on its device)
-between calls. :meth:`Program.explain` says which op runs where and why.
+A call takes the inputs' arrays in order (``p(x, w)``), one dict or keywords,
+converts the feeds, runs the regions in order and returns the results in the
+callers' array kind: NumPy, jax or torch arrays (``result=``, see :func:`compile`).
+Feeds of the engine's own kind are taken as they are (torch CUDA tensors stay on
+the device on the torch engine); other kinds cross by DLPack or NumPy views.
+Update-edge state stays in the backend's arrays (on its device) between calls.
+:meth:`Program.explain` says which op runs where and why, and what compiling took.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
@@ -37,6 +41,7 @@ between calls. :meth:`Program.explain` says which op runs where and why.
     >>> print(p.explain())
     backend numpy (device cpu); 1 region(s), 0 transfer(s) between backends per call
     region 0 on numpy: 2 op(s) (einsum, fma), arena 0 B
+    compile: ... ms (numpy ... ms)
 """
 
 from __future__ import annotations
@@ -51,10 +56,12 @@ from typing import Any
 import numpy as np
 
 from opgraph import backends
+from opgraph.backends.arrays import check_feed, convert, describe, kind_of, to_numpy
+from opgraph.backends.arrays import copy as copy_array
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, region_graph
 from opgraph.backends.numpy import CompiledGraph, EvalContext, NumpyBackend, aligned_empty
 from opgraph.core import progress
-from opgraph.core.feeds import coerce_feed, input_id, resolve_feeds, target_ids, value_id
+from opgraph.core.feeds import coerce_feed, input_id, resolve_call, target_ids, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
@@ -64,6 +71,12 @@ from opgraph.passes.dce import dce
 from opgraph.passes.lower import lower
 
 __all__ = ["CompiledGraph", "EvalContext", "Program", "ProgramContext", "Region", "aligned_empty", "compile"]
+
+_PLAIN = frozenset({np.ndarray, float, int, bool, complex, list, tuple})
+"""Feed types that leave results NumPy under ``result="auto"``: NumPy arrays and Python data."""
+
+RESULTS = ("auto", "numpy", "jax", "torch")
+"""What ``result=`` takes: the callers' array kind (``"auto"``) or a kind to return whatever the feeds are."""
 
 
 @dataclass
@@ -162,8 +175,11 @@ class _Variant:
     def __init__(self, program: Program, graph: Graph) -> None:
         be = program.backend
         self.source = graph
+        started = time.perf_counter()
         with progress.task(f"compile: lower {graph.num_ops:,} ops for {be.name}"):
             lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
+        program._add_time("lower", time.perf_counter() - started)
+        started = time.perf_counter()
         self.lowered = g = lowered.graph
         self.lowered_counts = lowered.counts
         self.input_pos = {v: i for i, v in enumerate(g.inputs.tolist())}
@@ -196,6 +212,7 @@ class _Variant:
         # results that no region computes: constants (inputs come with the feeds)
         self.constants = {int(v): g.constant_of(int(g.value_producer[v])) for v in g.outputs.tolist()
                           if g.value_producer[v] >= 0 and g.op_kind[g.value_producer[v]] == CONST.id}
+        program._add_time("partition", time.perf_counter() - started)
         with progress.task(f"compile: {len(self.regions)} region(s) on {be.name}", total=len(self.regions)) as tick:
             for r in self.regions:
                 if r.static:
@@ -217,7 +234,9 @@ class _Variant:
         if be.name == "numpy":  # the one engine that plans memory (see opgraph.memory.limit)
             opts = {**opts, "memory_limit": program.memory_limit}
         dev = program.device if be.name == program.backend.name else None
+        started = time.perf_counter()
         exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts)  # type: ignore[index]
+        program._add_time(be.name, time.perf_counter() - started)  # lazily compiled shapes count too
         return exe
 
 
@@ -225,23 +244,28 @@ class Program:
     """A graph compiled on one engine, partitioned where it must be (see the module doc): what
     :func:`compile` returns on every backend.
 
-    Called with feeds by id, name or Value (names also as keywords); results are NumPy arrays in the order
-    of the graph's outputs (or of ``targets``). ``arena_runtime`` is the numpy engine's arena runtime when the whole
+    Called with the inputs' arrays in order (``p(x)``, ``p(x, w)``), one dict (keys: ids, names, ``"%x"``,
+    Values) or keywords (input names): :func:`~opgraph.core.feeds.resolve_call`. Results come in the order of
+    the graph's outputs (or of ``targets``), as arrays of the callers' kind by ``result=`` (see :func:`compile`).
+    ``arena_runtime`` is the numpy engine's arena runtime when the whole
     graph runs on it as one region (None otherwise); its other attributes (``plan``, ``positional()``, ...)
-    are reachable through the program too.
+    are reachable through the program too. ``compile_seconds`` is the time the constructor took and
+    ``compile_times`` its parts by stage and engine (shapes compiled later, on first use, are added there).
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
     >>> x = b.input(("float64", (2,)), name="x")
     >>> b.output(b.op("exp", x))
     >>> p = opgraph.compile(b.freeze())
-    >>> type(p).__name__, p.arena_runtime is not None, p.memory_plan.arena_bytes >= 0, p(x=np.zeros(2))[0]
+    >>> type(p).__name__, p.arena_runtime is not None, p.memory_plan.arena_bytes >= 0, p(np.zeros(2))[0]
     ('Program', True, True, array([1., 1.]))
+    >>> sorted(p.compile_times)
+    ['numpy']
     """
 
     def __init__(self, graph: Graph, backend: str | Backend, *, device: str | None = None, partition: bool = True,
                  memory_limit: Any = "auto", schedule: str | np.ndarray = "best", donate: Sequence[int] = (),
-                 **options: Any) -> None:
+                 result: str = "auto", **options: Any) -> None:
         started = time.perf_counter()
         self.graph = graph
         self.donate = tuple(donate)
@@ -252,6 +276,21 @@ class Program:
         if reason:
             raise BackendError(reason)
         self.device = self.backend.check_device(device)
+        self.compile_times: dict[str, float] = {}
+        """Seconds spent compiling, by stage (``lower``, ``partition``) and engine (each engine's region
+        compiles, the numpy arena's schedule and memory plan): the program's own and any compiled later for a
+        new shape."""
+        engine_results = ("dask", "persist") if self.backend.name == "dask" else ()
+        if result in engine_results:  # the engine's own lazy or persisted arrays (dask)
+            options = {**options, "result": result}
+            self.result = "engine"
+        elif result in RESULTS:
+            if result in ("jax", "torch"):
+                backends.get(result)  # installed? (one line naming the package otherwise)
+            self.result = result
+        else:
+            raise BackendError(f"result={result!r}: choose {', '.join(map(repr, RESULTS + engine_results))} "
+                               f"('auto': the callers' array kind when all array feeds share one, else NumPy)")
         self.partition = partition
         self.options = options
         self._lock = threading.Lock()
@@ -265,10 +304,17 @@ class Program:
         if self._runs_whole_on_numpy():
             with progress.task(f"compile: {graph.num_ops:,} ops for numpy (schedule, memory plan, program)"):
                 self.arena_runtime = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+            self._add_time("numpy", time.perf_counter() - started)
         else:
             self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time
+        self._input_ids = graph.inputs.tolist()
+        self._n_inputs = len(self._input_ids)
+        self._plain_arena = self.arena_runtime is not None and self.result in ("auto", "numpy")
         self.compile_seconds = time.perf_counter() - started
         """Seconds :func:`compile` took (lowering, partitioning, planning and each region's engine compile)."""
+
+    def _add_time(self, what: str, seconds: float) -> None:
+        self.compile_times[what] = self.compile_times.get(what, 0.0) + seconds
 
     def _runs_whole_on_numpy(self) -> bool:
         """True when the graph is one numpy region: the numpy engine, no engine options, and a kernel for every
@@ -344,27 +390,90 @@ class Program:
         return v
 
     # ---------------------------------------------------------------- running
-    def __call__(self, feeds: Mapping[Any, Any] | None = None, targets: Sequence[Any] | None = None,
-                 **named: Any) -> list[np.ndarray]:
-        """Run on ``feeds``; ``targets`` (ids, names or Values) default to the graph's outputs.
+    def __call__(self, *args: Any, targets: Sequence[Any] | None = None, **named: Any) -> list[Any]:
+        """Run on the feeds; ``targets`` (ids, names or Values) default to the graph's outputs.
 
-        Feeds are keyed as in :meth:`Graph.run <opgraph.core.graph.Graph.run>` (dict keys: ids, names, ``"%x"``,
-        Values; keywords: input names; ``targets`` is this call's parameter), by
-        :func:`~opgraph.core.feeds.resolve_feeds`.
+        The feeds are the inputs' arrays in the graph's input order (``p(x, w)``), one dict keyed as in
+        :meth:`Graph.run <opgraph.core.graph.Graph.run>` (ids, names, ``"%x"``, Values) or keywords (input
+        names; ``targets`` is this call's parameter, also taken second after a dict, ``p(feeds, targets)``), by
+        :func:`~opgraph.core.feeds.resolve_call`; any other call is one :class:`~opgraph.errors.FeedError`.
+        Results are arrays of the kind ``result=`` says.
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); w = b.input(("f8", (2,)), name="w")
+        >>> b.output(b.op("add", x, w)); p = opgraph.compile(b.freeze())
+        >>> p(np.ones(2), np.ones(2))[0], p({"x": np.ones(2)}, w=np.zeros(2))[0]
+        (array([2., 2.]), array([1., 1.]))
         """
-        if self.arena_runtime is not None and targets is None:
-            return self.arena_runtime(feeds, **named)  # type: ignore[no-any-return]
-        ids = resolve_feeds(self.graph, feeds, named)
+        if self._plain_arena and targets is None:  # the common calls, checked by type alone
+            arena_call = self.arena_runtime
+            if named:
+                if not args and {type(a) for a in named.values()} <= _PLAIN:
+                    return arena_call(None, **named)  # type: ignore[misc,no-any-return]
+            elif len(args) == 1 and type(args[0]) is dict:
+                if {type(a) for a in args[0].values()} <= _PLAIN:
+                    return arena_call(args[0])  # type: ignore[misc,no-any-return]
+            elif len(args) == self._n_inputs and {type(a) for a in args} <= _PLAIN:
+                return arena_call(dict(zip(self._input_ids, args, strict=True)))  # type: ignore[misc,no-any-return]
+        if len(args) == 2 and targets is None and (args[0] is None or isinstance(args[0], Mapping)):
+            args, targets = args[:1], args[1]  # p(feeds, targets), as Graph.run is called
+        arena = self.arena_runtime is not None and targets is None
+        if arena and len(args) == 1 and not named and type(args[0]) is not np.ndarray and isinstance(args[0], Mapping):
+            feeds: Mapping[Any, Any] = args[0]  # the arena resolves a dict's keys once per key tuple
+        else:
+            feeds = resolve_call(self.graph, args, named)
+        kind, device, foreign = self._callers(feeds)
+        if arena:
+            if foreign:
+                feeds = {k: to_numpy(x) for k, x in feeds.items()}
+            outs = self.arena_runtime(feeds)  # type: ignore[misc]  # fresh arrays the caller owns
+            return outs if kind == "numpy" else [convert(o, kind, device) for o in outs]
         with self._lock:
             if self.arena_runtime is not None and len(self.graph.updates):
                 raise ExecutionError("targets= on a program with update edges: its state lives in the arena, "
                                      "which computes the graph's outputs; compile(graph.replace(outputs=...)) "
                                      "for other targets, or run graph.run(feeds, targets) (no update)")
-            return self._run(ids, targets)
+            return self._run(feeds, targets, kind, device)
 
     run = __call__
 
-    def _run(self, feeds: Mapping[int, Any], targets: Sequence[Any] | None) -> list[np.ndarray]:
+    def _callers(self, feeds: Mapping[Any, Any]) -> tuple[str, str | None, bool]:
+        """The kind and device results take (by ``result=`` and the array feeds' kinds), and whether a feed is a
+        jax or torch array; refuses a feed opgraph cannot take (:func:`~opgraph.backends.arrays.check_feed`)."""
+        if self.result in ("auto", "numpy") and {type(x) for x in feeds.values()} <= _PLAIN:
+            return "numpy", None, False  # the common call, in one set of types
+        kind: str | None = None
+        device: str | None = None
+        mixed = foreign = False
+        for k, x in feeds.items():
+            if type(x) is np.ndarray:
+                got, dev = "numpy", "cpu"
+            else:
+                info = describe(x)
+                if info is None:  # Python scalars and lists: no kind of their own
+                    continue
+                got, dev = info.kind, info.device
+                if got != "numpy":
+                    foreign = True
+                    if getattr(x, "requires_grad", False):  # the label only where it is refused
+                        check_feed(x, self.graph.value_label(input_id(self.graph, k)))
+            if kind is None:
+                kind, device = got, dev
+            elif got != kind or dev != device:
+                mixed = True
+        want = self.result
+        if want == "engine":
+            return "numpy", None, foreign  # dask's own arrays, which its finish() gives
+        if want == "auto":
+            want = "numpy" if kind is None or mixed else kind
+        if want == "numpy":
+            return "numpy", None, foreign
+        if want != kind or mixed:  # results on the program's device when it is that kind's engine, else the CPU
+            device = self.device if want == self.backend.name else None
+        return want, device, foreign
+
+    def _run(self, feeds: Mapping[int, Any], targets: Sequence[Any] | None, kind: str = "numpy",
+             device: str | None = None) -> list[Any]:
         g = self.graph
         tg = tuple(self.outputs) if targets is None else tuple(target_ids(g, targets))
         var = self.variant(tg)
@@ -374,7 +483,8 @@ class Program:
         be = self.backend
         for v, data in feeds.items():  # keys are input ids (resolve_feeds)
             own = be.adopt_feed(data, g.type_of(v), g.value_label(v))
-            env[linputs[self._input_pos[v]]] = (be.name, own) if own is not None else ("numpy", coerce_feed(g, v, data))
+            env[linputs[self._input_pos[v]]] = (be.name, own) if own is not None else (
+                "numpy", coerce_feed(g, v, to_numpy(data)))
         for pos, st in self._region_state.items():
             env.setdefault(linputs[pos], st)
         for v, c in var.constants.items():
@@ -386,23 +496,25 @@ class Program:
         for v in lout[:len(tg)]:
             if v not in env:
                 raise ExecutionError(f"missing feed for input {lg.value_label(v)}")
-        outs, states = self._finish(env, lout[:len(tg)], lout[len(tg):])
+        outs, states = self._finish(env, lout[:len(tg)], lout[len(tg):], kind, device)
         results = []
         for v, a in zip(lout[:len(tg)], outs, strict=True):
-            if not isinstance(a, np.ndarray):  # an engine's own array, asked for (dask's result="dask")
+            if kind_of(a) is None:  # an engine's own array, asked for (dask's result="dask")
                 results.append(a)
                 continue
             # a result is writable and never aliases a caller's feed, a constant, or state the next call may
-            # overwrite (engines' NumPy views, such as JAX's, are read-only)
+            # overwrite (engines' NumPy views, such as JAX's, are read-only; jax arrays are immutable)
             shared = v in kept or lg.value_producer[v] < 0 or lg.op_kind[lg.value_producer[v]] == CONST.id
-            results.append(np.array(a, copy=True) if shared or not a.flags.writeable else a)
+            readonly = isinstance(a, np.ndarray) and not a.flags.writeable
+            results.append(copy_array(a) if shared or readonly else a)
         for (_src, dst), st in zip(lg.updates.tolist(), states, strict=True):
             self._region_state[var.input_pos[dst]] = st
         return results
 
-    def _finish(self, env: dict[int, tuple[str, Any]], results: Sequence[int],
-                states: Sequence[int]) -> tuple[list[Any], list[tuple[str, Any]]]:
-        """Each engine's :meth:`~opgraph.backends.base.Backend.finish` on its results and state, once per call."""
+    def _finish(self, env: dict[int, tuple[str, Any]], results: Sequence[int], states: Sequence[int],
+                kind: str = "numpy", device: str | None = None) -> tuple[list[Any], list[tuple[str, Any]]]:
+        """Each engine's :meth:`~opgraph.backends.base.Backend.finish` on its results and state, once per call;
+        results come as arrays of ``kind`` on ``device``."""
         outs: list[Any] = [None] * len(results)
         kept: list[tuple[str, Any]] = [env[v] for v in states]
         for where in {env[v][0] for v in (*results, *states)}:
@@ -410,7 +522,7 @@ class Program:
             ri = [i for i, v in enumerate(results) if env[v][0] == where]
             si = [i for i, v in enumerate(states) if env[v][0] == where]
             opts = self.options if where == self.backend.name else {}
-            got, st = be.finish([env[results[i]][1] for i in ri], [env[states[i]][1] for i in si], opts)
+            got, st = be.finish([env[results[i]][1] for i in ri], [env[states[i]][1] for i in si], opts, kind, device)
             for i, a in zip(ri, got, strict=True):
                 outs[i] = a
             for i, a in zip(si, st, strict=True):
@@ -491,7 +603,7 @@ class Program:
         """Which op runs where and why, the regions, the lowering applied and the transfers per call, and where
         the engine's results differ from NumPy's on this graph's ops (its declared ``Backend.numerics``)."""
         if self.arena_runtime is not None:
-            return self.arena_runtime.explain()
+            return f"{self.arena_runtime.explain()}\n{self._compile_line()}"
         var = self.variant(tuple(self.outputs))
         lines = [f"backend {self.backend.name} (device {self.device}); "
                  f"{len(var.regions)} region(s), {var.transfers} transfer(s) between backends per call"]
@@ -521,7 +633,14 @@ class Program:
             names = sorted(set(kinds))
             lines.append(f"numerics: {self.backend.name} differs from NumPy on {len(kinds)} op(s) here "
                          f"({', '.join(names[:8])}{', ...' if len(names) > 8 else ''}): {d.note()}")
+        lines.append(self._compile_line())
         return "\n".join(lines)
+
+    def _compile_line(self) -> str:
+        """``explain()``'s compile-time line: the total and its parts (:attr:`compile_times`)."""
+        times = dict(self.compile_times)
+        parts = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items())
+        return f"compile: {sum(times.values()) * 1e3:.3f} ms ({parts})"
 
     def __repr__(self) -> str:
         if self.arena_runtime is not None:
@@ -569,13 +688,15 @@ class ProgramContext:
     def set(self, key: Any, data: Any) -> None:
         """Give an input a new value; regions that read it (directly or not) run again when next needed."""
         if self._ops is not None:
-            return self._ops.set(key, data)
+            check_feed(data, self.graph.value_label(input_id(self.graph, key, verb="set")))
+            return self._ops.set(key, to_numpy(data))
         with self._lock:
             g = self.graph
             v = input_id(g, key, verb="set")
+            check_feed(data, g.value_label(v))
             self._clock += 1
             pos = self.program._input_pos[v]
-            self._inputs[pos] = ("numpy", coerce_feed(g, v, data))
+            self._inputs[pos] = ("numpy", coerce_feed(g, v, to_numpy(data)))
             self._stamp[pos] = self._clock
 
     def get(self, key: Any) -> np.ndarray:
@@ -629,7 +750,7 @@ class ProgramContext:
 
 def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
             schedule: str | np.ndarray = "best", example_inputs: Mapping[Any, Any] | None = None,
-            budget: float = 20.0, memory_limit: Any = "auto", **options: Any) -> Any:
+            budget: float = 20.0, memory_limit: Any = "auto", result: str = "auto", **options: Any) -> Any:
     """Compile ``graph`` for repeated evaluation on ``backend`` (see the module doc).
 
     * ``backend``: ``"numpy"`` (default: the arena runtime), ``"jax"``,
@@ -648,6 +769,15 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
       total physical RAM; ``None`` or ``0``: no limit (:mod:`opgraph.memory.limit`).
       It applies wherever memory is planned: the numpy arena, and the
       regions a partitioned program runs on numpy.
+    * ``result``: the array kind of the results. ``"auto"`` (default): the
+      callers' kind and device when every array feed is of one kind on one
+      device (torch tensors in, torch tensors out; jax arrays stay jax arrays;
+      Python scalars and lists do not count), NumPy otherwise. ``"numpy"``,
+      ``"jax"`` or ``"torch"`` force a kind (on the callers' device where they
+      fed that kind, else on the program's device if it is that kind's engine,
+      else the CPU). The dask engine also takes ``"dask"`` (lazy) and
+      ``"persist"``. A torch tensor that requires grad is refused (pass
+      ``x.detach()``).
     * ``options`` go to the backend's compiler (``mode=`` for torch.compile's
       mode, ``compile=True`` for torch.compile, ``threads=`` for onnxruntime).
 
@@ -666,12 +796,14 @@ def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, 
 
         if memory_limit != "auto":  # handed to each candidate's compile() (a keyword there, not a backend option)
             options["memory_limit"] = memory_limit
+        if result != "auto":
+            options["result"] = result
         auto = AutoCompiled(graph, budget=budget, device=device, **options)
         if example_inputs is not None:
             auto.choice = choose(graph, example_inputs, budget=budget, device=device, **options)
         return auto  # type: ignore[return-value]
     return Program(graph, backend, device=device, partition=partition, memory_limit=memory_limit, schedule=schedule,
-                   **options)
+                   result=result, **options)
 
 
 def run_on(graph: Graph, feeds: Mapping[Any, Any], targets: Sequence[Any] | None, backend: str) -> list[np.ndarray]:

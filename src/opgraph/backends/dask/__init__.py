@@ -246,10 +246,17 @@ class DaskBackend(Backend):
             chunk_bytes = budget_chunk_bytes(nbytes, threads, live_blocks(graph))
         return DaskExecutable(graph, chunks, int(chunk_bytes))
 
-    def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any]) -> tuple[
+    def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any],
+               kind: str = "numpy", device: str | None = None) -> tuple[list[Any], list[Any]]:
+        """Results computed in one pass with the state, as arrays of ``kind`` (or lazy/persisted dask arrays, by
+        the compile option ``result=``), and the state persisted for the next call."""
+        outs, kept = self._finish(results, states, options)
+        if options.get("result", "numpy") == "numpy" and kind != "numpy":
+            outs = [self.export(o, kind, device) for o in outs]
+        return outs, kept
+
+    def _finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any]) -> tuple[
             list[Any], list[Any]]:
-        """Results as NumPy arrays computed in one pass with the state (or lazy/persisted dask arrays, by
-        ``result=``), and the state persisted for the next call."""
         client = options.get("client")
         mode = options.get("result", "numpy")
         kw = _scheduler(client, options.get("num_workers"))

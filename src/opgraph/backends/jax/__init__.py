@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from opgraph.backends.arrays import kind_of
 from opgraph.backends.base import (
     Backend,
     BackendError,
@@ -47,7 +48,7 @@ from opgraph.backends.base import (
     straight_line,
 )
 from opgraph.core.graph import Graph
-from opgraph.core.types import TensorType
+from opgraph.core.types import TensorType, ValueType
 
 jax.config.update("jax_enable_x64", True)
 
@@ -125,6 +126,41 @@ class JaxBackend(Backend):
     def to_numpy(self, array: Any) -> np.ndarray:
         # a read-only view of the JAX buffer; the runtime copies what it hands to users or keeps as state
         return np.asarray(array)
+
+    def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
+        """A jax array of the input's exact dtype and an accepted shape, taken as it is (no NumPy round trip);
+        other arrays follow the NumPy feed rule (None).
+
+        >>> x = jnp.ones(2, dtype=jnp.float64)
+        >>> BACKEND.adopt_feed(x, TensorType("float64", (2,)), "%x") is x
+        True
+        """
+        if not isinstance(data, jax.Array) or not isinstance(t, TensorType):
+            return None
+        if data.dtype != t.dtype or not t.accepts(data):
+            return None
+        return data
+
+    def as_own(self, array: Any, device: str | None = None) -> Any:
+        """A NumPy, jax or torch array as a jax array on ``device`` (None: where a jax array is, else jax's
+        default device); torch tensors cross by DLPack.
+
+        >>> import numpy as np
+        >>> BACKEND.as_own(np.arange(3.0))
+        Array([0., 1., 2.], dtype=float64)
+        """
+        if isinstance(array, jax.Array):
+            out = array
+        elif kind_of(array) == "torch":
+            try:
+                out = jax.dlpack.from_dlpack(array.detach().resolve_conj().resolve_neg().contiguous())
+            except (RuntimeError, TypeError, ValueError, BufferError):  # a dtype or layout DLPack refuses
+                out = jnp.asarray(array.detach().cpu().numpy())
+        else:
+            return jax.device_put(np.asarray(array), self._device(device) if device is not None else None)
+        if device is not None and self._device(device) not in out.devices():
+            out = jax.device_put(out, self._device(device))
+        return out
 
 
 FTZ = NumericsDifference(

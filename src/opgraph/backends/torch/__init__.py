@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from opgraph.backends.arrays import check_feed, kind_of
 from opgraph.backends.base import (
     Backend,
     BackendError,
@@ -75,6 +76,7 @@ from opgraph.backends.torch.dtypes import DTYPES, Fn, fix, td
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
+from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import ExecutionError
 
 
@@ -216,6 +218,46 @@ class TorchBackend(Backend):
         if not isinstance(array, torch.Tensor):
             return np.asarray(array)
         return array.detach().cpu().resolve_conj().resolve_neg().numpy()  # type: ignore[no-any-return]
+
+    def adopt_feed(self, data: Any, t: ValueType, label: str) -> Any | None:
+        """A torch tensor of the input's exact dtype and an accepted shape, taken as it is (on its device: the
+        executable moves it to the program's); other tensors follow the NumPy feed rule (None), and a tensor
+        that requires grad is refused (:func:`~opgraph.backends.arrays.check_feed`).
+
+        >>> import opgraph
+        >>> x = torch.ones(2, dtype=torch.float64)
+        >>> BACKEND.adopt_feed(x, TensorType("float64", (2,)), "%x") is x
+        True
+        """
+        if not isinstance(data, torch.Tensor) or not isinstance(t, TensorType):
+            return None
+        check_feed(data, label)
+        dims = t.shape
+        if data.dtype != td(t.dtype) or (dims is not None and (data.ndim != len(dims) or any(
+                d is not None and d != n for d, n in zip(dims, data.shape, strict=True)))):
+            return None
+        return data
+
+    def as_own(self, array: Any, device: str | None = None) -> Any:
+        """A NumPy, jax or torch array as a torch tensor on ``device`` (None: the CPU, or the tensor's own):
+        NumPy memory is shared (copied first where NumPy marks it read-only), jax arrays cross by DLPack.
+
+        >>> a = np.arange(3.0); t = BACKEND.as_own(a); t.data_ptr() == a.ctypes.data
+        True
+        """
+        if isinstance(array, torch.Tensor):
+            out = array
+        elif isinstance(array, np.ndarray) or kind_of(array) != "jax":
+            a = np.asarray(array)
+            out = from_numpy(a if a.flags.writeable else np.array(a, copy=True), None)
+        else:
+            try:
+                out = torch.from_dlpack(array)
+            except (RuntimeError, TypeError, BufferError):  # a layout DLPack does not carry: through NumPy
+                out = from_numpy(np.array(array, copy=True), None)
+        if device is not None and torch.device(device) != out.device:
+            out = out.to(device)
+        return out
 
 
 BACKEND = TorchBackend(
