@@ -14,6 +14,7 @@ import pytest
 
 import opgraph
 import opgraph.numpy as onp
+from opgraph.backends.arrays import describe
 from opgraph.errors import FeedError, GraphError
 
 ENGINES = [pytest.param(n, marks=pytest.mark.skipif(importlib.util.find_spec(n) is None, reason=f"{n} not installed"))
@@ -267,9 +268,12 @@ def test_jax_and_torch_array_leaves(backend, kind, rng):
     f = opgraph.jit(lambda p: {"y": p["a"] @ p["b"] + 1.0}, backend=backend)
     got = f({"a": conv(a), "b": conv(b)})
     np.testing.assert_allclose(np.asarray(got["y"]), a @ b + 1.0, rtol=1e-6)
-    assert got["y"].dtype == np.float32
+    assert describe(got["y"]).kind == kind  # results in the callers' array kind, whatever engine ran them
+    assert describe(got["y"]).dtype == np.float32
+    assert isinstance(f({"a": a, "b": b})["y"], np.ndarray)  # NumPy in, NumPy out
+    assert isinstance(f({"a": conv(a), "b": b})["y"], np.ndarray)  # mixed kinds: NumPy
     f({"a": conv(a), "b": conv(b)})
-    assert f.cache_size == 1  # dtype and shape read without copying: the same signature each time
+    assert f.cache_size == 1  # dtype and shape read without copying, not the kind: one signature for all calls
 
 
 # ---------------------------------------------------------------- wrong calls: one opgraph error each

@@ -49,6 +49,7 @@ from opgraph.core import (
 )
 from opgraph.core import hooks as _hooks
 from opgraph.errors import (
+    ArgumentError,
     ExecutionError,
     FeedError,
     FormatError,
@@ -87,7 +88,8 @@ if TYPE_CHECKING:
     from opgraph.viz import draw
 
 __all__ = [
-    "VOID", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder", "GraphError",
+    "VOID", "ArgumentError", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder",
+    "GraphError",
     "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError",
     "OutOfMemoryError", "Symbols", "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops",
     "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "jit", "load",

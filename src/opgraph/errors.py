@@ -65,6 +65,17 @@ class FeedError(ExecutionError, ValueError, TypeError):
     """
 
 
+class ArgumentError(FeedError):
+    """A call does not fit the function: arguments that do not bind to its parameters, or a leaf that is neither
+    an array nor hashable (a static value) (``opgraph.jit``, ``@opgraph.function``). A ``TypeError`` too (as every
+    ``FeedError`` is), as Python and JAX raise for such calls.
+
+    >>> import opgraph
+    >>> issubclass(ArgumentError, TypeError) and issubclass(ArgumentError, opgraph.FeedError)
+    True
+    """
+
+
 class UnknownKeyError(ExecutionError, KeyError):
     """A feed or target key names no value of the graph (also a ``KeyError``, as a dict lookup raises).
 

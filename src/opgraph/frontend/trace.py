@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from opgraph.core.graph import Graph
-from opgraph.errors import FeedError
+from opgraph.errors import ArgumentError
 from opgraph.frontend import lazy, pytree
 from opgraph.frontend.lazy import LazyArray, placeholder, to_graph
 
@@ -102,16 +102,6 @@ def describe_leaf(x: Any) -> Leaf | None:
         return None
     arr = np.asarray(x)
     return Leaf(arr.dtype, arr.shape, arr)
-
-
-class ArgumentError(FeedError, TypeError):
-    """A call does not fit the function: arguments that do not bind to its parameters, or a leaf that is neither
-    an array nor hashable (a static value). Also a ``TypeError``, as Python and JAX raise for such calls.
-
-    >>> import opgraph
-    >>> issubclass(ArgumentError, TypeError) and issubclass(ArgumentError, opgraph.FeedError)
-    True
-    """
 
 
 @dataclass(frozen=True)

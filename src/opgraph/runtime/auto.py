@@ -77,11 +77,10 @@ import numpy as np
 
 from opgraph import backends
 from opgraph.backends.base import BackendError, OpInfo
-from opgraph.core.feeds import resolve_feeds, target_ids, value_id
+from opgraph.core.feeds import resolve_call, target_ids, value_id
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
-from opgraph.errors import FeedError
 
 
 @dataclass(frozen=True)
@@ -406,7 +405,7 @@ NOT_TIMED = frozenset({"dask"})
 
 def _numpy_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options the NumPy candidate takes: only compile()'s own keywords (backend options are not its)."""
-    return {k: options[k] for k in ("memory_limit",) if k in options}
+    return {k: options[k] for k in ("memory_limit", "result", "donate") if k in options}
 
 
 def numerics_exclusions(graph: Graph, names: Sequence[str], device: str | None = None,
@@ -521,16 +520,6 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = 20.0, repe
                   left_out, estimates, {n: compile_seconds[n] for n in compiled}, time.perf_counter() - started)
 
 
-def _positional(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
-    """Positional arrays as feeds: the graph's inputs in order."""
-    inputs = graph.inputs.tolist()
-    if len(args) > len(inputs):
-        names = ", ".join(graph.value_label(v) for v in inputs) or "none"
-        raise FeedError(f"{len(args)} positional argument(s) for a graph of {len(inputs)} input(s) ({names}); "
-                        "call it with the inputs in order, a dict of feeds, or keywords")
-    return dict(zip(inputs, args, strict=False))
-
-
 class AutoCompiled:
     """A graph whose backend is chosen by timing on its first call's feeds (``backend="auto"`` without examples).
 
@@ -556,15 +545,11 @@ class AutoCompiled:
 
     def __call__(self, *args: Any, **named: Any) -> list[np.ndarray]:
         """Run; the first call decides the backend (its result comes from the chosen one)."""
-        if len(args) == 1 and (args[0] is None or isinstance(args[0], Mapping)):
-            feeds = args[0]
-        else:
-            feeds = _positional(self.graph, args)
+        feeds = resolve_call(self.graph, args, named)
         with self._lock:
             if self.choice is None:
-                self.choice = choose(self.graph, resolve_feeds(self.graph, feeds, named), budget=self.budget,
-                                     device=self.device, **self.options)
-        return self.choice.compiled(feeds, **named)  # type: ignore[no-any-return]  # it applies the feeds rule
+                self.choice = choose(self.graph, feeds, budget=self.budget, device=self.device, **self.options)
+        return self.choice.compiled(feeds)  # type: ignore[no-any-return]
 
     run = __call__
 

@@ -27,7 +27,7 @@ Arguments are taken as JAX takes them:
   does not trace again, and next to arrays they take the arrays' dtype (``x_f32 * lr`` stays float32);
 * anything else (strings, objects) must be static: name it in ``static_argnums`` / ``static_argnames`` (its
   value, which must be hashable, is part of the signature: a new value traces again), else the call is an
-  :class:`~opgraph.frontend.trace.ArgumentError` (a ``FeedError`` and a ``TypeError``) naming the argument path.
+  :class:`~opgraph.errors.ArgumentError` (a ``FeedError`` and a ``TypeError``) naming the argument path.
 
 Results come back in the structure ``fun`` returned, array leaves as NumPy arrays, other leaves (strings,
 ``None``) as they were. Called with lazy arrays that depend on placeholders (inside another trace: a jitted
@@ -51,8 +51,9 @@ import numpy as np
 
 from opgraph.backends.arrays import describe as describe_array
 from opgraph.core.graph import Graph
+from opgraph.errors import ArgumentError
 from opgraph.frontend import pytree
-from opgraph.frontend.trace import ArgumentError, BoundCall, Leaf, Traced, TracedFunction
+from opgraph.frontend.trace import BoundCall, Leaf, Traced, TracedFunction
 from opgraph.passes import LEVELS
 from opgraph.passes import optimize as optimize_graph
 from opgraph.runtime.compiled import compile as compile_graph
@@ -114,8 +115,7 @@ class _Entry:
 
     def run(self, arrays: Sequence[Any]) -> Any:
         """Run on the call's array leaves (in leaf order); the result in the function's structure."""
-        # the one line that feeds the program (positional once programs take inputs in order)
-        results = self.program(dict(zip(self.inputs, arrays, strict=True)))
+        results = self.program(*arrays)  # the leaves are the program graph's inputs, in order
         return self.traced.rebuild(results if type(results) is list else list(results))
 
 
