@@ -15,9 +15,9 @@ Before timing, the gradient is checked against central finite differences of a v
 (step 1e-5; max |g - fd| <= 1e-5 max(1, max |fd|)); a mismatch exits with an error. Printed (one JSON line):
 ``first_s`` (building the function and its first call: tracing, optimising, compiling; CasADi: the SX expression,
 ``gradient`` and ``Function``; measured after the same on 5 scalars, whose time, ``cold_s``, includes loading
-modules and starting the engine), ``call_s`` (the median over ``--repeat`` samples, each a loop of calls long
-enough to take ~20 ms, of the per-call time), the finite-difference error and, for ``grad``, the sizes of the
-forward and gradient graphs. Threads: OMP/OPENBLAS/MKL 1 (bench/run.py), XLA one thread, torch one thread.
+modules and starting the engine), ``call_s`` (the per-call time: the median over ``--repeat`` samples, 5 where
+they take over 5 s, each a loop of calls that takes ~20 ms), the finite-difference error and, for ``grad``, the
+sizes of the forward and gradient graphs. Threads: OMP/OPENBLAS/MKL 1 (bench/run.py), XLA one thread, torch one thread.
 """
 
 from __future__ import annotations
@@ -69,14 +69,15 @@ def _as_numpy(r: Any) -> np.ndarray:
     return np.asarray(r, dtype=np.float64).reshape(-1)
 
 
-def per_call(call: Callable[[], Any], repeat: int, sample_s: float = 0.02) -> float:
-    """Median seconds per call over ``repeat`` samples, each a loop of calls that takes about ``sample_s``."""
+def per_call(call: Callable[[], Any], repeat: int, sample_s: float = 0.02, budget_s: float = 5.0) -> float:
+    """Median seconds per call over ``repeat`` samples, each a loop of calls that takes about ``sample_s``; after
+    5 samples it stops once the samples took ``budget_s`` (the un-jitted gradient takes seconds per call)."""
     t0 = time.perf_counter()
     call()
     once = time.perf_counter() - t0
     loops = max(1, int(sample_s / max(once, 1e-9)))
-    samples = []
-    for _ in range(repeat):
+    samples: list[float] = []
+    while len(samples) < repeat and (len(samples) < 5 or sum(samples) * loops < budget_s):
         t0 = time.perf_counter()
         for _ in range(loops):
             call()
@@ -109,6 +110,7 @@ def setup(lib: str, backend: str, n: int) -> tuple[Callable[[], Any], dict[str, 
     if backend == "jax":
         import jax
 
+        jax.config.update("jax_enable_x64", True)  # x stays float64, as on the other engines
         arg, sync, facts["version"] = jax.device_put(x), jax.block_until_ready, jax.__version__
     elif backend == "torch":
         import torch

@@ -40,6 +40,7 @@ RTOL = 1e-4
 GOALS = {"jax": 1.05, "numpy": 1.10}
 SIZES = {"big": "784-512-512-10 b128", "small": "64-128-10 b32"}
 STEPS = {"big": 30, "small": 200}  # steps timed per process (the small step takes ~0.3 ms)
+PEER_LIMIT = 600.0  # seconds for a process that is not opgraph.jit (the un-jitted grad at 2*10^4 ops takes ~1 min)
 THREADS = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
 
 Result = dict[str, Any] | None
@@ -53,7 +54,7 @@ def run_limited(script: str, args: list[str], limit: float) -> dict[str, Any]:
         proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True, env=env,
                               timeout=limit)
     except subprocess.TimeoutExpired:
-        return {"error": f"skipped: no result within {limit:.0f} s"}
+        return {"error": f"skipped (> {limit:.0f} s)"}
     lines = proc.stdout.strip().splitlines()
     if lines:
         try:
@@ -85,9 +86,17 @@ def _get(r: Result, key: str) -> float | None:
     return None if r is None or "error" in r else r.get(key)
 
 
+_WHY: list[str] = []  # long reasons for empty cells, printed under the table that shows them (see _emit)
+
+
 def _cell(r: Result, key: str, fmt: Callable[[float | None], str]) -> str:
     if r is not None and "error" in r:
-        return r["error"]
+        why = r["error"]
+        if len(why) <= 30:
+            return why
+        if why not in _WHY:
+            _WHY.append(why)
+        return f"n/a ({_WHY.index(why) + 1})"
     return fmt(_get(r, key))
 
 
@@ -107,6 +116,8 @@ def _merge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _emit(console: Console, md: list[str], title: str, columns: list[str], rows: list[list[str]],
           notes: list[str]) -> None:
+    notes = notes + [f"n/a ({i + 1}): {why}" for i, why in enumerate(_WHY)]
+    _WHY.clear()
     t = Table(title=escape(title))
     for i, col in enumerate(columns):
         t.add_column(escape(col), justify="left" if i == 0 else "right")
@@ -128,10 +139,12 @@ MLP_CASES = (("opgraph", "jax"), ("jax", "jax"), ("opgraph", "numpy"), ("numpy",
 def _check_mlp(size: str, limit: float) -> dict[tuple[str, str], tuple[str | None, float | None]]:
     """Each case's first three losses against optax's: (None where they agree, else why the case is not timed;
     the largest relative difference where there is one)."""
-    ref = run_limited("jit_mlp.py", ["--lib", "optax", "--backend", "jax", "--size", size, "--check", "3"], limit)
+    ref = run_limited("jit_mlp.py", ["--lib", "optax", "--backend", "jax", "--size", size, "--check", "3"],
+                      PEER_LIMIT)
     out: dict[tuple[str, str], tuple[str | None, float | None]] = {}
     for lib, backend in MLP_CASES:
-        r = run_limited("jit_mlp.py", ["--lib", lib, "--backend", backend, "--size", size, "--check", "3"], limit)
+        r = run_limited("jit_mlp.py", ["--lib", lib, "--backend", backend, "--size", size, "--check", "3"],
+                        limit if lib == "opgraph" else PEER_LIMIT)
         if "error" in r:
             out[lib, backend] = (r["error"], None)
         elif "error" in ref:
@@ -161,7 +174,8 @@ def mlp(console: Console, md: list[str], limit: float) -> dict[str, dict[tuple[s
                 lib, backend = case
                 steps = os.environ.get("OPGRAPH_BENCH_JIT_STEPS", str(STEPS[size]))
                 rounds[case].append(run_limited("jit_mlp.py", ["--lib", lib, "--backend", backend, "--size", size,
-                                                               "--steps", steps], limit))
+                                                               "--steps", steps],
+                                                limit if lib == "opgraph" else PEER_LIMIT))
         merged[size] = {c: _merge(rs) if verdict[c][0] is None else {"error": verdict[c][0]}
                         for c, rs in rounds.items()}
         for backend, peer in (("jax", "jax.jit + Adam by hand"), ("numpy", "NumPy by hand")):
@@ -210,7 +224,8 @@ def finegrained(console: Console, md: list[str], limit: float) -> dict[int, dict
             for lib, backend in FG_CASES:
                 progress.print(f"[dim]jit: fine-grained n={n:,}: {lib} {backend} ({k + 1}/{n_rounds}) ...[/dim]")
                 rounds[lib, backend].append(run_limited(
-                    "jit_finegrained.py", ["--lib", lib, "--backend", backend, "--n", str(n)], limit))
+                    "jit_finegrained.py", ["--lib", lib, "--backend", backend, "--n", str(n)],
+                    limit if lib == "jit" else PEER_LIMIT))
         by = merged[n] = {c: _merge(rs) for c, rs in rounds.items()}
         jit, grad, cas = by["jit", "numpy"], by["grad", "numpy"], by["casadi", "numpy"]
         ops = (f"{grad['forward_ops']:,} / {grad['grad_ops']:,}" if "forward_ops" in grad else "-")
@@ -254,8 +269,8 @@ def compile_times(console: Console, md: list[str], mlp_r: dict[str, dict[tuple[s
         "opgraph.grad's first call (trace and one interpreted call).",
         "Each process first runs the same path on a tiny case (a 3-4-2 MLP; f of 5 scalars), so loading modules "
         "and starting an engine are not counted here (they are in the JSON lines' cold_s).",
-        f"A process still running after {limit:.0f} s (start-up, the first call and the checks) is stopped: "
-        "'skipped' cells.",
+        f"An opgraph.jit process still running after {limit:.0f} s (start-up, the first call and the checks) is "
+        "stopped: 'skipped' cells.",
     ]
     _emit(console, md, "Compile time per engine: first call in s (1 thread)",
           ["graph", "numpy", "jax", "torch", "peers"], rows, notes)
