@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import statistics
@@ -64,6 +65,13 @@ def run_limited(script: str, args: list[str], limit: float) -> dict[str, Any]:
     Console(stderr=True).print(f"[red]{script} {' '.join(args)} failed:[/red]\n{proc.stderr[-2000:]}")
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": f"failed: {tail[:120]}"}
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _ms(v: float | None) -> str:
@@ -279,9 +287,12 @@ def compile_times(console: Console, md: list[str], mlp_r: dict[str, dict[tuple[s
 def table(console: Console, run: Callable[..., Result]) -> None:  # run_limited, not run: it needs a limit
     """Run bench/jit_mlp.py and bench/jit_finegrained.py per case; print the tables, write bench/results/jit.md."""
     limit = float(os.environ.get("OPGRAPH_BENCH_JIT_COMPILE_LIMIT", "60")) + 30.0
+    header = f"python {sys.version.split()[0]}, " + ", ".join(
+        f"{name} {_version(name)}" for name in ("opgraph", "numpy", "jax", "jaxlib", "torch", "optax", "casadi"))
+    header += f"; {os.cpu_count()} cores; BLAS/OpenMP/XLA/torch threads 1"
+    console.print(header)
     md = [f"## opgraph.jit against its peers ({time.strftime('%Y-%m-%d %H:%M')})", "",
-          "Command: `python bench/run.py jit`; "
-          f"python {sys.version.split()[0]}, {os.cpu_count()} cores", ""]
+          f"Command: `python bench/run.py jit`; {header}", ""]
     mlp_r = mlp(console, md, limit)
     fg_r = finegrained(console, md, limit)
     compile_times(console, md, mlp_r, fg_r, limit)
