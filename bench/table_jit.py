@@ -177,7 +177,7 @@ def mlp(console: Console, md: list[str], limit: float) -> dict[str, dict[tuple[s
         for k in range(n_rounds):
             progress.print(f"[dim]jit: MLP {SIZES[size]}: round {k + 1}/{n_rounds} ...[/dim]")
             for case in MLP_CASES:
-                if verdict[case][0] is not None:
+                if verdict[case][0] is not None or (case[1] == "torch" and k):  # torch: table 3 only, one process
                     continue
                 lib, backend = case
                 steps = os.environ.get("OPGRAPH_BENCH_JIT_STEPS", str(STEPS[size]))
@@ -219,9 +219,25 @@ def mlp(console: Console, md: list[str], limit: float) -> dict[str, dict[tuple[s
 FG_CASES = (("jit", "numpy"), ("grad", "numpy"), ("casadi", "numpy"), ("jit", "jax"), ("jit", "torch"))
 
 
+def _too_slow(merged: dict[int, dict[tuple[str, str], dict[str, Any]]], backend: str, n: int,
+              compile_limit: float) -> str | None:
+    """Why jit on ``backend`` is not run at ``n``: its first call at a smaller size, scaled by the size (at least
+    linear: tracing, optimising and compiling each visit every op), would exceed ``compile_limit``; or it failed
+    or was stopped there."""
+    done = [(m, by["jit", backend]) for m, by in merged.items() if m < n]
+    if not done:
+        return None
+    m, r = max(done, key=lambda t: t[0])
+    if "error" in r:
+        return f"skipped (n = {m:,}: {r['error'][:40]})"
+    guess = r["first_s"] * n / m
+    return f"skipped (~{guess:.0f} s > {compile_limit:.0f} s)" if guess > compile_limit else None
+
+
 def finegrained(console: Console, md: list[str], limit: float) -> dict[int, dict[tuple[str, str], dict[str, Any]]]:
     """Table 2; returns the merged results (table 3 shows their first calls)."""
-    sizes = [int(float(s)) for s in os.environ.get("OPGRAPH_BENCH_JIT_FG_N", "250,2500").split(",") if s]
+    compile_limit = limit - 30.0
+    sizes = sorted(int(float(s)) for s in os.environ.get("OPGRAPH_BENCH_JIT_FG_N", "250,2500").split(",") if s)
     n_rounds = int(os.environ.get("OPGRAPH_BENCH_JIT_FG_ROUNDS", "1"))
     progress = Console(stderr=True)
     merged: dict[int, dict[tuple[str, str], dict[str, Any]]] = {}
@@ -230,6 +246,9 @@ def finegrained(console: Console, md: list[str], limit: float) -> dict[int, dict
         rounds: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in FG_CASES}
         for k in range(n_rounds):
             for lib, backend in FG_CASES:
+                if lib == "jit" and (why := _too_slow(merged, backend, n, compile_limit)):
+                    rounds[lib, backend].append({"error": why})
+                    continue
                 progress.print(f"[dim]jit: fine-grained n={n:,}: {lib} {backend} ({k + 1}/{n_rounds}) ...[/dim]")
                 rounds[lib, backend].append(run_limited(
                     "jit_finegrained.py", ["--lib", lib, "--backend", backend, "--n", str(n)],
@@ -278,7 +297,10 @@ def compile_times(console: Console, md: list[str], mlp_r: dict[str, dict[tuple[s
         "Each process first runs the same path on a tiny case (a 3-4-2 MLP; f of 5 scalars), so loading modules "
         "and starting an engine are not counted here (they are in the JSON lines' cold_s).",
         f"An opgraph.jit process still running after {limit:.0f} s (start-up, the first call and the checks) is "
-        "stopped: 'skipped' cells.",
+        "stopped: 'skipped (> N s)' cells. At the larger n, an engine whose first call at the smaller n, scaled "
+        f"by the ratio of the sizes, predicts more than {limit - 30:.0f} s is not run: 'skipped (~N s > "
+        f"{limit - 30:.0f} s)' cells.",
+        "The torch engine's MLP step runs in one process only (no torch peer in table 1).",
     ]
     _emit(console, md, "Compile time per engine: first call in s (1 thread)",
           ["graph", "numpy", "jax", "torch", "peers"], rows, notes)
