@@ -92,13 +92,23 @@ def numpy_step() -> tuple[Step, Callable[[dict[str, np.ndarray]], Any]]:
         count, mu, nu = state
         count += 1
         c1, c2 = np.float32(1 - B1**count), np.float32(1 - B2**count)
-        for k, g in grads.items():  # in place, as a hand-written loop would (the caller donates its arrays)
+        # In place with one temporary per parameter, as a careful hand-written loop would (the caller donates its
+        # arrays): lr m^ / (sqrt(v^) + eps) = (lr / c1) m / (sqrt(v) / sqrt(c2) + eps).
+        step_size, root_c2 = np.float32(LR) / c1, np.sqrt(c2)
+        for k, g in grads.items():
             m, v = mu[k], nu[k]
             m *= np.float32(B1)
             m += np.float32(1 - B1) * g
             v *= np.float32(B2)
-            v += np.float32(1 - B2) * (g * g)
-            params[k] -= np.float32(LR) * (m / c1) / (np.sqrt(v / c2) + np.float32(EPS))
+            g *= g
+            g *= np.float32(1 - B2)
+            v += g
+            d = np.sqrt(v, out=g)
+            d /= root_c2
+            d += np.float32(EPS)
+            np.divide(m, d, out=d)
+            d *= step_size
+            params[k] -= d
         return loss, params, (count, mu, nu)
 
     return step, init
