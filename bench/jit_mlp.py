@@ -1,7 +1,7 @@
 """One MLP training step (value_and_grad + Adam) for one library and engine in this process (issue 33).
 
     python bench/jit_mlp.py --lib opgraph|jax|numpy|optax --backend jax|numpy|torch --size big|small
-                            [--steps 30] [--warmup 5] [--check 3]
+                            [--steps 30] [--warmup 5] [--check 3 | --expect L1,L2,L3]
 
 The workload: an MLP (``big``: 784-512-512-10, batch 128; ``small``: the demo's 64-128-10, batch 32), float32,
 relu between the layers, softmax cross-entropy averaged over the batch, Adam (lr 1e-3, b1 0.9, b2 0.999,
@@ -19,8 +19,9 @@ eps 1e-8, bias correction as in optax). One step takes ``(params, opt_state, x, 
 * ``optax`` (``--check`` only): ``jax.value_and_grad`` + ``optax.adam``, the reference the hand-written Adams
   are checked against.
 
-``--check K`` only runs K steps from the initial parameters and prints the K losses (bench/table_jit.py compares
-every library's trajectory before it times any). Otherwise the process prints one JSON line: ``first_s`` (the
+``--check K`` only runs K steps from the initial parameters and prints the K losses (bench/table_jit.py takes
+optax's as the reference). ``--expect`` gives that reference: the first three steps' losses must agree with it
+(rtol 1e-4) or the process prints why and times nothing. Otherwise the process prints one JSON line: ``first_s`` (the
 first call: tracing, optimising and compiling included; measured after one step of a 3-4-2 MLP, whose first call,
 ``cold_s``, includes loading modules and starting the engine), ``step_s`` (median over ``--steps`` calls after
 ``--warmup`` more) and the losses of the first three steps. Threads: OMP/OPENBLAS/MKL 1 (bench/run.py), XLA's CPU
@@ -50,6 +51,7 @@ from training_common import data
 
 SIZES = {"big": ((784, 512, 512, 10), 128), "small": ((64, 128, 10), 32), "tiny": ((3, 4, 2), 2)}
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
+RTOL = 1e-4  # on the first three losses against optax's
 
 Step = Callable[[Any, Any, Any, Any], tuple[Any, Any, Any]]
 
@@ -212,6 +214,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--check", type=int, default=0, help="only run this many steps and print their losses")
+    ap.add_argument("--expect", default="", help="the reference's first losses, comma-separated")
     args = ap.parse_args()
     base = {"lib": args.lib, "backend": args.backend, "size": args.size}
     if why := missing(args.lib):
@@ -257,6 +260,12 @@ def main() -> None:
     if args.check:
         print(json.dumps({**base, "losses": losses[: args.check]}))
         return
+    if args.expect:
+        ref = [float(v) for v in args.expect.split(",")]
+        base["loss_diff"] = diff = max(abs(a - b) / abs(b) for a, b in zip(losses, ref, strict=False))
+        if not diff <= RTOL:  # a benchmark that compares different computations is worthless: time nothing
+            print(json.dumps({**base, "losses": losses[:3], "error": f"losses differ from optax's ({diff:.1e})"}))
+            return
     for _ in range(args.warmup):
         loss, params, state = sync(step(params, state, x, y))
     times = []
