@@ -193,9 +193,9 @@ def mlp(console: Console, md: list[str], limit: float) -> dict[str, dict[tuple[s
     notes = [
         "opgraph: opgraph.jit(step, backend=engine, donate_argnums=(0, 1)) where step = opgraph.value_and_grad(loss) "
         "+ opgraph.optim.Adam(lr=1e-3).update + opgraph.optim.apply_updates, params and optimiser state as pytrees "
-        "in and out (jax engine: jax arrays in and out). Peers: jax.jit(step, donate_argnums=(0, 1)) with "
-        "jax.value_and_grad and Adam by hand in jax.numpy (optax's formulas); NumPy: forward, backward and Adam by "
-        "hand, updating in place.",
+        "in and out (jax engine: jax arrays in; each step's results are fed to the next step as they come out). "
+        "Peers: jax.jit(step, donate_argnums=(0, 1)) with jax.value_and_grad and Adam by hand in jax.numpy (optax's "
+        "formulas); NumPy: forward, backward and Adam by hand, updating in place.",
         f"ms/step: median of {STEPS['big']} (big) / {STEPS['small']} (small) synchronised steps after the 3 "
         "checked and 5 warm-up steps in each process, then the median over the processes. first call s: the first "
         "call of the step (tracing, optimising, compiling and one step; NumPy: one step), after a step of a 3-4-2 "
@@ -264,8 +264,9 @@ def finegrained(console: Console, md: list[str], limit: float) -> dict[int, dict
         "same expression on casadi.SX.sym('x', n), casadi.Function('g', [x], [casadi.gradient(f, x)]) called "
         "with a NumPy array.",
         "Each gradient is checked against central finite differences (step 1e-5) before it is timed. µs per "
-        "call: median of 7 samples, each a loop of calls lasting ~20 ms. ops: the forward graph's and the "
-        "gradient graph's op counts (opgraph.function(f).graph(x), opgraph.grad(f).graph(x)).",
+        "call: median of 7 samples (5 where the calls take seconds), each a loop of calls lasting ~20 ms. ops: "
+        "the forward graph's and the gradient graph's op counts (opgraph.function(f).graph(x), "
+        "opgraph.grad(f).graph(x)).",
         "grad / jit: how many times faster jit makes the gradient; jit / CasADi: above 1 means CasADi is faster.",
     ]
     _emit(console, md, title, ["n scalars", "ops fwd / grad", "jit numpy µs", "grad (un-jitted) µs", "grad / jit",
