@@ -17,6 +17,7 @@ views of CPU tensors), and :func:`check_feed` refuses what opgraph cannot take a
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,26 @@ def kind_of(x: Any) -> str | None:
         return "torch"
     if root in ("jax", "jaxlib") and "jax" in sys.modules and isinstance(x, sys.modules["jax"].Array):
         return "jax"
+    return None
+
+
+def keyer(tp: type) -> Callable[[Any], tuple[np.dtype, tuple[int, ...]]] | None:
+    """For arrays of type ``tp`` (NumPy, jax, torch), a function giving ``(dtype, shape)`` with the dtype as NumPy
+    names it: the cheapest description, for cache keys read at every call (``opgraph.jit``); None for other types.
+
+    >>> import numpy as np
+    >>> keyer(np.ndarray)(np.zeros((2, 1), np.int8)), keyer(float)
+    ((dtype('int8'), (2, 1)), None)
+    """
+    if tp is np.ndarray:
+        return lambda a: (a.dtype, a.shape)
+    root = tp.__module__.partition(".")[0]
+    if root == "torch" and "torch" in sys.modules and issubclass(tp, sys.modules["torch"].Tensor):
+        from opgraph.backends.torch.dtypes import TORCH_TO_NP
+
+        return lambda a: (TORCH_TO_NP[a.dtype], tuple(a.shape))
+    if root in ("jax", "jaxlib") and "jax" in sys.modules and issubclass(tp, sys.modules["jax"].Array):
+        return lambda a: (np.dtype(a.dtype), a.shape)
     return None
 
 

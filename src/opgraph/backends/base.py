@@ -482,6 +482,16 @@ class Backend(RuleTable):
         own = array if arrays.kind_of(array) is not None else self.to_numpy(array)
         return arrays.convert(own, kind, device)
 
+    def owns(self, device: str | None) -> Callable[[Any, np.dtype, tuple[int, ...]], bool] | None:
+        """A check that an array can go to this engine's executables on ``device`` as it is: of the engine's own
+        array type, dtype and shape (and device), so a program's direct call may skip the feed rule (None: no
+        array is taken that way; the numpy engine's arena has its own direct call).
+
+        >>> get_numpy().owns("cpu") is None
+        True
+        """
+        return None
+
     def as_own(self, array: Any, device: str | None = None) -> Any:
         """A NumPy, jax or torch array as this backend's own array on ``device`` (None: where the array is, or the
         backend's default), without a copy where the engines allow it; the numpy backend gives NumPy arrays.

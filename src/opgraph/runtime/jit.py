@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.backends.arrays import describe as describe_array
+from opgraph.backends.arrays import keyer as array_keyer
 from opgraph.core.graph import Graph
 from opgraph.errors import ArgumentError
 from opgraph.frontend import pytree
@@ -75,6 +76,18 @@ _KEY: dict[type, Callable[[Any], Any]] = {
     np.ndarray: lambda a: (a.dtype, a.shape),
     **{t: (lambda k: lambda _: k)((dt, (), "weak")) for t, dt in _WEAK.items()},
 }
+
+
+def _learn_keys(leaves: Sequence[Any]) -> bool:
+    """Learn how to key the array types among ``leaves`` (jax and torch arrays: by NumPy dtype and shape, so they
+    share their NumPy twins' signatures); False if a leaf is of a type that keys no other way (a static value)."""
+    for a in leaves:
+        if type(a) not in _KEY:
+            how = array_keyer(type(a))
+            if how is None:
+                return False
+            _KEY[type(a)] = how
+    return True
 
 
 def describe_leaf(x: Any) -> Leaf | None:
@@ -185,8 +198,8 @@ class Jitted:
                 leaves, spec = pytree.flatten(args)
                 try:
                     key = (spec, *[_KEY[type(a)](a) for a in leaves])
-                except KeyError:  # a leaf of another type (a jax or torch array, a static value): bind it
-                    key = None
+                except KeyError:  # a leaf type not seen yet (a jax or torch array) or a static value: bind it
+                    key = _learn_keys(leaves) and (spec, *[_KEY[type(a)](a) for a in leaves])
                 entry = self._cache.get(key) if key is not None else None
                 if entry is not None:
                     return entry.run(leaves)

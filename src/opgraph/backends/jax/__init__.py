@@ -141,6 +141,21 @@ class JaxBackend(Backend):
             return None
         return data
 
+    def owns(self, device: str | None) -> Callable[[Any, np.dtype, tuple[int, ...]], bool] | None:
+        """jax arrays of the dtype and shape, on ``device`` (checked only where jax has several devices).
+
+        >>> import numpy as np
+        >>> BACKEND.owns("cpu")(jnp.ones(2, dtype=jnp.float32), np.dtype("float32"), (2,))
+        True
+        """
+        dev = self._device(device)
+        array_type = type(jnp.zeros(()))
+        if len(jax.devices()) == 1:
+            return lambda a, dt, dims: type(a) is array_type and a.dtype == dt and a.shape == dims
+        where = {dev}
+        return lambda a, dt, dims: (type(a) is array_type and a.dtype == dt and a.shape == dims
+                                     and a.devices() == where)
+
     def as_own(self, array: Any, device: str | None = None) -> Any:
         """A NumPy, jax or torch array as a jax array on ``device`` (None: where a jax array is, else jax's
         default device); torch tensors cross by DLPack.

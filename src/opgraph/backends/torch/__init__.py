@@ -54,7 +54,7 @@ platform); complex ``erf``, ``erfc`` and ``power``; ``eigh`` and ``svd``
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,7 @@ from opgraph.backends.base import (
     input_dtypes,
     straight_line,
 )
-from opgraph.backends.torch.dtypes import DTYPES, Fn, fix, td
+from opgraph.backends.torch.dtypes import DTYPES, NP_TO_TORCH, Fn, fix, td
 from opgraph.core.feeds import coerce_feed
 from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op
@@ -210,6 +210,18 @@ class TorchBackend(Backend):
         if threads is not None:
             torch.set_num_threads(int(threads))
         return _TorchExecutable(graph, dev, compile or mode is not None, mode)
+
+    def owns(self, device: str | None) -> Callable[[Any, np.dtype, tuple[int, ...]], bool] | None:
+        """torch tensors of the dtype and shape on ``device`` that do not require grad.
+
+        >>> import numpy as np
+        >>> BACKEND.owns("cpu")(torch.ones(2), np.dtype("float32"), (2,))
+        True
+        """
+        dev = torch.device(self.check_device(device))
+        to_torch = NP_TO_TORCH.get
+        return lambda a, dt, dims: (type(a) is torch.Tensor and a.dtype == to_torch(dt) and a.shape == dims
+                                     and a.device == dev and not a.requires_grad)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return from_numpy(array, self.check_device(device))
