@@ -444,6 +444,20 @@ class Program:
 
     run = __call__
 
+    def direct(self) -> Any:
+        """The direct positional call (``p(*arrays)`` takes it first), or None where the program has none: a
+        function of the inputs' arrays, in order, that returns the results, or None (without running anything
+        that is not repeated) when an array is not what the executable takes as it is (type, dtype, shape).
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("f8", (2,)), name="x"); b.output(b.op("exp", x))
+        >>> run = opgraph.compile(b.freeze()).direct()
+        >>> run([np.zeros(2)]), run([np.zeros(3)])
+        ([array([1., 1.])], None)
+        """
+        got = self._direct if self._direct is not None else self._direct_call()
+        return got or None
+
     def _direct_call(self) -> Any:
         """The call ``p(*arrays)`` takes when every array is already what the executable takes (checked by type,
         dtype and shape alone): the arena's positional program, or one engine region's executable fed the
