@@ -299,13 +299,14 @@ _ADAM_ATTRS = {
     "b2": Attr(_F, doc="beta2"), "c2": Attr(_F, doc="the constant 1 - beta2"), "eps": Attr(_F, doc="added to the root"),
     "square_first": Attr(attr_bool, False, "v' adds (g * g) * c2 rather than (c2 * g) * g"),
 }
-# inplace=(3,): a result may take over the gradient's buffer (the kernels read every operand's element or block
+# inplace=(3, 0, 1, 2): a result may take over the gradient's buffer, or p', m', v' those of p, m, v (the kernels read
+# every operand's element or block before writing the results'; opgraph.jit's donated arguments on numpy)
 # before writing the results'), so the fused step plans no more memory than the unfused ops
 register_op(OpDef(
     name="adam_update", id=1012, arity=4, infer=lambda ts, a: _same_float_types(ts, 3),
     attrs={**_ADAM_ATTRS, "bc1": Attr(_F, doc="bias correction 1 - beta1^t"),
            "bc2": Attr(_F, doc="bias correction 1 - beta2^t")},
-    kernel=_adam_kernel, inplace=(3,), family=FAMILY,
+    kernel=_adam_kernel, inplace=(3, 0, 1, 2), family=FAMILY,
     decompose=_adam_update_parts,
     doc="adam_update(p, m, v, g; lr, b1, c1, b2, c2, bc1, bc2, eps, square_first) -> (p', m', v') with "
         "m' = b1 * m + c1 * g, v' = b2 * v + c2 * g * g, p' = p - lr * (m' / bc1) / (sqrt(v' / bc2) + eps)",
@@ -323,7 +324,7 @@ def _adam_t_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tup
 
 register_op(OpDef(
     name="adam_update_t", id=1013, arity=6, infer=_adam_t_infer, attrs=dict(_ADAM_ATTRS),
-    kernel=_adam_t_kernel, inplace=(3,), family=FAMILY,
+    kernel=_adam_t_kernel, inplace=(3, 0, 1, 2), family=FAMILY,
     decompose=_adam_update_t_parts,
     doc="adam_update_t(p, m, v, g, bc1, bc2; lr, b1, c1, b2, c2, eps, square_first): adam_update with the bias "
         "corrections 1 - beta^t as scalar inputs (a step count t that lives in the graph)",

@@ -303,7 +303,8 @@ class Program:
         self.arena_runtime: CompiledGraph | None = None
         if self._runs_whole_on_numpy():
             with progress.task(f"compile: {graph.num_ops:,} ops for numpy (schedule, memory plan, program)"):
-                self.arena_runtime = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit)
+                self.arena_runtime = CompiledGraph(graph, schedule=schedule, memory_limit=memory_limit,
+                                                  donate=self.donate)
             self._add_time("numpy", time.perf_counter() - started)
         else:
             self.variant(tuple(self.outputs))  # errors (missing ops, bad options) surface at compile time

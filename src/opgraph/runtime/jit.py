@@ -65,7 +65,7 @@ DEFAULT_LEVEL = 2
 """The optimisation level ``jit`` uses unless told: exact rewrites (level 1) plus fusions every engine runs as
 fast or faster (level 2); level 3's elementwise fusion is tuned for the numpy engine's cost model."""
 
-_DONATING = frozenset({"jax"})  # engines whose executables reuse donated input buffers
+_DONATING = frozenset({"jax", "numpy"})  # engines whose executables reuse donated input buffers
 
 
 _WEAK = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
@@ -300,8 +300,15 @@ class Jitted:
                  f"trace {s['trace']:.4f} s ({e.traced.graph.num_ops} ops), optimize level {self.optimize} "
                  f"{s['optimize']:.4f} s ({e.graph.num_ops} ops), compile {s['compile']:.4f} s"]
         if e.donated:
-            how = ("buffers handed to the engine for reuse" if self.backend in _DONATING
-                   else f"accepted; the {self.backend} engine reuses no input buffer")
+            arena = getattr(e.program, "arena_runtime", None)
+            if arena is not None:  # the numpy arena says which results take which donated arrays
+                taken = sorted(e.graph.name_of(v) or f"%{v}" for v in arena.donors().values())
+                how = (f"results written over {', '.join(taken)}" if taken else
+                       "no op of this program can write its result over them")
+            elif self.backend in _DONATING:
+                how = "buffers handed to the engine for reuse"
+            else:
+                how = f"accepted; the {self.backend} engine reuses no input buffer"
             lines.append(f"donated: {', '.join(e.donated)} ({how})")
         explain = getattr(e.program, "explain", None)
         if explain is not None:

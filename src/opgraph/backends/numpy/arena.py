@@ -45,7 +45,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.errors import ExecutionError, GraphError
 from opgraph.memory.limit import check_memory_limit, out_of_memory
-from opgraph.memory.plan import ALIAS, DYNAMIC, PLANNED, MemoryPlan, PlacementMap, align, plan_memory
+from opgraph.memory.plan import ALIAS, DYNAMIC, PLANNED, UNSAFE_INPLACE, MemoryPlan, PlacementMap, align, plan_memory
 
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], int, int]
 """(kernel, input value ids, output value ids, attrs, op, mode); mode 1: one planned output,
@@ -81,8 +81,10 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: Graph, *, schedule: str | np.ndarray = "best",
-                 plan: MemoryPlan | None = None, memory_limit: Any = "auto") -> None:
+                 plan: MemoryPlan | None = None, memory_limit: Any = "auto", donate: Sequence[int] = ()) -> None:
         self.memory_limit = memory_limit
+        self.donate = tuple(int(i) for i in donate)
+        """Input positions whose arrays a call may overwrite with results (see :meth:`donors`)."""
         try:
             with paused_gc():
                 self._setup(graph, schedule, plan, memory_limit)
@@ -242,6 +244,60 @@ class CompiledGraph:
         return [int(v) for v in g.inputs.tolist() if int(v) in used]
 
     # ------------------------------------------------------------------ code generation
+    def donors(self) -> dict[int, int]:
+        """Results that a call writes over a donated input's array: ``{output value: input value}``.
+
+        A result takes a donated input (``donate=``, input positions) when it has a buffer of its own (not one
+        the memory plan shares with values computed before it), its op
+        declares that input position in-place (``OpDef.inplace``, as the memory planner reads it) and is the
+        last op to read it, the two have the same type, and nothing reads the input through a view; each
+        input is taken once. At run time the generated program checks the arrays
+        (:func:`~opgraph.backends.numpy.codegen.donation_ok`) and allocates as usual where they do not allow it.
+
+        >>> import numpy as np, opgraph
+        >>> b = opgraph.GraphBuilder(); w = b.input(("f8", (3,)), name="w"); g = b.input(("f8", (3,)), name="g")
+        >>> b.output(b.op("subtract", w, g))
+        >>> f = CompiledGraph(b.freeze(), donate=[0]); w0 = np.ones(3)
+        >>> f.donors(), f({"w": w0, "g": np.full(3, 0.5)})[0] is w0, w0
+        ({2: 0}, True, array([0.5, 0.5, 0.5]))
+        """
+        g = self.graph
+        donated = {int(g.inputs[i]) for i in self.donate if 0 <= i < len(g.inputs)}
+        donated -= {d for _s, d in self.updates}
+        donated -= set(self.outputs)
+        if not donated:
+            return {}
+        own = {v for b in self._output_bins for v, off, *_ in self._bin_values.get(b, []) if off == 0
+               and len(self._bin_values[b]) == 1}
+        last: dict[int, int] = {}
+        viewed: set[int] = set()
+        for i, (_fn, ins, _outs, _attrs, _op, mode) in enumerate(self.program):
+            for v in ins:
+                last[v] = i
+                if mode in (0, 4):  # its result may be a view of the input
+                    viewed.add(v)
+        taken: dict[int, int] = {}
+        used: set[int] = set()
+        for i, (_fn, _ins, outs, _attrs, op, mode) in enumerate(self.program):
+            if mode not in (1, 2) or op < 0:
+                continue
+            opdef = get_op(int(g.op_kind[op]))
+            op_ins = g.op_inputs(op).tolist()
+            for j, v in enumerate(outs):
+                if v not in own:
+                    continue
+                # the j-th result prefers the j-th input (an update op's p' takes p, m' takes m, ...)
+                for pos in sorted(opdef.inplace, key=lambda q, j=j: q != j):
+                    if (opdef.name, pos) in UNSAFE_INPLACE or pos >= len(op_ins):
+                        continue
+                    x = op_ins[pos]
+                    if (x in donated and x not in used and x not in viewed and last.get(x) == i
+                            and g.value_type[x] == g.value_type[v]):
+                        taken[v] = x
+                        used.add(x)
+                        break
+        return taken
+
     def _generated(self, parity: int) -> Callable[..., Any] | None:
         """The straight-line function running the whole program with state buffers of ``parity``
         (built on first use; None for programs longer than :data:`CODEGEN_LIMIT`, which the loop in

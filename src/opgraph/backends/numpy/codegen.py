@@ -31,6 +31,25 @@ def copy(a: Any) -> np.ndarray:
     return np.array(a, copy=True)
 
 
+def donation_ok(donated: tuple[Any, ...], others: tuple[Any, ...]) -> bool:
+    """Whether a call's donated arrays may hold its results: distinct arrays that own their memory, C-contiguous
+    and writeable, none of them the base of another argument (a view the program would read after the donated
+    array is overwritten). Checked once per call; where it fails, the results get fresh buffers.
+
+    >>> a, b = np.zeros(2), np.zeros(2)
+    >>> donation_ok((a, b), ()), donation_ok((a, a), ()), donation_ok((a,), (a[:1],)), donation_ok((a[:1],), ())
+    (True, False, False, False)
+    """
+    ids = set()
+    for a in donated:
+        if type(a) is not np.ndarray or a.base is not None or not (a.flags.c_contiguous and a.flags.writeable):
+            return False
+        ids.add(id(a))
+    if len(ids) < len(donated):
+        return False
+    return not any(id(getattr(x, "base", None)) in ids for x in others)
+
+
 def own(x: Any, ins: tuple[Any, ...]) -> np.ndarray:
     """A result the kernel allocated, copied if it is a view of one of the op's inputs (planned memory).
 
@@ -145,13 +164,22 @@ class Codegen:
             src = cg._carried.get(v)
             # a carried input defaults to the buffer the previous call (of the other parity) wrote
             params.append(f"v{v}" if src is None else f"v{v}={self.bind('s', other[src])}")
+        donors = cg.donors()
+        if donors:  # results written over donated arrays (opgraph.jit's donate_argnums), where the call allows it
+            donated = sorted(set(donors.values()))
+            others = [v for v in cg._needed_inputs if v not in donated]
+            self.emit(f"_dn = {self.bind('f', donation_ok)}({tuple_expr([f'v{v}' for v in donated])}, "
+                      f"{tuple_expr([f'v{v}' for v in others])})")
         for b in cg._output_bins:
             entries = cg._bin_values.get(b, [])
             # an allocation's line maps to the op making the value, which an out-of-memory error names
             producer = cg.graph.value_producer
             if len(entries) == 1 and entries[0][1] == 0:
                 v, _off, _nb, dt, shape = entries[0]
-                self.emit(f"v{v} = _empty({tuple(shape)!r}, {self.bind('d', dt)})", int(producer[v]))
+                fresh = f"_empty({tuple(shape)!r}, {self.bind('d', dt)})"
+                donor = donors.get(v)
+                self.emit(f"v{v} = v{donor} if _dn else {fresh}" if donor is not None else f"v{v} = {fresh}",
+                          int(producer[v]))
                 self.names[v] = f"v{v}"
                 continue
             small = p.bins[b].size <= SMALL_OUTPUT_BIN
