@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,20 +16,12 @@ from opgraph.io.jsonfmt import save_json
 from opgraph.runtime import auto
 from opgraph.runtime.auto import AutoCompiled, cached_choice, choose, rank
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from auto_costs import scalar_graph
+
+from test_io_json import small_graph
+
 ENGINES = [n for n in ("numpy", "jax", "torch", "onnxruntime") if n in backends.available()]
-
-
-def _scalar_chain(n: int) -> tuple[opgraph.Graph, dict[str, np.ndarray]]:
-    """``n`` scalar float64 ops (sin, multiply, add, tanh in turn): a fine-grained graph."""
-    b = opgraph.GraphBuilder()
-    x = b.input(("float64", ()), name="x")
-    w = b.input(("float64", ()), name="w")
-    y = x
-    for i in range(n):
-        kind = ("sin", "multiply", "add", "tanh")[i % 4]
-        y = b.op(kind, y) if kind in ("sin", "tanh") else b.op(kind, y, w)
-    b.output(y)
-    return b.freeze(), {"x": np.array(0.3), "w": np.array(0.9)}
 
 
 def _numpy_chain(n: int, x: float, w: float) -> float:
@@ -48,7 +41,7 @@ def _two_outputs() -> opgraph.Graph:
 
 # ----------------------------------------------------------------------------- the pre-ranking (no timing)
 def test_fine_grained_graph_leaves_out_what_cannot_win() -> None:
-    g, _ = _scalar_chain(3000)
+    g, _ = scalar_graph(3000)
     r = rank(g, ENGINES, budget=2.0)
     assert r["numpy"].verdict is None and r["numpy"].ops == 3000
     if "jax" in r:  # XLA's compile of 3000 ops: seconds, more than the budget
@@ -104,7 +97,7 @@ def test_dynamic_shapes_leave_the_call_contest_out() -> None:
 
 # ----------------------------------------------------------------------------- timing what is left
 def test_choose_times_only_what_can_win_and_matches_numpy() -> None:
-    g, feeds = _scalar_chain(2000)
+    g, feeds = scalar_graph(2000)
     choice = choose(g, feeds, budget=1.0, allow_numerics=True)
     status = choice.status()
     assert status["numpy"] == "timed" and choice.timings["numpy"] is not None
@@ -122,7 +115,7 @@ def test_choose_times_only_what_can_win_and_matches_numpy() -> None:
 
 @pytest.mark.skipif("jax" not in ENGINES, reason="jax is not installed")
 def test_named_candidates_are_all_timed() -> None:
-    g, feeds = _scalar_chain(50)  # jax's per-call overhead loses to numpy's here: the pre-ranking would leave it out
+    g, feeds = scalar_graph(50)  # jax's per-call overhead loses to numpy's here: the pre-ranking would leave it out
     assert rank(g, ["numpy", "jax"])["jax"].verdict.startswith("cannot win: ")
     choice = choose(g, feeds, budget=0.5, candidates=("numpy", "jax"), allow_numerics=True)
     assert choice.status() == {"numpy": "timed", "jax": "timed"} and not choice.left_out
@@ -171,14 +164,7 @@ def test_graph_run_auto_chooses_once(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
     """A graph with an update edge (run applies none) and a dynamic-shape twin."""
-    b = opgraph.GraphBuilder()
-    x = b.input(("float64", (3,)), name="x")
-    s = b.input(("float64", ()), name="s")
-    y = b.op("multiply", x, 2.0, name="y")
-    total = b.op("sum", y, name="total")
-    b.output(y, total)
-    b.update(b.add(s, total), s)
-    save_json(b.freeze(), tmp_path / "model.json")
+    save_json(small_graph(), tmp_path / "model.json")
     np.save(tmp_path / "x.npy", np.array([1.0, 2.0, 3.0]))
     d = opgraph.GraphBuilder()
     d.output(d.op("exp", d.input(("float64", (None,)), name="v")))

@@ -282,38 +282,22 @@ class _Sym:
     def _op(self, kind: str, a: Any, c: Any) -> _Sym:
         return _Sym(self.b, getattr(self.b, kind)(a, c))
 
-    def __add__(self, o: Any) -> _Sym:
-        return self._op("add", self.v, self._rhs(o))
-
-    def __radd__(self, o: Any) -> _Sym:
-        return self._op("add", self._lhs(o), self.v)
-
-    def __sub__(self, o: Any) -> _Sym:
-        return self._op("subtract", self.v, self._rhs(o))
-
-    def __rsub__(self, o: Any) -> _Sym:
-        return self._op("subtract", self._lhs(o), self.v)
-
-    def __mul__(self, o: Any) -> _Sym:
-        return self._op("multiply", self.v, self._rhs(o))
-
-    def __rmul__(self, o: Any) -> _Sym:
-        return self._op("multiply", self._lhs(o), self.v)
-
-    def __truediv__(self, o: Any) -> _Sym:
-        return self._op("divide", self.v, self._rhs(o))
-
-    def __rtruediv__(self, o: Any) -> _Sym:
-        return self._op("divide", self._lhs(o), self.v)
-
-    def __pow__(self, o: Any) -> _Sym:
-        return self._op("power", self.v, self._rhs(o))
-
-    def __rpow__(self, o: Any) -> _Sym:
-        return self._op("power", self._lhs(o), self.v)
-
     def __gt__(self, o: Any) -> _Sym:
         return self._op("greater", self.v, self._lhs(o))
+
+
+def _binary(kind: str, reflected: bool) -> Callable[[_Sym, Any], _Sym]:
+    """``_Sym``'s operator (its reflected form: the number on the left) as the builder's op ``kind``."""
+    if reflected:
+        return lambda self, o: self._op(kind, self._lhs(o), self.v)
+    return lambda self, o: self._op(kind, self.v, self._rhs(o))
+
+
+# attached after the class exists, as JAX attaches its array methods: one line per operator
+for _name, _kind in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "divide"),
+                     ("pow", "power")):
+    setattr(_Sym, f"__{_name}__", _binary(_kind, reflected=False))
+    setattr(_Sym, f"__r{_name}__", _binary(_kind, reflected=True))
 
 
 class _Ops:
