@@ -204,13 +204,13 @@ def test_donation_on_numpy_writes_results_over_the_donated_arrays(rng):
     # arrays that cannot be donated safely get fresh buffers: the same array twice, or a view of another one
     shared = np.zeros((4, 3))
     state = opt.init(params)._replace(mu={"w": shared, "b": np.zeros(3)}, nu={"w": shared, "b": np.zeros(3)})
-    out_p, out_s = donating(params, state, grads)
+    _, out_s = donating(params, state, grads)
     assert out_s.mu["w"] is not shared and out_s.nu["w"] is not shared
     np.testing.assert_array_equal(out_s.mu["w"], want_s.mu["w"])
     np.testing.assert_array_equal(shared, np.zeros((4, 3)))
     base = np.zeros((2, 4, 3))
     state = opt.init(params)._replace(mu={"w": base[0], "b": np.zeros(3)})
-    out_p, out_s = donating(params, state, grads)
+    _, out_s = donating(params, state, grads)
     assert not np.shares_memory(out_s.mu["w"], base)
     np.testing.assert_array_equal(base, 0.0)
 
