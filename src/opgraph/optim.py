@@ -166,16 +166,22 @@ def _match(grads: Any, **trees: Any) -> tuple[list[Any], list[list[Any]], pytree
     g_leaves, spec = _leaves_of(grads)
     out = []
     for name, tree in trees.items():
-        try:
-            leaves = spec.flatten_up_to(tree)
-        except (ValueError, TypeError):
-            leaves = None
-        if leaves is None or _has_nodes(leaves):
+        leaves = _leaves_like(spec, tree)
+        if leaves is None:
             raise GraphError(f"the gradients have the structure {spec} but the optimiser state's {name} has "
                              f"{pytree.flatten(tree)[1]}: update() takes gradients structured like the parameters "
                              "given to init()")
         out.append(leaves)
     return g_leaves, out, spec, _namespace(g_leaves + [x for leaves in out for x in leaves])
+
+
+def _leaves_like(spec: pytree.PyTreeSpec, tree: Any) -> list[Any] | None:
+    """``tree``'s leaves if it has the structure ``spec`` (leaf for leaf), else None."""
+    try:
+        leaves = spec.flatten_up_to(tree)
+    except (ValueError, TypeError):
+        return None
+    return None if _has_nodes(leaves) else leaves
 
 
 def _signed(xp: Any, lr: float) -> tuple[float, bool]:
@@ -206,11 +212,8 @@ def apply_updates(params: Any, updates: Any) -> Any:
     {'w': array([1.5, 0. ], dtype=float32), 'b': None}
     """
     p_leaves, spec = _leaves_of(params)
-    try:
-        u_leaves = spec.flatten_up_to(updates)
-    except (ValueError, TypeError):
-        u_leaves = None
-    if u_leaves is None or _has_nodes(u_leaves):
+    u_leaves = _leaves_like(spec, updates)
+    if u_leaves is None:
         raise GraphError(f"the parameters have the structure {spec} but the updates have "
                          f"{pytree.flatten(updates)[1]}")
     out = []
