@@ -251,7 +251,8 @@ class CompiledGraph:
         the memory plan shares with values computed before it), its op
         declares that input position in-place (``OpDef.inplace``, as the memory planner reads it) and is the
         last op to read it, the two have the same type, and nothing reads the input through a view; each
-        input is taken once. At run time the generated program checks the arrays
+        input is taken once; only generated programs donate (not those longer than ``CODEGEN_LIMIT``). At run
+        time the generated program checks the arrays
         (:func:`~opgraph.backends.numpy.codegen.donation_ok`) and allocates as usual where they do not allow it.
 
         >>> import numpy as np, opgraph
@@ -262,6 +263,8 @@ class CompiledGraph:
         ({2: 0}, True, array([0.5, 0.5, 0.5]))
         """
         g = self.graph
+        if len(self.program) > CODEGEN_LIMIT:  # the step loop that runs such programs writes fresh results
+            return {}
         donated = {int(g.inputs[i]) for i in self.donate if 0 <= i < len(g.inputs)}
         donated -= {d for _s, d in self.updates}
         donated -= set(self.outputs)
