@@ -162,8 +162,15 @@ def _regions(graph: Graph, place: list[str | None]) -> list[Region]:
                     if v in producer_region:
                         used_outside.add(v)
         r.consts = consts
+    # a region takes the graph's inputs in the graph's order and gives the graph's results in theirs: jax pairs a
+    # donated input with the first result of its type in that order, and a crossed pair (m' over v's buffer while
+    # v is still read) costs XLA a copy per call
+    position = {v: i for i, v in enumerate(graph.inputs.tolist())}
+    result_position = {v: i for i, v in enumerate(graph.outputs.tolist())}
     for r in regions:
+        r.inputs.sort(key=lambda v: position.get(v, len(position)))
         r.outputs = [v for op in r.ops for v in graph.op_outputs(op).tolist() if v in used_outside]
+        r.outputs.sort(key=lambda v: result_position.get(v, len(result_position)))
         r.static = all(isinstance(graph.type_of(v), TensorType) and graph.type_of(v).is_static  # type: ignore[union-attr]
                        for v in r.inputs)
     return regions
