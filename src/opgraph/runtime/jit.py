@@ -29,13 +29,15 @@ Arguments are taken as JAX takes them:
   value, which must be hashable, is part of the signature: a new value traces again), else the call is an
   :class:`~opgraph.errors.ArgumentError` (a ``FeedError`` and a ``TypeError``) naming the argument path.
 
-Results come back in the structure ``fun`` returned, array leaves as NumPy arrays, other leaves (strings,
-``None``) as they were. Called with lazy arrays that depend on placeholders (inside another trace: a jitted
+Results come back in the structure ``fun`` returned, array leaves in the callers' array kind and device where
+every array argument has the same kind (NumPy otherwise; see :func:`opgraph.compile`'s ``result=``), other leaves
+(strings, ``None``) as they were. Called with lazy arrays that depend on placeholders (inside another trace: a jitted
 function called in a jitted function, or under :func:`opgraph.grad`), ``fun`` is inlined into the caller's trace.
 
 ``donate_argnums``: the buffers of those arguments' leaves may be reused for the results. The jax engine
-passes them to ``jax.jit(donate_argnums=...)``; the other engines accept the option and reuse nothing
-(``explain()`` says which).
+passes them to ``jax.jit(donate_argnums=...)``; the numpy engine writes results over them where an in-place op
+is their last reader (:meth:`~opgraph.backends.numpy.CompiledGraph.donors`); the other engines accept the option
+and reuse nothing (``explain()`` says which).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ DEFAULT_LEVEL = 2
 """The optimisation level ``jit`` uses unless told: exact rewrites (level 1) plus fusions every engine runs as
 fast or faster (level 2); level 3's elementwise fusion is tuned for the numpy engine's cost model."""
 
-_DONATING = frozenset({"jax", "numpy"})  # engines whose executables reuse donated input buffers
+_DONATING = frozenset({"jax"})  # engines whose executables take donated buffers (numpy's arena says which it takes)
 
 
 _WEAK = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
@@ -121,7 +123,6 @@ class _Entry:
     traced: Traced
     graph: Graph  # optimised
     program: Any
-    inputs: list[int]  # the program's input ids, in the order of the call's array leaves
     signature: str
     donated: list[str]
     seconds: dict[str, float] = field(default_factory=dict)
@@ -211,7 +212,7 @@ class Jitted:
                 entry = self._cache.get(key) if key is not None else None
                 if entry is not None:
                     direct = getattr(entry.program, "direct", None)
-                    call = direct() if direct is not None and len(entry.inputs) == len(leaves) else None
+                    call = direct() if direct is not None and len(entry.graph.inputs) == len(leaves) else None
                     self._last = (spec, entry, call) if call is not None else None
                     return entry.run(leaves)
         call = self._tracer.bind(args, kwargs)
@@ -232,7 +233,7 @@ class Jitted:
         options: dict[str, Any] = {"donate": [pos for pos, _ in donate]} if donate and self.backend != "auto" else {}
         program = compile_graph(graph, self.backend, device=self.device, **options)
         t3 = time.perf_counter()
-        entry = _Entry(traced, graph, program, graph.inputs.tolist(), self._signature(call),
+        entry = _Entry(traced, graph, program, self._signature(call),
                        [name for _, name in donate],
                        {"trace": t1 - t0, "optimize": t2 - t1, "compile": t3 - t2})
         self._cache[call.key] = entry
@@ -357,7 +358,7 @@ def jit(fun: Callable[..., Any] | None = None, *, backend: str = "numpy", device
     * ``backend``: ``"numpy"`` (default), ``"jax"``, ``"torch"``, ``"onnxruntime"``, ``"dask"`` or ``"auto"``
       (:func:`opgraph.compile`'s choice); ``device``: ``"cpu"`` or ``"cuda"`` where the engine has it.
     * ``static_argnums`` / ``static_argnames``: arguments whose (hashable) values are part of the signature.
-    * ``donate_argnums``: arguments whose buffers the engine may reuse (jax); others accept and ignore it.
+    * ``donate_argnums``: arguments whose buffers the engine may reuse (jax, numpy); others accept and ignore it.
     * ``optimize``: the :func:`opgraph.optimize` level (0 to 3; default :data:`DEFAULT_LEVEL`).
 
     >>> import numpy as np, opgraph
