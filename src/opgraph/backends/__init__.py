@@ -1,4 +1,4 @@
-"""The engines graphs run on: numpy (default), jax, torch, onnxruntime, dask.
+"""The engines graphs run on: numpy (default), jax, torch, onnxruntime, dask, numba (fine-grained graphs).
 
 Each backend is one module of this package holding a :class:`Backend`
 (capability set, rule table, compiler; see :mod:`opgraph.backends.base`).
@@ -7,13 +7,13 @@ optional engines.
 
     >>> from opgraph import backends
     >>> backends.names()
-    ('numpy', 'jax', 'torch', 'onnxruntime', 'dask')
+    ('numpy', 'jax', 'torch', 'onnxruntime', 'dask', 'numba')
     >>> backends.get("numpy").supports("matmul")
     True
     >>> backends.get("tensorflow")
     Traceback (most recent call last):
     ...
-    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, dask, ...
+    opgraph.backends.base.BackendError: unknown backend 'tensorflow'; known: numpy, jax, torch, onnxruntime, dask, numba, ...
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ _MODULES = {
     "torch": "opgraph.backends.torch",
     "onnxruntime": "opgraph.backends.onnxruntime",
     "dask": "opgraph.backends.dask",
+    "numba": "opgraph.backends.numba",
 }
 _BUILT_IN = frozenset(_MODULES)
-_PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime", "dask": "dask"}
+_PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime", "dask": "dask",
+             "numba": "numba"}
 _LOADED: dict[str, Backend] = {}
 
 __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", "OpInfo", "available", "get",

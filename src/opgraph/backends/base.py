@@ -331,6 +331,18 @@ class Backend(RuleTable):
         """
         return lowered_body(self, body) if self.lowers_bodies else body.graph
 
+    def claims(self, graph: Graph) -> bool:
+        """True when this backend runs every op of ``graph`` and says so in one vectorised look, so compiling
+        skips lowering and the op-by-op placement (an engine for graphs of 10^6 small ops needs that); False:
+        ask op by op (:meth:`why_not`), as every engine but numba does.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,))); b.output(b.op("exp", x))
+        >>> get_numpy().claims(b.freeze())
+        False
+        """
+        return False
+
     def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
                  attrs: Mapping[str, Any] | None = None) -> bool:
         """True when this backend runs ``kind``; with types (and attrs), for those types.

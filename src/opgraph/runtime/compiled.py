@@ -90,6 +90,26 @@ class Region:
     consts: list[int] = field(default_factory=list)
     static: bool = True
     executables: dict[tuple[Any, ...], Executable] = field(default_factory=dict)
+    whole: bool = False
+    """The region is the whole graph (an engine claimed it at once): compiled on the graph, not a rebuilt copy."""
+
+
+def _whole_region(graph: Graph, backend: str) -> list[Region]:
+    """One region of every op of ``graph`` (each constant joins it), built from the graph's columns."""
+    order = graph.topological_order()
+    is_const = graph.op_kind[order] == CONST.id
+    read = np.zeros(graph.num_values, dtype=bool)
+    read[graph.in_ids] = True
+    inputs = [v for v in graph.inputs.tolist() if read[v]]
+    produced = graph.value_producer >= 0
+    outs: list[int] = []
+    for v in [*graph.outputs.tolist(), *graph.updates[:, 0].tolist()]:
+        p = int(graph.value_producer[v])
+        if produced[v] and graph.op_kind[p] != CONST.id and v not in outs:
+            outs.append(v)
+    static = all(isinstance(graph.type_of(v), TensorType) and graph.type_of(v).is_static  # type: ignore[union-attr]
+                 for v in inputs)
+    return [Region(backend, order[~is_const].tolist(), inputs, outs, order[is_const].tolist(), static, whole=True)]
 
 
 def with_outputs(graph: Graph, outputs: Sequence[int], *, updates: bool = True) -> Graph:
@@ -183,16 +203,20 @@ class _Variant:
         be = program.backend
         self.source = graph
         started = time.perf_counter()
+        live = dce(graph).graph
+        # an engine that claims the whole graph in one vectorised look (the numba engine on 10^6 scalar ops) skips
+        # lowering and the op-by-op placement: one region, compiled on the graph itself
+        whole = be.claims(live)
         with progress.task(f"compile: lower {graph.num_ops:,} ops for {be.name}"):
-            lowered = lower(dce(graph).graph, lambda info: be.why_not(info) is None)
+            lowered = lower(live, lambda info: be.why_not(info) is None) if not whole else None
         program._add_time("lower", time.perf_counter() - started)
         started = time.perf_counter()
-        self.lowered = g = lowered.graph
-        self.lowered_counts = lowered.counts
+        self.lowered = g = lowered.graph if lowered is not None else live
+        self.lowered_counts = lowered.counts if lowered is not None else {}
         self.input_pos = {v: i for i, v in enumerate(g.inputs.tolist())}
         self.place: list[str | None] = []
         self.reasons: dict[int, str] = {}
-        for op in range(g.num_ops):
+        for op in range(g.num_ops if not whole else 0):
             if g.op_kind[op] == CONST.id:
                 self.place.append(None)
                 continue
@@ -205,7 +229,7 @@ class _Variant:
                                    f"compile with partition=True to run it on numpy, or use backend='numpy'")
             self.place.append("numpy")
             self.reasons[op] = why
-        self.regions = _regions(g, self.place)
+        self.regions = _regions(g, self.place) if not whole else _whole_region(g, be.name)
         self.transfers = sum(1 for r in self.regions for v in r.inputs
                              if g.value_producer[v] >= 0 or r.backend != "numpy")
         # update-edge state a region may let its engine overwrite: read by that region alone and not a result
@@ -234,15 +258,23 @@ class _Variant:
         types = None
         if shapes is not None:
             types = {v: g.type_of(v).with_shape(s) for v, s in zip(r.inputs, shapes, strict=True)}  # type: ignore[union-attr]
-        sub = region_graph(g, [*r.consts, *r.ops], r.inputs, r.outputs, types)
         be = backends.get(r.backend)
+        shape_opts: dict[str, Any] = {}
+        if r.whole:  # the graph itself, its inputs and outputs narrowed to the region's (no rebuild per op)
+            sub = g.replace(inputs=np.asarray(r.inputs, dtype=g.inputs.dtype),
+                            outputs=np.asarray(r.outputs, dtype=np.int64), updates=np.zeros((0, 2), dtype=np.int64))
+            if shapes is not None:
+                shape_opts = {"input_shapes": shapes}
+        else:
+            sub = region_graph(g, [*r.consts, *r.ops], r.inputs, r.outputs, types)
         donate = [i for i, v in enumerate(r.inputs) if v in self.donatable] if be.name == program.backend.name else []
         opts = program.options if be.name == program.backend.name else {}
         if be.name == "numpy":  # the one engine that plans memory (see opgraph.memory.limit)
             opts = {**opts, "memory_limit": program.memory_limit}
         dev = program.device if be.name == program.backend.name else None
         started = time.perf_counter()
-        exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts)  # type: ignore[index]
+        exe = r.executables[shapes] = be.compile_graph(sub, device=dev, donate=donate, **opts,  # type: ignore[index]
+                                                       **shape_opts)
         program._add_time(be.name, time.perf_counter() - started)  # lazily compiled shapes count too
         return exe
 

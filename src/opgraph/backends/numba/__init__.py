@@ -1,0 +1,209 @@
+"""The numba engine: a register machine for fine-grained graphs (many small ops), CasADi's SX virtual machine
+as the model.
+
+A graph of scalars and small tensors becomes one flat program (:mod:`~opgraph.backends.numba.assemble`: every
+value a run of slots in one float64 register file, every op an instruction or none) that one interpreter runs
+(:mod:`~opgraph.backends.numba.machine`), compiled by numba once per machine and cached on disk, never once per
+graph: compiling a graph is O(n) NumPy work, so graphs of 10^6 ops compile in seconds. It runs float64 and bool
+values (booleans as 0.0 and 1.0); each rule lives in the module named after its op's family. The same
+instructions become standalone C (:mod:`opgraph.backends.numba.c`, ``backend="c"``).
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float64", ()), name="x")
+    >>> b.output(b.op("add", b.op("sin", x), b.op("multiply", x, x)))
+    >>> p = opgraph.compile(b.freeze(), backend="numba")
+    >>> float(p(np.float64(2.0))[0]) == np.sin(2.0) + 4.0
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from opgraph.backends.base import Backend, BackendError, Executable, OpInfo
+from opgraph.core.graph import Graph
+from opgraph.core.registry import CONST, get_op
+from opgraph.core.types import TensorType
+
+SMALL = 1 << 16
+"""Largest value (elements) the register machine claims for ops that are not elementwise."""
+
+TENSCALC_UNTYPED = "tenscalc"
+"""The family whose values carry no shape (TensCalc's files): the engine gives them theirs from the feeds."""
+
+
+class MachineExecutable(Executable):
+    """An assembled graph: ``exe(args) -> outputs`` on NumPy arrays (see :class:`~opgraph.backends.base.Executable`).
+
+    Keeps one register file between calls (its constants written once); a call made while another runs on the
+    same executable (another thread) gets a register file of its own.
+    """
+
+    def __init__(self, machine: Any) -> None:
+        from opgraph.backends.numba.machine import interpreter
+
+        self.machine = machine
+        self._run = interpreter()
+        self._lock = threading.Lock()
+        self._regs = self._fresh()
+        p = machine.program
+        self._cols = (p.code, p.dst, p.a, p.b, p.c, p.n, p.mask, p.args, p.coefs)
+        self._ins = [(s, s + int(np.prod(shape)), shape) for s, shape, _ in machine.inputs]
+        self._outs = [(s, s + int(np.prod(shape)), shape, dt) for s, shape, dt in machine.outputs]
+
+    def _fresh(self) -> np.ndarray:
+        regs = np.zeros(self.machine.n_slots, dtype=np.float64)
+        regs[:len(self.machine.init)] = self.machine.init
+        return regs
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        mine = self._lock.acquire(blocking=False)
+        regs = self._regs if mine else self._fresh()
+        try:
+            for (lo, hi, shape), a in zip(self._ins, args, strict=True):
+                a = np.asarray(a)
+                if a.size != hi - lo:
+                    raise BackendError(f"an input of shape {a.shape} where the program was compiled for {shape}")
+                regs[lo:hi] = a.reshape(-1)
+            self._run(*self._cols, regs)
+            outs = []
+            for lo, hi, shape, dt in self._outs:
+                got = regs[lo:hi].reshape(shape)
+                outs.append(got != 0 if dt == np.bool_ else got.astype(dt, copy=True))
+            return outs
+        finally:
+            if mine:
+                self._lock.release()
+
+    @property
+    def source(self) -> str:
+        """The program's first instructions, one per line (``Program.code`` shows it)."""
+        return self.machine.program.listing()
+
+
+@dataclass
+class NumbaBackend(Backend):
+    """The register-machine engine (see the module doc)."""
+
+    lowers_bodies: ClassVar[bool] = False
+
+    def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
+                      input_shapes: Sequence[tuple[int, ...] | None] | None = None, **options: Any) -> Executable:
+        """The graph as one register-machine program (``input_shapes``: shapes for inputs whose type has none).
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (3,))); b.output(b.op("exp", x))
+        >>> BACKEND.compile_graph(b.freeze())([np.zeros(3)])[0]
+        array([1., 1., 1.])
+        """
+        if options:
+            raise BackendError(f"the numba engine takes no options {sorted(options)}")
+        from opgraph.backends.numba.assemble import assemble
+
+        return MachineExecutable(assemble(graph, input_shapes))
+
+    def why_not(self, info: OpInfo) -> str | None:
+        """As :meth:`Backend.why_not`, and: static shapes (TensCalc's untyped values excepted), and values of at
+        most :data:`SMALL` elements except for elementwise ops."""
+        tenscalc = _family(info.kind) == TENSCALC_UNTYPED
+        if tenscalc:  # parameters (signs, sizes, subscripts) are int64 constants, read when the program is built
+            info = OpInfo(info.kind, info.attrs, tuple(_as_f64(t) for t in info.in_types), info.out_types,
+                          info.op, info.version)
+        why = super().why_not(info)
+        if why is not None:
+            return why
+        elementwise = _elementwise(info.kind)
+        for t in (*info.in_types, *info.out_types):
+            assert isinstance(t, TensorType)
+            if t.shape is None or None in t.shape:
+                if not tenscalc:
+                    return f"numba runs static shapes, not {t}"
+            elif not elementwise and int(np.prod(t.shape)) > SMALL:
+                return f"numba runs {info.kind} on values of at most {SMALL} elements, not {t}"
+        return None
+
+    def claims(self, graph: Graph) -> bool:
+        """True when this engine runs every op of ``graph``, decided per kind and per type (vectorised), so a
+        graph of 10^6 ops is not asked op by op; kinds with limits are asked op by op.
+
+        >>> import opgraph
+        >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (3,))); b.output(b.op("exp", x))
+        >>> BACKEND.claims(b.freeze())
+        True
+        """
+        kinds = np.unique(graph.op_kind).tolist()
+        names = {k: get_op(k).name for k in kinds if k != CONST.id}
+        if any(n not in self.rules for n in names.values()):
+            return False
+        used = np.unique(graph.value_type)
+        tenscalc_only = all(_family(n) == TENSCALC_UNTYPED or n in self.limits for n in names.values())
+        big_ok = all(_elementwise(n) for n in names.values())
+        for i, t in zip(used.tolist(), (graph.types[i] for i in used.tolist()), strict=True):
+            if not isinstance(t, TensorType):
+                return False
+            if t.dtype.name not in self.dtypes:
+                if not _tenscalc_parameters(graph, i):
+                    return False
+                continue
+            if t.shape is None or None in t.shape:
+                if not tenscalc_only:
+                    return False
+            elif int(np.prod(t.shape)) > SMALL and not big_ok:
+                return False
+        for k, n in names.items():
+            if n in self.limits:
+                for op in np.flatnonzero(graph.op_kind == k).tolist():
+                    if self.why_not(OpInfo.of(graph, op)) is not None:
+                        return False
+        return True
+
+    def owns(self, device: str | None) -> Callable[[Any, np.dtype, tuple[int, ...]], bool] | None:
+        """NumPy arrays of the input's dtype and shape go to the program as they are."""
+        def own(a: Any, dt: np.dtype, shape: tuple[int, ...]) -> bool:
+            return type(a) is np.ndarray and a.dtype == dt and a.shape == shape
+
+        return own
+
+
+def _as_f64(t: Any) -> Any:
+    return TensorType("float64", t.shape) if isinstance(t, TensorType) and t.dtype.kind in "iu" else t
+
+
+def _tenscalc_parameters(graph: Graph, type_id: int) -> bool:
+    """True when every value of this type is a constant that only TensCalc ops read (their parameters)."""
+    values = np.flatnonzero(graph.value_type == type_id)
+    prod = graph.value_producer[values]
+    if np.any(prod < 0) or np.any(graph.op_kind[prod] != CONST.id):
+        return False
+    reads = np.isin(graph.in_ids, values)
+    readers = np.unique(np.searchsorted(graph.in_ptr, np.flatnonzero(reads), side="right") - 1)
+    return all(_family(get_op(k).name) == TENSCALC_UNTYPED for k in np.unique(graph.op_kind[readers]).tolist())
+
+
+def _family(kind: str) -> str:
+    try:
+        return get_op(kind).family
+    except Exception:  # an unknown kind has no family
+        return ""
+
+
+def _elementwise(kind: str) -> bool:
+    try:
+        return bool(get_op(kind).elementwise)
+    except Exception:
+        return False
+
+
+BACKEND = NumbaBackend("numba", dtypes=frozenset({"float64", "bool"}), module="numba", extra="fast",
+                       doc="register machine for fine-grained graphs (scalars and small tensors)")
+
+# the rules, one module per op family (imported for their registrations)
+from opgraph.backends.numba import elementwise as elementwise_rules  # noqa: E402,F401
+from opgraph.backends.numba import reduction as reduction_rules  # noqa: E402,F401
+from opgraph.backends.numba import shape as shape_rules  # noqa: E402,F401
+from opgraph.backends.numba import tenscalc as tenscalc_rules  # noqa: E402,F401
