@@ -586,3 +586,30 @@ def test_a_long_single_use_chain_optimises_without_deep_recursion() -> None:
     for i in range(n):
         want = want * (1.0 + (i % 5) * 1e-4)
     np.testing.assert_allclose(out.run({"x": xs})[0], want, rtol=1e-12)
+
+
+@pytest.mark.usefixtures("updates_any_size")
+def test_update_fusion_never_closes_a_cycle() -> None:
+    # p - lr * (mu * v + g) where p itself is computed from v2 = mu * v + g (a scalar graph, as a gradient's):
+    # the fused op would read p and give v2, so it must not fire; before the fix optimize() made a cycle
+    b = opgraph.GraphBuilder()
+    v = b.input(("float64", ()), name="v")
+    g = b.input(("float64", ()), name="g")
+    v2 = b.op("add", b.op("multiply", 0.9, v), g)
+    p = b.op("sin", v2)
+    out = b.op("subtract", p, b.op("multiply", 0.1, v2))
+    b.output(out)
+    graph = b.freeze()
+    got = fold_constants(graph).graph
+    r = rewrite(got, FUSE_UPDATES)
+    assert r.counts.get("sgd_momentum", 0) == 0
+    r.graph.topological_order()  # no cycle
+    opt = optimize(graph, level=2)
+    feeds = {"v": np.array(0.3), "g": np.array(-0.7)}
+    want = np.sin(0.9 * 0.3 - 0.7) - 0.1 * (0.9 * 0.3 - 0.7)
+    np.testing.assert_allclose(opt.run(feeds)[0], want, rtol=1e-15)
+    # the same pattern with an independent p still fuses
+    b = opgraph.GraphBuilder()
+    p_in, v, g = (b.input(("float64", ()), name=n) for n in ("p", "v", "g"))
+    b.output(b.op("subtract", p_in, b.op("multiply", 0.1, b.op("add", b.op("multiply", 0.9, v), g))))
+    assert rewrite(fold_constants(b.freeze()).graph, FUSE_UPDATES).counts.get("sgd_momentum") == 1

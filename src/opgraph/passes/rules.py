@@ -263,16 +263,47 @@ def _f(m: Match, name: str) -> float:
     return float(m.const(name).reshape(()))
 
 
-def _pays(kind: str) -> Any:
+def _pays(kind: str, aliased: tuple[str, ...], reads: tuple[str, ...] = ("p",)) -> Any:
     """The ``where`` of an update rule: fuse only where the fused kernel is no slower on the NumPy engine (the
     engine ``optimize`` targets; see ``opgraph.ops.fused.update_fusion_pays``: without numba, updates of small
-    parameters stay unfused)."""
+    parameters stay unfused), and only where ``p`` (and the other operands in ``reads`` that are not inputs of the
+    intermediates) was computed before the intermediates the fused op also gives (``aliased``): in a scalar graph
+    ``p`` may itself depend on them (p = f(v2)), and the fused op, which reads ``p`` and gives ``v2``, would close
+    a cycle. The emitter numbers values in the order it emits them.
+
+    >>> callable(_pays("sgd_momentum_update", ("v2",)))
+    True
+    """
     def where(m: Match) -> bool:
         from opgraph.ops.fused import update_fusion_pays
 
+        if not _independent(m, reads, aliased):
+            return False
         t = m.type("p")
         return isinstance(t, TensorType) and update_fusion_pays(kind, t.size if t.is_static else None)
     return where
+
+
+def _independent(m: Match, reads: tuple[str, ...], aliased: tuple[str, ...], limit: int = 64) -> bool:
+    """True when no value of ``reads`` depends on one of ``aliased`` (a walk up the producers of at most ``limit``
+    values; a longer walk answers False, so a deep scalar graph stays unfused rather than risk a cycle)."""
+    e = m.e
+    targets = {m[a] for a in aliased}
+    seen: set[int] = set()
+    stack = [m[r] for r in reads]
+    while stack:
+        v = e.find(stack.pop())
+        if v in targets:
+            return False
+        if v in seen:
+            continue
+        seen.add(v)
+        if len(seen) > limit:
+            return False
+        op = e.vprod[v]
+        if op >= 0:
+            stack.extend(e.inputs_of(op))
+    return True
 
 
 def _momentum(m: Match) -> int:
@@ -285,7 +316,7 @@ FUSE_UPDATES.add(Rule(
     "sgd_momentum",
     P("subtract", P.var("p"), P("multiply", _c("lr", _scalar),
                                 P("add", P("multiply", _c("mu", _scalar), P.var("v")), P.var("g"), name="v2"))),
-    _momentum, where=_pays("sgd_momentum_update"),
+    _momentum, where=_pays("sgd_momentum_update", ("v2",)),
     exact="always: the fused kernel does the same operations in the same order (v' = mu * v + g; "
           "p' = p - lr * v'); NumPy engine: any size with numba, parameters of 65536+ elements without"))
 
@@ -302,7 +333,7 @@ FUSE_UPDATES.add(Rule(
     P("subtract", P.var("p"), P("divide", P("multiply", _c("lr", _scalar), _G),
                                 P("add", P("sqrt", P("add", P.var("acc"), P("multiply", _G, _G), name="acc2")),
                                   _c("eps", _scalar)))),
-    _adagrad, where=_pays("adagrad_update"),
+    _adagrad, where=_pays("adagrad_update", ("acc2",)),
     exact="always: same operations, same order (acc' = acc + g * g; p' = p - (lr * g) / (sqrt(acc') + eps)); "
           "NumPy engine: any size with numba, parameters of 65536+ elements without"))
 
@@ -336,7 +367,9 @@ for _dyn in (False, True):
             P("subtract", P.var("p"),
               P("divide", P("multiply", _c("lr", _scalar), P("divide", _M2, _bc1)),
                 P("add", P("sqrt", P("divide", _V2, _bc2)), _c("eps", _scalar)))),
-            lambda m, _d=_dyn, _s=_sq: _adam(m, _d, _s), where=_pays("adam_update_t" if _dyn else "adam_update"),
+            lambda m, _d=_dyn, _s=_sq: _adam(m, _d, _s),
+            where=_pays("adam_update_t" if _dyn else "adam_update", ("m2", "v2"),
+                        ("p", "bc1", "bc2") if _dyn else ("p",)),
             exact="always: same operations, same order (m' = b1 * m + c1 * g; v' = b2 * v + "
                   + ("(g * g) * c2" if _sq else "(c2 * g) * g")
                   + "; p' = p - (lr * (m' / bc1)) / (sqrt(v' / bc2) + eps)); "
