@@ -32,7 +32,7 @@ def _groups(asm: Assembler, op: int) -> np.ndarray:
     keep = [d for d in range(nd) if d not in axes]
     moved = np.transpose(slots, keep + list(axes))
     red = int(np.prod([slots.shape[d] for d in axes])) if axes else 1
-    return moved.reshape(-1, red)
+    return moved.reshape(int(np.prod([slots.shape[d] for d in keep])), red)
 
 
 def reduction(kind: str) -> Emitter:
