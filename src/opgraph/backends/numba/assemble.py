@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.backends.base import BackendError
-from opgraph.backends.numba.machine import GATHER, Instructions
+from opgraph.backends.numba.machine import FIRST_VARIADIC, GATHER, RUN, Instructions
 from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, get_op
 from opgraph.core.types import TensorType
@@ -66,11 +66,11 @@ class Assembler:
     """The state :func:`assemble` shares with the emitters (see the module doc)."""
 
     graph: Graph
-    shapes: list[tuple[int, ...] | None]
+    shapes: Shapes
     size: np.ndarray
     slot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _rows: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    _rows: list[np.ndarray] = field(default_factory=list)
     _args: list[np.ndarray] = field(default_factory=list)
     _coefs: list[np.ndarray] = field(default_factory=list)
     _n_args: int = 0
@@ -79,6 +79,8 @@ class Assembler:
     _extra_consts: list[float] = field(default_factory=list)
     n_slots: int = 0
     _const_base: int = 0
+    int_type: type = np.int32
+    """The program's integer type while it is built (int64 only for programs past 2**31 slots or ranks)."""
 
     # ---------------------------------------------------------------- facts emitters read
     def inputs_of(self, ops: np.ndarray, k: int) -> np.ndarray:
@@ -125,8 +127,11 @@ class Assembler:
         m = len(ops)
         if not m:
             return
-        cols = [np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)) for v in (code, dst, a, b, c, n, mask)]
-        self._rows.append((self.rank[ops] * 8 + sub, *cols))
+        block = np.empty((8, m), dtype=self.int_type)
+        block[0] = self.rank[ops] * 8 + sub
+        for i, v in enumerate((code, dst, a, b, c, n, mask), start=1):
+            block[i] = v
+        self._rows.append(block)
 
     def operand_list(self, lists: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         """Append operand lists (slots) to ``args``: ``lists`` is one flat array, ``lengths`` the length of each
@@ -161,8 +166,25 @@ ALIAS_RULES: dict[str, Callable[[Assembler, np.ndarray], tuple[np.ndarray, np.nd
 """Kind -> which of its ops' results are views: ``(result values, base values, offsets)``."""
 
 
+class Shapes:
+    """Each value's shape: its type's, or one given later (``shapes[v] = (2, 3)``); None where neither says.
+    Per value only where given, so a graph of 10^7 scalars costs no list of 10^7 tuples."""
+
+    def __init__(self, per_type: list[tuple[int, ...] | None], value_type: np.ndarray) -> None:
+        self.per_type = per_type
+        self.value_type = value_type
+        self.given: dict[int, tuple[int, ...]] = {}
+
+    def __getitem__(self, v: int) -> tuple[int, ...] | None:
+        got = self.given.get(v)
+        return got if got is not None else self.per_type[int(self.value_type[v])]
+
+    def __setitem__(self, v: int, shape: tuple[int, ...]) -> None:
+        self.given[v] = shape
+
+
 def _shapes(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
-            ) -> tuple[list[Any], np.ndarray, np.ndarray]:
+            ) -> tuple[Shapes, np.ndarray, np.ndarray]:
     """Each value's shape (None: unknown yet), its size (-1: unknown yet), and the constant ops."""
     per_type: list[tuple[int, ...] | None] = []
     for t in graph.types:
@@ -171,7 +193,7 @@ def _shapes(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
         else:
             per_type.append(None)
     type_size = np.array([math.prod(s) if s is not None else -1 for s in per_type] + [-1], dtype=np.int64)
-    shapes = [per_type[t] for t in graph.value_type.tolist()]
+    shapes = Shapes(per_type, graph.value_type)
     size = type_size[graph.value_type]
     fixed: list[tuple[int, tuple[int, ...]]] = []
     if input_shapes is not None:
@@ -273,6 +295,8 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
     slot[is_view] = slot[vb[is_view]] + vo[is_view]
     asm.slot = slot
     asm.n_slots = n_slots
+    if max(n_slots + extra_room, 8 * n_ops + 8, int(asm.size.max(initial=0))) >= 2**31:
+        asm.int_type = np.int64
     for k, ops in by_kind.items():
         if k == CONST.id:
             continue
@@ -295,19 +319,18 @@ def _dtype(g: Graph, v: int) -> np.dtype:
 
 
 def _program(asm: Assembler) -> Instructions:
-    if asm._rows:
-        cols = [np.concatenate([r[i] for r in asm._rows]) for i in range(8)]
-        order = np.argsort(cols[0], kind="stable")
-        cols = [c[order] for c in cols]
-    else:
-        cols = [np.zeros(0, dtype=np.int64) for _ in range(8)]
-    _, code, dst, a, b, c, n, mask = cols
+    rows = np.concatenate(asm._rows, axis=1) if asm._rows else np.zeros((8, 0), dtype=asm.int_type)
+    keys = rows[0]
+    if len(keys) > 1 and np.any(keys[1:] < keys[:-1]):
+        rows = rows[:, np.argsort(keys, kind="stable")]
+    _, code, dst, a, b, c, n, mask = rows
+    code = np.where((code < FIRST_VARIADIC) & (n != 1), code + RUN, code).astype(code.dtype)  # see machine.RUN
     if len(code) and (int(max(dst.max(), a.max(), b.max(), c.max(), n.max())) >= 2**31
                       or asm.n_slots >= 2**31):
         raise BackendError("the numba engine's program is larger than 2**31 slots")
     args = np.concatenate(asm._args).astype(np.int32) if asm._args else np.zeros(0, dtype=np.int32)
     coefs = np.concatenate(asm._coefs) if asm._coefs else np.zeros(0, dtype=np.float64)
-    i32 = [x.astype(np.int32) for x in (code, dst, a, b, c, n)]
+    i32 = [np.ascontiguousarray(x, dtype=np.int32) for x in (code, dst, a, b, c, n)]
     return Instructions(*i32, mask.astype(np.int8), args, coefs)
 
 
