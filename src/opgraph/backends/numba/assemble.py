@@ -14,8 +14,8 @@ moves data here the same way. Instructions are finally put in the graph's topolo
     >>> b.output(b.op("sin", b.op("multiply", x, 2.0)))
     >>> m = assemble(b.freeze())
     >>> print(m.program.listing())
-    0: r3[2] = MUL r1 r0
-    1: r5[2] = SIN r3
+    0: r67[2] = MUL r65 r0
+    1: r69[2] = SIN r67
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ which the C writer (:mod:`opgraph.backends.numba.c`) emits and the tests check a
     >>> import numpy as np
     >>> from opgraph.backends.numba.machine import Instructions, OP, execute
     >>> prog = Instructions.of([(OP["MUL"], 2, 0, 1, 0, 1, 0), (OP["SIN"], 3, 2, 0, 0, 1, 0)])
-    >>> r = np.array([2.0, 3.0, 0.0, 0.0]); execute(prog, r); r[3] == np.sin(6.0)
+    >>> r = np.array([2.0, 3.0, 0.0, 0.0]); execute(prog, r); bool(r[3] == np.sin(6.0))
     True
 """
 
