@@ -203,6 +203,7 @@ BACKEND = NumbaBackend("numba", dtypes=frozenset({"float64", "bool"}), module="n
                        doc="register machine for fine-grained graphs (scalars and small tensors)")
 
 # the rules, one module per op family (imported for their registrations)
+from opgraph.backends.numba import contraction as contraction_rules  # noqa: E402,F401
 from opgraph.backends.numba import elementwise as elementwise_rules  # noqa: E402,F401
 from opgraph.backends.numba import reduction as reduction_rules  # noqa: E402,F401
 from opgraph.backends.numba import shape as shape_rules  # noqa: E402,F401
