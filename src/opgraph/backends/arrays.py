@@ -155,3 +155,14 @@ def copy(x: Any) -> Any:
     if kind == "jax":
         return x
     return np.array(x, copy=True)
+
+
+def owns_numpy(a: Any, dt: np.dtype, shape: tuple[int, ...]) -> bool:
+    """True when ``a`` is a NumPy array of dtype ``dt`` and shape ``shape``: the check of
+    :meth:`~opgraph.backends.base.Backend.owns` for engines that take NumPy arrays as they are (numba), which a
+    program's direct call inlines.
+
+    >>> owns_numpy(np.zeros(2), np.dtype("float64"), (2,)), owns_numpy([0.0, 0.0], np.dtype("float64"), (2,))
+    (True, False)
+    """
+    return type(a) is np.ndarray and a.dtype == dt and a.shape == shape
