@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -20,10 +21,11 @@ from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import FormatError, OpTypeError, VerifyError
 from opgraph.io.cg.encoding import (
     CopyProblem,
-    const_record_default,
+    const_record_default_of,
     dec_attr,
     dec_type,
     decode_constant,
+    decode_constants,
     detect_io_base,
     scalar_copies,
 )
@@ -324,14 +326,80 @@ class _Reader:
 
     # ---------------------------------------------------------- .cgc
     def _read_cgc(self) -> None:
+        # Record boundaries with one pass over the headers, then the constants of each record type and
+        # shape decoded together (decode_constants). Anything unusual (a bad header, a bad constant, a
+        # record out of place) is read again record by record (_read_cgc_records), which names the
+        # first problem exactly as it always has.
+        f = self.cgc
+        w = f.w
+        self.constants: list[np.ndarray] = []
+        self.const_types: list[int] = []
+        self.const_form: np.ndarray | None = None
+        self.const_forms: list[tuple[np.dtype, tuple[int, ...]]] = []
+        self.metadata: tuple[int, int, np.ndarray] | None = None
+        self.where.at(f.path, 0, 1)
+        heads = self._cgc_headers()
+        if heads is None:
+            return self._read_cgc_records()
+        starts, rtype, length = heads
+        is_meta, is_sub = rtype == METADATA_RECORD, rtype == SUBGRAPH_RECORD
+        is_const = ~(is_meta | is_sub)
+        if is_meta[:-1].any():
+            return self._read_cgc_records()
+        if is_sub.any() and (self.embedded or is_const[int(np.flatnonzero(is_sub)[0]):].any()):
+            return self._read_cgc_records()
+        try:
+            bulk = decode_constants(f.body, starts[is_const] + 2 * w, rtype[is_const], length[is_const])
+        except (ValueError, IndexError, TypeError, OverflowError):  # a check the bulk path missed
+            bulk = None
+        if bulk is None:
+            return self._read_cgc_records()
+        self.constants, self.const_form, self.const_forms = bulk.arrays, bulk.form, bulk.forms
+        self.const_types = rtype[is_const].tolist()
+        for rec in np.flatnonzero(is_sub).tolist():
+            off = 1 + int(starts[rec])
+            self.where.at(f.path, rec, off)
+            data = f.body[off - 1 + 2 * w:off - 1 + 2 * w + int(length[rec])]
+            self.bodies[rec] = self._read_subgraph(rec, off, off + 2 * w, data)
+        if is_meta.any():
+            rec = len(starts) - 1
+            off = 1 + int(starts[rec])
+            self.metadata = (rec, off, f.body[off - 1 + 2 * w:off - 1 + 2 * w + int(length[rec])])
+
+    def _cgc_headers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Start (in the body), type and data length of each .cgc record; None when a header is bad."""
+        f = self.cgc
+        body, w = f.body, f.w
+        n = len(body)
+        unpack = struct.Struct({2: "<hh", 4: "<ii", 8: "<qq"}[w]).unpack_from
+        buf = body.tobytes() if n < (1 << 24) else body  # bytes are faster to unpack from
+        starts: list[int] = []
+        types: list[int] = []
+        lengths: list[int] = []
+        pos = 0
+        # A record's start depends on every length before it: one pass over the headers.
+        while pos < n:
+            if pos + 2 * w > n:
+                return None
+            rtype, length = unpack(buf, pos)
+            if length < 0 or length > n - pos - 2 * w:
+                return None
+            starts.append(pos)
+            types.append(rtype)
+            lengths.append(length)
+            pos += 2 * w + length
+        return (np.array(starts, dtype=np.int64), np.array(types, dtype=np.int64),
+                np.array(lengths, dtype=np.int64))
+
+    def _read_cgc_records(self) -> None:
+        """The .cgc file record by record (the reference for :meth:`_read_cgc`, and its messages)."""
         f = self.cgc
         body, w, dt = f.body, f.w, f.dtype
         n = len(body)
         pos = 0
         rec = 0
-        self.constants: list[np.ndarray] = []
-        self.const_types: list[int] = []
-        self.metadata: tuple[int, int, np.ndarray] | None = None
+        self.constants, self.const_types, self.const_form, self.const_forms = [], [], None, []
+        self.metadata = None
         while pos < n:
             off = 1 + pos
             self.where.at(f.path, rec, off)
@@ -718,8 +786,10 @@ class _Reader:
             types, attrs, op_attr, op_version, value_type = self._typed_tenscalc(n_ops, n_vals, opdefs)
 
         # Constant record types (remembered when not the default for this kind of file).
-        defaults = [const_record_default(c, header is None) for c in self.constants]
-        if defaults != self.const_types:
+        form, forms = self._constant_forms()
+        form_default = np.array([const_record_default_of(dt, len(shape), header is None) for dt, shape in forms],
+                                dtype=np.int64)
+        if len(form) and not np.array_equal(form_default[form], self.const_types):
             fm["cg_const_types"] = tuple(self.const_types)
 
         if len(self.copy_src):
@@ -781,11 +851,25 @@ class _Reader:
         self._io_fail(int(self.set_rec[k]), "a variable is set twice" if len(dup) else
                       "the set/get indices fit neither 0-based nor 1-based reading")
 
+    def _constant_forms(self) -> tuple[np.ndarray, list[tuple[np.dtype, tuple[int, ...]]]]:
+        """Per constant, its index in the distinct (dtype, shape) pairs (in order of first use), and those."""
+        if self.const_form is None:  # decoded record by record
+            ids: dict[tuple[str, tuple[int, ...]], int] = {}
+            self.const_form = np.array([ids.setdefault((c.dtype.str, c.shape), len(ids)) for c in self.constants],
+                                       dtype=np.int64)
+            firsts = {k: i for i, k in reversed(list(enumerate(self.const_form.tolist())))}
+            self.const_forms = [(self.constants[firsts[k]].dtype, self.constants[firsts[k]].shape)
+                                for k in range(len(ids))]
+        return self.const_form, self.const_forms
+
     def _typed_tenscalc(self, n_ops: int, n_vals: int, opdefs: dict[int, OpDef]) -> tuple[Any, ...]:
         types: list[ValueType] = [F64_UNKNOWN]
         type_ids: dict[ValueType, int] = {F64_UNKNOWN: 0}
-        const_tid = np.array([type_ids.setdefault(TensorType.of(c), len(type_ids)) for c in self.constants],
-                             dtype=np.int32)
+        # Types interned per distinct (dtype, shape) of the constants, not per constant.
+        form, forms = self._constant_forms()
+        form_tid = np.array([type_ids.setdefault(TensorType(dt, shape), len(type_ids)) for dt, shape in forms],
+                            dtype=np.int32)
+        const_tid = form_tid[form] if len(form) else np.zeros(0, np.int32)
         types = list(type_ids)
         value_type = np.zeros(n_vals, dtype=np.int32)
         attrs: list[Attrs] = [(("index", i),) for i in range(len(self.constants))]
