@@ -108,7 +108,7 @@ def const_record_default(c: np.ndarray, tenscalc: bool) -> int:
     """The record type a constant is written as by default (TensCalc's types in files without metadata).
 
     >>> const_record_default(np.zeros(3, np.int64), True), const_record_default(np.zeros(3, np.int64), False)
-    (20001, 107)
+    (20001, 105)
     """
     return const_record_default_of(c.dtype, c.ndim, tenscalc)
 
