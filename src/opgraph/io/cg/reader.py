@@ -565,29 +565,57 @@ class _Reader:
 
     # ---------------------------------------------------------- .cgs
     def _read_cgs(self) -> None:
+        # Headers as arrays; the texts are cut from one decoded string when they are ASCII or the
+        # file is Latin-1 (one character per byte), else decoded one by one.
         f = self.cgs
         self.where.at(f.path, 0, 1)
         layout = CgsLayout(f.body, f.w, f.dtype)
         starts = scan_file(f, layout)
         w = f.w
-        recs: list[tuple[int, int, int, int, int]] = []  # type, index, name start, name len, desc len
-        for p in starts.tolist():
-            t, idx, nl, dl = layout.header(p)
-            recs.append((t, idx, p + 4 * w, nl, dl))
+        ints = layout.ints
         self.sym_starts = starts
-        self.sym_recs = recs
-        raw = f.body.tobytes() if len(recs) else b""
-        texts: list[tuple[bytes, bytes]] = [(raw[s:s + nl], raw[s + nl:s + nl + dl]) for _, _, s, nl, dl in recs]
+        self.sym_t = ints[starts].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        self.sym_idx = ints[starts + w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        nl = ints[starts + 2 * w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        dl = ints[starts + 3 * w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        name_at = starts.astype(np.int64) + 4 * w
+        self.sym_name = (name_at, name_at + nl)
+        self.sym_desc = (name_at + nl, name_at + nl + dl)
         enc = "utf-8"
-        try:
-            for nm, ds in texts:
-                nm.decode("utf-8", "surrogatepass")
-                ds.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            enc = "latin-1"
-        self.sym_text = [(nm.decode(enc, "surrogatepass" if enc == "utf-8" else "strict"),
-                          ds.decode(enc, "surrogatepass" if enc == "utf-8" else "strict")) for nm, ds in texts]
+        ascii_text = True
+        if len(starts):
+            high = np.flatnonzero(f.body >= 0x80)
+            if len(high):  # a byte >= 0x80 in a text (not in a header) means the text is not ASCII
+                rec = np.searchsorted(starts, high, side="right") - 1
+                ascii_text = not (high >= name_at[rec]).any()
+        self.sym_whole: str | None = None
+        self.sym_parts: list[str] | None = None
+        if ascii_text or not len(starts):
+            self.sym_whole = f.body.tobytes().decode("latin-1") if len(starts) else ""
+        else:
+            raw = f.body.tobytes()
+            bounds = np.stack([name_at, name_at + nl, name_at + nl + dl], axis=1).tolist()
+            texts = [raw[a:b] for a, b, _ in bounds] + [raw[b:c] for _, b, c in bounds]
+            try:
+                for t in texts:
+                    t.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                enc = "latin-1"
+            if enc == "latin-1":
+                self.sym_whole = raw.decode("latin-1")
+            else:
+                self.sym_parts = [t.decode("utf-8", "surrogatepass") for t in texts]
         self.text_encoding = enc
+
+    def _sym_texts(self, which: str, recs: np.ndarray) -> list[str]:
+        """The names (``which="name"``) or descriptions of symbol records ``recs``."""
+        if self.sym_parts is not None:
+            shift = 0 if which == "name" else len(self.sym_t)
+            return [self.sym_parts[shift + r] for r in recs.tolist()]
+        lo, hi = self.sym_name if which == "name" else self.sym_desc
+        whole = self.sym_whole
+        assert whole is not None
+        return [whole[a:b] for a, b in zip(lo[recs].tolist(), hi[recs].tolist(), strict=True)]
 
     def _sym_fail(self, rec: int, message: str) -> NoReturn:
         fail_at(self.cgs.path, rec, 1 + int(self.sym_starts[rec]), message)
@@ -677,11 +705,14 @@ class _Reader:
         for arr in (self.in_ids, self.out_ids, self.copy_src, self.copy_dst):
             if len(arr):
                 n_ref = max(n_ref, int(arr.max()) + 1)
-        for i, (t, idx, _, _, _) in enumerate(self.sym_recs):
-            if t == 3:
-                if idx >= limit:
-                    self._sym_fail(i, f"variable index {idx} is out of range")
-                n_ref = max(n_ref, idx + 1)
+        sym_vals = np.flatnonzero(self.sym_t == 3)
+        if len(sym_vals):
+            idx = self.sym_idx[sym_vals]
+            bad = idx >= limit
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self._sym_fail(int(sym_vals[k]), f"variable index {int(idx[k])} is out of range")
+            n_ref = max(n_ref, int(idx.max()) + 1)
 
         # Producers (each variable at most once).
         out_ids, n_out = self.out_ids, self.n_out
@@ -985,17 +1016,24 @@ class _Reader:
     def _symbols(self, header: dict[str, Any] | None, n_ops: int, n_vals: int, nconst: int,
                  n_io: int) -> Symbols:
         limits = {1: nconst, 2: n_ops, 3: n_vals, 4: n_io}
-        tables: dict[int, dict[int, str]] = {1: {}, 2: {}, 3: {}, 4: {}}
-        descriptions: dict[tuple[str, int], str] = {}
-        order: list[tuple[int, int]] = []
-        for i, ((t, idx, _, _, _), (name, desc)) in enumerate(zip(self.sym_recs, self.sym_text, strict=True)):
-            if idx >= limits[t]:
-                self._sym_fail(i, f"{SYM_KIND[t]} index {idx} is out of range ({limits[t]} exist)")
-            order.append((t, idx))
-            if name:
-                tables[t][idx] = name
-            if desc:
-                descriptions[(SYM_KIND[t], idx)] = desc
+        t_arr, idx_arr = self.sym_t, self.sym_idx
+        lim = np.array([0, nconst, n_ops, n_vals, n_io], dtype=np.int64)[t_arr]
+        bad = idx_arr >= lim
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            t, idx = int(t_arr[i]), int(idx_arr[i])
+            self._sym_fail(i, f"{SYM_KIND[t]} index {idx} is out of range ({limits[t]} exist)")
+        # Later records win, as they always have: dict() keeps the last value of a repeated key.
+        tables: dict[int, dict[int, str]] = {}
+        has_name = self.sym_name[1] > self.sym_name[0]
+        for t in (1, 2, 3, 4):
+            recs = np.flatnonzero(has_name & (t_arr == t))
+            tables[t] = dict(zip(idx_arr[recs].tolist(), self._sym_texts("name", recs), strict=True))
+        recs = np.flatnonzero(self.sym_desc[1] > self.sym_desc[0])
+        kind_names = [SYM_KIND.get(t, "") for t in range(5)]
+        descriptions: dict[tuple[str, int], str] = dict(zip(
+            zip([kind_names[t] for t in t_arr[recs].tolist()], idx_arr[recs].tolist(), strict=True),
+            self._sym_texts("desc", recs), strict=True))
         if header is not None:
             empty = header.get("empty_symbols", [])
             if not isinstance(empty, list):
@@ -1009,8 +1047,10 @@ class _Reader:
                     tables[e[0]][e[1]] = ""
                 if e[3]:
                     descriptions[(SYM_KIND[e[0]], e[1])] = ""
-        if order != sorted(set(order)) or len(set(order)) != len(order):
-            self.file_meta["cg_cgs_order"] = tuple(order)
+        # Records not in strictly increasing (type, index) order: remembered, to be written again so.
+        dt, di = np.diff(t_arr), np.diff(idx_arr)
+        if not ((dt > 0) | ((dt == 0) & (di > 0))).all():
+            self.file_meta["cg_cgs_order"] = tuple(zip(t_arr.tolist(), idx_arr.tolist(), strict=True))
         return Symbols(values=tables[3], ops=tables[2], constants=tables[1], descriptions=descriptions,
                        io=tables[4])
 
