@@ -149,49 +149,6 @@ class CgioLayout(Layout):
         return length, None
 
 
-class CgcLayout(Layout):
-    """.cgc over bytes: ``[record type, data length]`` (two integers) then the data bytes.
-
-    ``known`` are the record types a scanning cursor may follow (see :func:`scan_records`).
-
-    >>> body = np.frombuffer(bytes([1, 0, 2, 0, 7, 7, 2, 0, 0, 0]), np.uint8)
-    >>> scan_records(CgcLayout(body, 2, np.dtype("<i2"), (1, 2)), block=3).tolist()
-    [0, 6]
-    """
-
-    def __init__(self, data: np.ndarray, itemsize: int, dtype: np.dtype, known: tuple[int, ...]) -> None:
-        self.data, self.n, self.w = data, len(data), itemsize
-        m = max(self.n - itemsize + 1, 0)
-        # Integers at every byte offset (an overlapping strided view; no copy).
-        self.ints = np.ndarray((m,), dtype=dtype, buffer=data, offset=0, strides=(1,)) if m else np.zeros(0, dtype)
-        self.known = np.asarray(known, dtype=np.int64)
-
-    def lengths(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n, w, ints = self.n, self.w, self.ints
-        if len(ints) == 0:
-            return np.zeros(len(p), np.int64), np.zeros(len(p), bool)
-        hi = len(ints) - 1
-        length = ints[np.minimum(p + w, hi)].astype(np.int64)
-        ok = (p + 2 * w <= n) & (length >= 0) & (length <= n)
-        length += 2 * w
-        ok &= p + length <= n
-        return length, ok
-
-    def plausible(self, p: np.ndarray) -> np.ndarray | bool:
-        return np.isin(self.ints[np.minimum(p, max(len(self.ints) - 1, 0))], self.known)
-
-    def step(self, p: int) -> tuple[int, str | None]:
-        n, w = self.n, self.w
-        if p + 2 * w > n:
-            return 0, "constant header runs past the end of the file (truncated)"
-        length = int(self.ints[p + w])
-        if length < 0:
-            return 0, f"negative data length {length}"
-        if length > n - p - 2 * w:
-            return 0, f"data length {length} runs past the end of the file ({n - p - 2 * w} bytes left; truncated?)"
-        return 2 * w + length, None
-
-
 class CgsLayout(Layout):
     """.cgs over bytes: ``[type, index, name length, description length]`` then the chars."""
 
