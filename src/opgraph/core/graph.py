@@ -96,6 +96,19 @@ def _const_index(attrs: Any) -> int:
         return int(index)
     return -1
 
+def _const_index_fast(attrs: Any) -> int:
+    """:func:`_const_index`, with the common ``(("index", i),)`` read without building a dict.
+
+    >>> _const_index_fast((("index", 3),)), _const_index_fast((("index", True),)), _const_index_fast(())
+    (3, -1, -1)
+    """
+    if len(attrs) == 1:
+        name, index = attrs[0]
+        if name == "index" and type(index) is int and 0 <= index < 2**63:
+            return index
+    return _const_index(attrs)
+
+
 class Graph:
     """An immutable bipartite graph of ops and values (see the module doc).
 
@@ -938,7 +951,7 @@ class Graph:
             return
         # The index sits in the op's attributes; many const ops may share an attribute entry.
         attr_ids, where = np.unique(self.op_attr[ops], return_inverse=True)
-        index = np.array([_const_index(self.attrs[a]) for a in attr_ids.tolist()], dtype=np.int64)[where]
+        index = np.array([_const_index_fast(self.attrs[a]) for a in attr_ids.tolist()], dtype=np.int64)[where]
         bad_index = (index < 0) | (index >= len(self.constants))
         bad_arity = ~bad_index & ((self.out_ptr[ops + 1] - self.out_ptr[ops] != 1)
                                   | (self.in_ptr[ops + 1] != self.in_ptr[ops]))
@@ -954,8 +967,10 @@ class Graph:
         ok_ops, ok_index = ops[ok], index[ok]
         out_type = self.value_type[self.out_ids[self.out_ptr[ok_ops]]]
         used, used_at = np.unique(ok_index, return_inverse=True)
-        forms: dict[tuple[str, tuple[int, ...]], int] = {}
-        form_of = np.array([forms.setdefault((self.constants[c].dtype.str, self.constants[c].shape), len(forms))
+        forms: dict[tuple[np.dtype, tuple[int, ...]], int] = {}
+        consts = self.constants
+        # (dtype, shape) keys: equal dtypes (byte order included) hash alike, and cost less than dtype.str.
+        form_of = np.array([forms.setdefault((consts[c].dtype, consts[c].shape), len(forms))
                             for c in used.tolist()], dtype=np.int64)
         pair = out_type.astype(np.int64) * max(len(forms), 1) + form_of[used_at] if len(used) else out_type
         verdict: dict[int, bool] = {}

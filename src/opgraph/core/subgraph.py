@@ -209,7 +209,10 @@ def subgraphs_of(graph: Graph, *, recursive: bool = False) -> tuple[Subgraph, ..
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     # The attribute table is small; the op column is read only when some attribute holds a body.
-    with_bodies = [aid for aid, attrs in enumerate(graph.attrs) if any(True for _, v in attrs for _ in bodies_in(v))]
+    # Only a body or a tuple can hold a body: most attribute sets (a constant's index) are passed over at once.
+    with_bodies = [aid for aid, attrs in enumerate(graph.attrs)
+                   if any(isinstance(v, (Subgraph, tuple)) for _, v in attrs)
+                   and any(True for _, v in attrs for _ in bodies_in(v))]
     seen: dict[Subgraph, None] = {}
     if with_bodies:
         op_attr = np.asarray(graph.op_attr)

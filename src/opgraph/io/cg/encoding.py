@@ -105,14 +105,28 @@ def dec_type(x: Any) -> ValueType:
 
 # ============================================================== constants
 def const_record_default(c: np.ndarray, tenscalc: bool) -> int:
+    """The record type a constant is written as by default (TensCalc's types in files without metadata).
+
+    >>> const_record_default(np.zeros(3, np.int64), True), const_record_default(np.zeros(3, np.int64), False)
+    (20001, 105)
+    """
+    return const_record_default_of(c.dtype, c.ndim, tenscalc)
+
+
+def const_record_default_of(dtype: np.dtype, ndim: int, tenscalc: bool) -> int:
+    """:func:`const_record_default` of any constant of ``dtype`` and ``ndim`` dimensions.
+
+    >>> const_record_default_of(np.dtype(np.float64), 2, True)
+    10001
+    """
     if tenscalc:
-        if c.dtype == np.float64:
+        if dtype == np.float64:
             return TC_DOUBLE_FULL
-        if c.dtype == np.int64:
-            return TC_INT64_VECTOR if c.ndim == 1 else TC_INT64_TENSOR
-        if c.dtype == np.uint8 and c.ndim == 1:
+        if dtype == np.int64:
+            return TC_INT64_VECTOR if ndim == 1 else TC_INT64_TENSOR
+        if dtype == np.uint8 and ndim == 1:
             return TC_STRING
-    return CONST_RECORD_BASE + DTYPE_CODES[c.dtype.name]
+    return CONST_RECORD_BASE + DTYPE_CODES[dtype.name]
 
 
 def const_record_fits(rtype: int, c: np.ndarray) -> bool:
@@ -182,6 +196,148 @@ def decode_constant(rtype: int, data: np.ndarray, fail: Callable[[str], NoReturn
         fail("bool constant holds bytes other than 0 and 1")
     arr = values.reshape(sizes, order=order)
     return np.array(arr, dtype=dtype.newbyteorder("="), order="C", copy=True)
+
+
+def _record_dtype(rtype: int) -> tuple[np.dtype, str] | None:
+    """Element dtype (little-endian) and order of a constant record with an ndim/sizes header, else None."""
+    if rtype == TC_DOUBLE_FULL:
+        return np.dtype("<f8"), "F"
+    if rtype == TC_INT64_TENSOR:
+        return np.dtype("<i8"), "F"
+    if CONST_RECORD_BASE < rtype <= CONST_RECORD_BASE + max(CODE_DTYPES) and rtype - CONST_RECORD_BASE in CODE_DTYPES:
+        return CODE_DTYPES[rtype - CONST_RECORD_BASE].newbyteorder("<"), "C"
+    return None
+
+
+BULK_MIN = 8
+"""Constants of one record type and shape decoded together when at least this many share them."""
+
+
+class BulkConstants:
+    """Many .cgc constant records decoded at once (:func:`decode_constants`).
+
+    ``arrays``: the constants in record order; ``form``: per constant, its
+    index in ``forms``, the distinct ``(dtype, shape)`` pairs in order of
+    first use.
+    """
+
+    def __init__(self, arrays: list[np.ndarray], form: np.ndarray, forms: list[tuple[np.dtype, tuple[int, ...]]]):
+        self.arrays, self.form, self.forms = arrays, form, forms
+
+
+def _i8_at(body: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The little-endian int64 at each byte position of ``body`` (positions checked by the caller)."""
+    return body[pos[:, None] + np.arange(8)].view("<i8")[:, 0].astype(np.int64)
+
+
+def decode_constants(body: np.ndarray, at: np.ndarray, rtype: np.ndarray, length: np.ndarray) -> BulkConstants | None:
+    """Decode the constant records whose data is ``body[at[i]:at[i] + length[i]]`` (record type ``rtype[i]``).
+
+    Records of one type and shape are decoded together with NumPy. Returns
+    None when any record is not a valid constant: the caller then decodes
+    them one by one with :func:`decode_constant`, which names the first
+    problem. Gives the arrays :func:`decode_constant` gives.
+
+    >>> enc = [encode_constant(10001, np.full((1, 1), float(i))) for i in range(9)]
+    >>> body = np.frombuffer(b"".join(enc), np.uint8)
+    >>> at = np.arange(9) * len(enc[0])
+    >>> out = decode_constants(body, at, np.full(9, 10001), np.full(9, len(enc[0])))
+    >>> [float(c[0, 0]) for c in out.arrays], out.forms
+    ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], [(dtype('float64'), (1, 1))])
+    """
+    n = len(at)
+    at = at.astype(np.int64, copy=False)
+    rtype = rtype.astype(np.int64, copy=False)
+    length = length.astype(np.int64, copy=False)
+    arrays: list[Any] = [None] * n
+    form = np.empty(n, dtype=np.int64)
+    form_ids: dict[tuple[str, tuple[int, ...]], int] = {}
+    forms: list[tuple[np.dtype, tuple[int, ...]]] = []
+
+    def form_of(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+        key = (dtype.str, shape)
+        if key not in form_ids:
+            form_ids[key] = len(forms)
+            forms.append((dtype, shape))
+        return form_ids[key]
+
+    def put(members: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], order: str, skip: int) -> None:
+        """Records ``members`` hold one shape: values after ``skip`` header bytes."""
+        count = math.prod(shape)
+        size = count * dtype.itemsize
+        form[members] = form_of(dtype.newbyteorder("="), shape)
+        start = at[members] + skip
+        if len(members) < BULK_MIN:
+            for i, s in zip(members.tolist(), start.tolist(), strict=True):
+                vals = body[s:s + size].view(dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+                arrays[i] = np.array(vals, dtype=dtype.newbyteorder("="), order="C", copy=True)
+            return
+        m = len(members)
+        vals = body[start[:, None] + np.arange(size)].view(dtype)
+        if order == "F":
+            block = vals.reshape((m, *shape[::-1])).transpose(0, *range(len(shape), 0, -1))
+        else:
+            block = vals.reshape((m, *shape))
+        block = np.ascontiguousarray(block, dtype=dtype.newbyteorder("="))
+        if shape:
+            for i, a in zip(members.tolist(), block, strict=True):
+                arrays[i] = a
+        else:
+            for i, a in zip(members.tolist(), block.reshape(m, 1), strict=True):
+                arrays[i] = a.reshape(())
+
+    for t in np.unique(rtype).tolist():
+        sel = np.flatnonzero(rtype == t)
+        lens = length[sel]
+        if t == TC_STRING:
+            for i in sel.tolist():
+                arrays[i] = np.array(body[at[i]:at[i] + length[i]], dtype=np.uint8)
+                form[i] = form_of(np.dtype(np.uint8), (int(length[i]),))
+            continue
+        if t == TC_INT64_VECTOR:
+            if (lens % 8).any():
+                return None
+            for ln in np.unique(lens).tolist():
+                put(sel[lens == ln], np.dtype("<i8"), (ln // 8,), "C", 0)
+            continue
+        spec = _record_dtype(t)
+        if spec is None or (lens < 8).any():
+            return None
+        dtype, order = spec
+        ndims = _i8_at(body, at[sel])
+        if ((ndims < 0) | (ndims > 64)).any() or (lens < 8 + 8 * ndims).any():
+            return None
+        for nd in np.unique(ndims).tolist():
+            grp = sel[ndims == nd]
+            pos = at[grp]
+            sizes = np.stack([_i8_at(body, pos + 8 + 8 * k) for k in range(nd)], axis=1) if nd else \
+                np.zeros((len(grp), 0), np.int64)
+            key = np.column_stack([length[grp], sizes])
+            uniq, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+            for u, row in enumerate(uniq.tolist()):
+                ln, shape = row[0], tuple(row[1:])
+                if any(d < 0 for d in shape):
+                    return None
+                if math.prod(d for d in shape if d) * dtype.itemsize >= 2**62:
+                    return None
+                if math.prod(shape) * dtype.itemsize != ln - 8 - 8 * nd:
+                    return None
+                members = grp[inv == u]
+                if dtype.kind == "b" and math.prod(shape):
+                    hi = body[(at[members] + 8 + 8 * nd)[:, None] + np.arange(math.prod(shape))]
+                    if int(hi.max()) > 1:
+                        return None
+                put(members, dtype, shape, order, 8 + 8 * nd)
+    if forms:  # forms in order of first use
+        first = np.full(len(forms), n, dtype=np.int64)
+        np.minimum.at(first, form, np.arange(n))
+        rank = np.empty(len(forms), dtype=np.int64)
+        order_ = np.argsort(first, kind="stable")
+        rank[order_] = np.arange(len(forms))
+        form = rank[form]
+        forms = [forms[k] for k in order_.tolist()]
+    return BulkConstants(arrays, form, forms)
 
 
 # ============================================================== io base detection

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -20,10 +21,11 @@ from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import FormatError, OpTypeError, VerifyError
 from opgraph.io.cg.encoding import (
     CopyProblem,
-    const_record_default,
+    const_record_default_of,
     dec_attr,
     dec_type,
     decode_constant,
+    decode_constants,
     detect_io_base,
     scalar_copies,
 )
@@ -324,14 +326,80 @@ class _Reader:
 
     # ---------------------------------------------------------- .cgc
     def _read_cgc(self) -> None:
+        # Record boundaries with one pass over the headers, then the constants of each record type and
+        # shape decoded together (decode_constants). Anything unusual (a bad header, a bad constant, a
+        # record out of place) is read again record by record (_read_cgc_records), which names the
+        # first problem exactly as it always has.
+        f = self.cgc
+        w = f.w
+        self.constants: list[np.ndarray] = []
+        self.const_types: list[int] = []
+        self.const_form: np.ndarray | None = None
+        self.const_forms: list[tuple[np.dtype, tuple[int, ...]]] = []
+        self.metadata: tuple[int, int, np.ndarray] | None = None
+        self.where.at(f.path, 0, 1)
+        heads = self._cgc_headers()
+        if heads is None:
+            return self._read_cgc_records()
+        starts, rtype, length = heads
+        is_meta, is_sub = rtype == METADATA_RECORD, rtype == SUBGRAPH_RECORD
+        is_const = ~(is_meta | is_sub)
+        if is_meta[:-1].any():
+            return self._read_cgc_records()
+        if is_sub.any() and (self.embedded or is_const[int(np.flatnonzero(is_sub)[0]):].any()):
+            return self._read_cgc_records()
+        try:
+            bulk = decode_constants(f.body, starts[is_const] + 2 * w, rtype[is_const], length[is_const])
+        except (ValueError, IndexError, TypeError, OverflowError):  # a check the bulk path missed
+            bulk = None
+        if bulk is None:
+            return self._read_cgc_records()
+        self.constants, self.const_form, self.const_forms = bulk.arrays, bulk.form, bulk.forms
+        self.const_types = rtype[is_const].tolist()
+        for rec in np.flatnonzero(is_sub).tolist():
+            off = 1 + int(starts[rec])
+            self.where.at(f.path, rec, off)
+            data = f.body[off - 1 + 2 * w:off - 1 + 2 * w + int(length[rec])]
+            self.bodies[rec] = self._read_subgraph(rec, off, off + 2 * w, data)
+        if is_meta.any():
+            rec = len(starts) - 1
+            off = 1 + int(starts[rec])
+            self.metadata = (rec, off, f.body[off - 1 + 2 * w:off - 1 + 2 * w + int(length[rec])])
+
+    def _cgc_headers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Start (in the body), type and data length of each .cgc record; None when a header is bad."""
+        f = self.cgc
+        body, w = f.body, f.w
+        n = len(body)
+        unpack = struct.Struct({2: "<hh", 4: "<ii", 8: "<qq"}[w]).unpack_from
+        buf = body.tobytes() if n < (1 << 24) else body  # bytes are faster to unpack from
+        starts: list[int] = []
+        types: list[int] = []
+        lengths: list[int] = []
+        pos = 0
+        # A record's start depends on every length before it: one pass over the headers.
+        while pos < n:
+            if pos + 2 * w > n:
+                return None
+            rtype, length = unpack(buf, pos)
+            if length < 0 or length > n - pos - 2 * w:
+                return None
+            starts.append(pos)
+            types.append(rtype)
+            lengths.append(length)
+            pos += 2 * w + length
+        return (np.array(starts, dtype=np.int64), np.array(types, dtype=np.int64),
+                np.array(lengths, dtype=np.int64))
+
+    def _read_cgc_records(self) -> None:
+        """The .cgc file record by record (the reference for :meth:`_read_cgc`, and its messages)."""
         f = self.cgc
         body, w, dt = f.body, f.w, f.dtype
         n = len(body)
         pos = 0
         rec = 0
-        self.constants: list[np.ndarray] = []
-        self.const_types: list[int] = []
-        self.metadata: tuple[int, int, np.ndarray] | None = None
+        self.constants, self.const_types, self.const_form, self.const_forms = [], [], None, []
+        self.metadata = None
         while pos < n:
             off = 1 + pos
             self.where.at(f.path, rec, off)
@@ -497,29 +565,57 @@ class _Reader:
 
     # ---------------------------------------------------------- .cgs
     def _read_cgs(self) -> None:
+        # Headers as arrays; the texts are cut from one decoded string when they are ASCII or the
+        # file is Latin-1 (one character per byte), else decoded one by one.
         f = self.cgs
         self.where.at(f.path, 0, 1)
         layout = CgsLayout(f.body, f.w, f.dtype)
         starts = scan_file(f, layout)
         w = f.w
-        recs: list[tuple[int, int, int, int, int]] = []  # type, index, name start, name len, desc len
-        for p in starts.tolist():
-            t, idx, nl, dl = layout.header(p)
-            recs.append((t, idx, p + 4 * w, nl, dl))
+        ints = layout.ints
         self.sym_starts = starts
-        self.sym_recs = recs
-        raw = f.body.tobytes() if len(recs) else b""
-        texts: list[tuple[bytes, bytes]] = [(raw[s:s + nl], raw[s + nl:s + nl + dl]) for _, _, s, nl, dl in recs]
+        self.sym_t = ints[starts].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        self.sym_idx = ints[starts + w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        nl = ints[starts + 2 * w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        dl = ints[starts + 3 * w].astype(np.int64) if len(starts) else np.zeros(0, np.int64)
+        name_at = starts.astype(np.int64) + 4 * w
+        self.sym_name = (name_at, name_at + nl)
+        self.sym_desc = (name_at + nl, name_at + nl + dl)
         enc = "utf-8"
-        try:
-            for nm, ds in texts:
-                nm.decode("utf-8", "surrogatepass")
-                ds.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            enc = "latin-1"
-        self.sym_text = [(nm.decode(enc, "surrogatepass" if enc == "utf-8" else "strict"),
-                          ds.decode(enc, "surrogatepass" if enc == "utf-8" else "strict")) for nm, ds in texts]
+        ascii_text = True
+        if len(starts):
+            high = np.flatnonzero(f.body >= 0x80)
+            if len(high):  # a byte >= 0x80 in a text (not in a header) means the text is not ASCII
+                rec = np.searchsorted(starts, high, side="right") - 1
+                ascii_text = not (high >= name_at[rec]).any()
+        self.sym_whole: str | None = None
+        self.sym_parts: list[str] | None = None
+        if ascii_text or not len(starts):
+            self.sym_whole = f.body.tobytes().decode("latin-1") if len(starts) else ""
+        else:
+            raw = f.body.tobytes()
+            bounds = np.stack([name_at, name_at + nl, name_at + nl + dl], axis=1).tolist()
+            texts = [raw[a:b] for a, b, _ in bounds] + [raw[b:c] for _, b, c in bounds]
+            try:
+                for t in texts:
+                    t.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                enc = "latin-1"
+            if enc == "latin-1":
+                self.sym_whole = raw.decode("latin-1")
+            else:
+                self.sym_parts = [t.decode("utf-8", "surrogatepass") for t in texts]
         self.text_encoding = enc
+
+    def _sym_texts(self, which: str, recs: np.ndarray) -> list[str]:
+        """The names (``which="name"``) or descriptions of symbol records ``recs``."""
+        if self.sym_parts is not None:
+            shift = 0 if which == "name" else len(self.sym_t)
+            return [self.sym_parts[shift + r] for r in recs.tolist()]
+        lo, hi = self.sym_name if which == "name" else self.sym_desc
+        whole = self.sym_whole
+        assert whole is not None
+        return [whole[a:b] for a, b in zip(lo[recs].tolist(), hi[recs].tolist(), strict=True)]
 
     def _sym_fail(self, rec: int, message: str) -> NoReturn:
         fail_at(self.cgs.path, rec, 1 + int(self.sym_starts[rec]), message)
@@ -609,11 +705,14 @@ class _Reader:
         for arr in (self.in_ids, self.out_ids, self.copy_src, self.copy_dst):
             if len(arr):
                 n_ref = max(n_ref, int(arr.max()) + 1)
-        for i, (t, idx, _, _, _) in enumerate(self.sym_recs):
-            if t == 3:
-                if idx >= limit:
-                    self._sym_fail(i, f"variable index {idx} is out of range")
-                n_ref = max(n_ref, idx + 1)
+        sym_vals = np.flatnonzero(self.sym_t == 3)
+        if len(sym_vals):
+            idx = self.sym_idx[sym_vals]
+            bad = idx >= limit
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                self._sym_fail(int(sym_vals[k]), f"variable index {int(idx[k])} is out of range")
+            n_ref = max(n_ref, int(idx.max()) + 1)
 
         # Producers (each variable at most once).
         out_ids, n_out = self.out_ids, self.n_out
@@ -718,8 +817,10 @@ class _Reader:
             types, attrs, op_attr, op_version, value_type = self._typed_tenscalc(n_ops, n_vals, opdefs)
 
         # Constant record types (remembered when not the default for this kind of file).
-        defaults = [const_record_default(c, header is None) for c in self.constants]
-        if defaults != self.const_types:
+        form, forms = self._constant_forms()
+        form_default = np.array([const_record_default_of(dt, len(shape), header is None) for dt, shape in forms],
+                                dtype=np.int64)
+        if len(form) and not np.array_equal(form_default[form], self.const_types):
             fm["cg_const_types"] = tuple(self.const_types)
 
         if len(self.copy_src):
@@ -781,11 +882,25 @@ class _Reader:
         self._io_fail(int(self.set_rec[k]), "a variable is set twice" if len(dup) else
                       "the set/get indices fit neither 0-based nor 1-based reading")
 
+    def _constant_forms(self) -> tuple[np.ndarray, list[tuple[np.dtype, tuple[int, ...]]]]:
+        """Per constant, its index in the distinct (dtype, shape) pairs (in order of first use), and those."""
+        if self.const_form is None:  # decoded record by record
+            ids: dict[tuple[str, tuple[int, ...]], int] = {}
+            self.const_form = np.array([ids.setdefault((c.dtype.str, c.shape), len(ids)) for c in self.constants],
+                                       dtype=np.int64)
+            firsts = {k: i for i, k in reversed(list(enumerate(self.const_form.tolist())))}
+            self.const_forms = [(self.constants[firsts[k]].dtype, self.constants[firsts[k]].shape)
+                                for k in range(len(ids))]
+        return self.const_form, self.const_forms
+
     def _typed_tenscalc(self, n_ops: int, n_vals: int, opdefs: dict[int, OpDef]) -> tuple[Any, ...]:
         types: list[ValueType] = [F64_UNKNOWN]
         type_ids: dict[ValueType, int] = {F64_UNKNOWN: 0}
-        const_tid = np.array([type_ids.setdefault(TensorType.of(c), len(type_ids)) for c in self.constants],
-                             dtype=np.int32)
+        # Types interned per distinct (dtype, shape) of the constants, not per constant.
+        form, forms = self._constant_forms()
+        form_tid = np.array([type_ids.setdefault(TensorType(dt, shape), len(type_ids)) for dt, shape in forms],
+                            dtype=np.int32)
+        const_tid = form_tid[form] if len(form) else np.zeros(0, np.int32)
         types = list(type_ids)
         value_type = np.zeros(n_vals, dtype=np.int32)
         attrs: list[Attrs] = [(("index", i),) for i in range(len(self.constants))]
@@ -901,17 +1016,24 @@ class _Reader:
     def _symbols(self, header: dict[str, Any] | None, n_ops: int, n_vals: int, nconst: int,
                  n_io: int) -> Symbols:
         limits = {1: nconst, 2: n_ops, 3: n_vals, 4: n_io}
-        tables: dict[int, dict[int, str]] = {1: {}, 2: {}, 3: {}, 4: {}}
-        descriptions: dict[tuple[str, int], str] = {}
-        order: list[tuple[int, int]] = []
-        for i, ((t, idx, _, _, _), (name, desc)) in enumerate(zip(self.sym_recs, self.sym_text, strict=True)):
-            if idx >= limits[t]:
-                self._sym_fail(i, f"{SYM_KIND[t]} index {idx} is out of range ({limits[t]} exist)")
-            order.append((t, idx))
-            if name:
-                tables[t][idx] = name
-            if desc:
-                descriptions[(SYM_KIND[t], idx)] = desc
+        t_arr, idx_arr = self.sym_t, self.sym_idx
+        lim = np.array([0, nconst, n_ops, n_vals, n_io], dtype=np.int64)[t_arr]
+        bad = idx_arr >= lim
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            t, idx = int(t_arr[i]), int(idx_arr[i])
+            self._sym_fail(i, f"{SYM_KIND[t]} index {idx} is out of range ({limits[t]} exist)")
+        # Later records win, as they always have: dict() keeps the last value of a repeated key.
+        tables: dict[int, dict[int, str]] = {}
+        has_name = self.sym_name[1] > self.sym_name[0]
+        for t in (1, 2, 3, 4):
+            recs = np.flatnonzero(has_name & (t_arr == t))
+            tables[t] = dict(zip(idx_arr[recs].tolist(), self._sym_texts("name", recs), strict=True))
+        recs = np.flatnonzero(self.sym_desc[1] > self.sym_desc[0])
+        kind_names = [SYM_KIND.get(t, "") for t in range(5)]
+        descriptions: dict[tuple[str, int], str] = dict(zip(
+            zip([kind_names[t] for t in t_arr[recs].tolist()], idx_arr[recs].tolist(), strict=True),
+            self._sym_texts("desc", recs), strict=True))
         if header is not None:
             empty = header.get("empty_symbols", [])
             if not isinstance(empty, list):
@@ -925,8 +1047,10 @@ class _Reader:
                     tables[e[0]][e[1]] = ""
                 if e[3]:
                     descriptions[(SYM_KIND[e[0]], e[1])] = ""
-        if order != sorted(set(order)) or len(set(order)) != len(order):
-            self.file_meta["cg_cgs_order"] = tuple(order)
+        # Records not in strictly increasing (type, index) order: remembered, to be written again so.
+        dt, di = np.diff(t_arr), np.diff(idx_arr)
+        if not ((dt > 0) | ((dt == 0) & (di > 0))).all():
+            self.file_meta["cg_cgs_order"] = tuple(zip(t_arr.tolist(), idx_arr.tolist(), strict=True))
         return Symbols(values=tables[3], ops=tables[2], constants=tables[1], descriptions=descriptions,
                        io=tables[4])
 
