@@ -248,6 +248,14 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
         if rule is not None:
             rule(asm, ops)
     missing = np.flatnonzero(asm.size < 0)
+    if len(missing):  # an input nothing reads needs no shape
+        read = np.zeros(n_vals, dtype=bool)
+        read[g.in_ids] = True
+        read[g.outputs] = True
+        idle = missing[~read[missing] & (g.value_producer[missing] < 0)]
+        if len(idle):
+            asm.set_shape(idle, ())
+        missing = np.flatnonzero(asm.size < 0)
     if len(missing):
         v = int(missing[0])
         p = int(g.value_producer[v])
@@ -268,6 +276,11 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
     const_vals = g.out_ids[g.out_ptr[const_ops]].astype(np.int64) if len(const_ops) else np.zeros(0, np.int64)
     own = ~is_view
     own[const_vals] = False
+    # integer constants are parameters the rules read when the program is built (TensCalc's signs, sizes,
+    # subscripts): no slot for them
+    float_type = np.array([getattr(t, "dtype", np.dtype("f8")).kind in "fb" for t in g.types] + [True])
+    kept = float_type[g.value_type[const_vals]]
+    const_ops, const_vals = const_ops[kept], const_vals[kept]
     slot = np.full(n_vals, -1, dtype=np.int64)
     csize = asm.size[const_vals]
     cstart = np.concatenate([[0], np.cumsum(csize)[:-1]]).astype(np.int64) if len(const_vals) else csize
@@ -275,13 +288,6 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
     n_const = int(csize.sum())
     init_parts = [np.asarray(g.constant_of(op), dtype=np.float64).ravel() for op in const_ops.tolist()]
     asm._const_base = n_const
-    # room for the constants the emitters ask for (0.0, 1.0, divisors): at most a few; placed after the file's
-    rest = np.flatnonzero(own)
-    rsize = asm.size[rest]
-    extra_room = 64
-    first = n_const + extra_room
-    slot[rest] = first + np.concatenate([[0], np.cumsum(rsize)[:-1]]).astype(np.int64) if len(rest) else rsize
-    n_slots = first + int(rsize.sum())
     # resolve chains of views (pointer jumping: O(n log depth))
     vb, vo = base.copy(), offset.copy()
     while True:
@@ -292,6 +298,19 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
         idx = np.flatnonzero(chained)
         vo[idx] += vo[vb[idx]]
         vb[idx] = vb[vb[idx]]
+    # room for the constants the emitters ask for (0.0, 1.0, divisors), then the values kept for the whole call
+    # (inputs, results, tensors), then the scalars whose slots are reused once their last reader has run
+    extra_room = 64
+    first = n_const + extra_room
+    reused = own & (asm.size == 1) & (g.value_producer >= 0)
+    reused[g.inputs] = False
+    reused[g.outputs] = False
+    reused[vb[is_view]] = False  # a base of views lives as long as they do
+    fixed = np.flatnonzero(own & ~reused)
+    fsize = asm.size[fixed]
+    slot[fixed] = first + np.concatenate([[0], np.cumsum(fsize)[:-1]]).astype(np.int64) if len(fixed) else fsize
+    n_slots = first + int(fsize.sum())
+    n_slots = _reuse_slots(g, rank, np.flatnonzero(reused), slot, n_slots)
     slot[is_view] = slot[vb[is_view]] + vo[is_view]
     asm.slot = slot
     asm.n_slots = n_slots
@@ -311,6 +330,31 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
     ins = [(int(slot[v]), tuple(shapes[v]), _dtype(g, v)) for v in g.inputs.tolist()]  # type: ignore[arg-type]
     outs = [(int(slot[v]), tuple(shapes[v]), _dtype(g, v)) for v in g.outputs.tolist()]  # type: ignore[arg-type]
     return Machine(prog, asm.n_slots, init, ins, outs)
+
+
+def _reuse_slots(g: Graph, rank: np.ndarray, values: np.ndarray, slot: np.ndarray, first: int) -> int:
+    """Give ``values`` (one-element results) slots from ``first`` on, a slot going back to a free list once the
+    value's last reader has run (:func:`~opgraph.backends.numba.machine.allocate`; an op's results are given
+    slots before its operands' are freed, so no instruction writes a slot it reads). Returns the slots used."""
+    if not len(values):
+        return first
+    n_ops = g.num_ops
+    born = rank[g.value_producer[values]]
+    reader = rank[np.repeat(np.arange(n_ops), np.diff(g.in_ptr))]
+    last = np.full(g.num_values, -1, dtype=np.int64)
+    np.maximum.at(last, g.in_ids.astype(np.int64), reader)
+    dies = np.maximum(last[values], born)
+
+    def by_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(keys, kind="stable")
+        ptr = np.zeros(n_ops + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys, minlength=n_ops), out=ptr[1:])
+        return ptr, values[order]
+
+    from opgraph.backends.numba.machine import allocate
+
+    (ap, av), (fp, fv) = by_rank(born), by_rank(dies)
+    return int(allocate(ap, av, fp, fv, first, slot))
 
 
 def _dtype(g: Graph, v: int) -> np.dtype:

@@ -100,8 +100,13 @@ def factors(asm: Assembler, op: int) -> np.ndarray:
         got = got.reshape(*got.shape[:out_ndim], -1, got.shape[-1]) if summed != 1 else got
         if summed == 0:
             got = got.reshape(*got.shape[:-1], 1, got.shape[-1])
-        return got.reshape(-1, got.shape[-2], got.shape[-1])
-    return got.reshape(-1, got.shape[-2], got.shape[-1])
+        return _rows(got)
+    return _rows(got)
+
+
+def _rows(got: np.ndarray) -> np.ndarray:
+    """``(..., summed, factors)`` as ``(result elements, summed, factors)`` (empty results and sums included)."""
+    return got.reshape(int(np.prod(got.shape[:-2])), got.shape[-2], got.shape[-1])
 
 
 @BACKEND.rule("matmul", "vecdot", "outer", "tensordot", "einsum")

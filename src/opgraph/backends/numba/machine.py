@@ -512,6 +512,46 @@ def _elementwise_run(o: int, d: int, sa: int, sb: int, sc: int, m: int, bits: in
         r[d + i] = _alu(o, r[sa + i * ia], r[sb + i * ib], r[sc + i * ic])
 
 
+def _allocate(alloc_ptr: Any, alloc_vals: Any, free_ptr: Any, free_vals: Any, first: int, slot: Any) -> int:
+    stack = np.empty(alloc_vals.shape[0], dtype=np.int64)
+    top = 0
+    nxt = first
+    for r in range(alloc_ptr.shape[0] - 1):
+        for i in range(alloc_ptr[r], alloc_ptr[r + 1]):
+            if top > 0:
+                top -= 1
+                s = stack[top]
+            else:
+                s = nxt
+                nxt += 1
+            slot[alloc_vals[i]] = s
+        for i in range(free_ptr[r], free_ptr[r + 1]):
+            stack[top] = slot[free_vals[i]]
+            top += 1
+    return nxt
+
+
+def allocate(alloc_ptr: np.ndarray, alloc_vals: np.ndarray, free_ptr: np.ndarray, free_vals: np.ndarray,
+             first: int, slot: np.ndarray) -> int:
+    """Slots for one-element values, reused: at each op rank ``r``, the values born there
+    (``alloc_vals[alloc_ptr[r]:alloc_ptr[r+1]]``) take a freed slot (the last freed first, so the hot slots stay
+    in cache) or a new one from ``first``; then the values that die there go back. Writes ``slot``, returns the
+    number of slots. One pass in numba (cached), O(values).
+
+    >>> slot = np.zeros(3, dtype=np.int64)
+    >>> ptr = np.array([0, 1, 2, 3]); vals = np.array([0, 1, 2])
+    >>> allocate(ptr, vals, ptr, vals, 10, slot), slot.tolist()   # each value dies where it is born
+    (11, [10, 10, 10])
+    """
+    got = _compiled.get("allocate")
+    if got is None:
+        import numba
+
+        got = _compiled["allocate"] = numba.njit(cache=True, nogil=True)(_allocate)
+    return int(got(alloc_ptr.astype(np.int64), alloc_vals.astype(np.int64), free_ptr.astype(np.int64),
+                   free_vals.astype(np.int64), first, slot))
+
+
 _compiled: dict[str, Any] = {}
 
 
