@@ -8,8 +8,8 @@ become one inner loop over the block with the values in registers; every other s
 maximum, integer arithmetic, ...) calls NumPy's own inner loop for that ufunc and dtypes on the block (its C
 function, taken from the ufunc object), so the results are NumPy's to the bit: the arithmetic is IEEE in the
 step's dtype with no contraction into fused multiply-adds, and the transcendental functions are NumPy's SIMD
-kernels, not numba's (libm's ``sinf`` & co. differ from NumPy's in the last bit). ``fast_math=True`` lets LLVM
-reassociate and contract the inline arithmetic (a few ulp from NumPy).
+kernels, not numba's (libm's ``sinf`` & co. differ from NumPy's in the last bit). ``fast_math=True`` runs float32
+exp, log, sin, cos and tanh by the approximations below (a few ulp from NumPy); the rest stays exact.
 
 Compile time: the generated source depends on the graph's op program (kinds, dtypes, which values are
 scalars, which are outputs), not on its sizes; each program is compiled once per process (about 1-3 s of
@@ -676,11 +676,10 @@ def _kernel(program: tuple[Any, ...], fast_math: bool) -> Any:
             src, names = _source(program, fast_math)
             ns: dict[str, Any] = {"np": np, "numba": numba, **names}
             exec(src, ns)  # source built from the templates above and the graph's kinds and dtypes only
-            # fast_math: LLVM may reassociate and contract, but not assume away NaNs and infinities (the
-            # range checks of the approximations and NumPy's NaN semantics rely on them)
-            flags: Any = {"nsz", "arcp", "contract", "afn", "reassoc"} if fast_math else False
-            fn = _KERNELS[key] = numba.njit(parallel=True, nogil=True, error_model="numpy",
-                                            fastmath=flags)(ns["_k"])
+            # No LLVM fastmath flags even with fast_math: reassociation breaks the approximations (they round to
+            # integers by adding and subtracting 1.5 * 2**23), assuming no NaNs breaks their range checks, and
+            # contraction would move them off their measured APPROX_ULP; the inline arithmetic gains nothing.
+            fn = _KERNELS[key] = numba.njit(parallel=True, nogil=True, error_model="numpy")(ns["_k"])
         return fn
 
 
@@ -690,8 +689,9 @@ def compile_elementwise(graph: Graph, *, threads: int | None = None,
     in ``graph.outputs`` order, of the declared dtypes and shapes), or None when the graph is not an elementwise
     region (:func:`elementwise_region` says why) or numba is missing.
 
-    Results equal NumPy's to the bit (NaNs: NaN, whatever the payload); ``fast_math=True`` lets the inline
-    arithmetic be reassociated and contracted. ``threads``: numba threads per call (default: numba's count).
+    Results equal NumPy's to the bit (NaNs: NaN, whatever the payload); ``fast_math=True``: float32 exp, log,
+    sin, cos and tanh within :data:`APPROX_ULP` of NumPy's per step, the rest exact. ``threads``: numba threads
+    per call (default: numba's count). NumPy's floating-point warnings (log of 0, ...) are not raised.
     The first call of a new program compiles it (seconds); later graphs with the same program reuse it.
 
     >>> import numpy as np, opgraph
