@@ -618,8 +618,6 @@ def _source(program: tuple[Any, ...], fast_math: bool) -> tuple[str, dict[str, A
         return lines, slot_dt
 
     lines = [f"def _k(n, chunks, {', '.join(arg + [f'o{k}' for k in range(len(outs))])}):"]
-    if approx:
-        lines.append("    _wide()")
     # scalars, once: each a local c{v} and a one-element array m{v} (a ufunc loop reads it with stride 0)
     for v in range(nb):
         if scalar[v]:
@@ -648,6 +646,8 @@ def _source(program: tuple[Any, ...], fast_math: bool) -> tuple[str, dict[str, A
             fast = [f"{ind}bad = False", *fast, f"{ind}if bad:"]
         lines += [f"    blocks = (n + {BLOCK - 1}) // {BLOCK}", "    per = (blocks + chunks - 1) // chunks",
                   "    for c in numba.prange(chunks):"]
+        if approx:  # inside the prange: its body is compiled as a function of its own, which takes the attribute
+            lines.append("        _wide()")
         lines += [f"        t{j} = np.empty({BLOCK}, {dname(dt)})" for j, dt in enumerate(exact_slots)]
         lines += [f"        f{j} = np.empty({BLOCK}, {dname(dt)})" for j, dt in enumerate(fast_slots)]
         lines += ["        p = np.empty(4, np.int64)", "        d = np.empty(1, np.int64)",
