@@ -10,6 +10,8 @@ bench/numpy_levels.py). The process is pinned to N CPUs (``sched_setaffinity``) 
 threads, so every implementation gets the same cores.
 
 Prints one JSON line: ``median`` and ``min`` (seconds over ``--repeat`` >= 5 calls after ``--warmup``),
+``cpu_median`` (the median CPU seconds of the process per call, all its threads: on a shared machine the
+1-thread figure that other processes disturb least),
 ``first_call`` (seconds: compilation included), ``check`` (the result summed in float64) and ``identical``
 (whether the result equals NumPy's to the bit, NaN for NaN).
 
@@ -130,13 +132,15 @@ def main(argv: list[str] | None = None) -> None:
                      and (out[~nan].view(np.int32) == ref[~nan].view(np.int32)).all())
     for _ in range(args.warmup):
         call()  # type: ignore[operator]
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         call()  # type: ignore[operator]
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     print(json.dumps({"impl": args.impl, "threads": args.threads, "median": statistics.median(times),
-                      "min": min(times), "first_call": first_call, "check": float(np.sum(out, dtype=np.float64)),
+                      "min": min(times), "cpu_median": statistics.median(cpu), "first_call": first_call,
+                      "check": float(np.sum(out, dtype=np.float64)),
                       "identical": identical, "n": int(x.size), "repeat": args.repeat}))
 
 
