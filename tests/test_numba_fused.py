@@ -1,7 +1,7 @@
 """compile_elementwise: elementwise regions as one parallel numba loop, checked bit for bit against NumPy.
 
 The reference is NumPy itself: every op of the graph applied with its ufunc (``np.where``, ``astype``) in the
-test, never the code under test. Each distinct program costs a numba compilation (1-3 s), so the random
+test, never the code under test. Each distinct program costs a numba compilation (seconds), so the random
 programs are few and each is large (several inputs and outputs, scalars, constants, every dtype path).
 """
 

@@ -12,9 +12,11 @@ kernels, not numba's (libm's ``sinf`` & co. differ from NumPy's in the last bit)
 exp, log, sin, cos and tanh by the approximations below (a few ulp from NumPy); the rest stays exact.
 
 Compile time: the generated source depends on the graph's op program (kinds, dtypes, which values are
-scalars, which are outputs), not on its sizes; each program is compiled once per process (about 1-3 s of
-numba) and kept in an in-process dict. numba's ``cache=True`` cannot store functions made by ``exec`` (and
-the NumPy loop addresses are per process), so nothing goes to disk.
+scalars, which are outputs), not on its sizes; each program is compiled once per process and kept in an
+in-process dict (the 20-op chain: about 4 s of CPU, numba's start included; with fast_math about 13 s, the
+approximations inlined into numba's parallel loop; measured on a loaded 2-core machine).
+numba's ``cache=True`` cannot store functions made by ``exec`` (and the NumPy loop addresses are per process),
+so nothing goes to disk.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
