@@ -344,11 +344,32 @@ def io_scale(console: Console) -> None:
                   "building the graph, load runs in a fresh process.")
 
 
+def elementwise_chain(console: Console) -> None:
+    """Issue 34: the 20-op float32 chain over 4M elements at 1 and 2 threads, each implementation in its own process."""
+    impls = ["numba", "numba-fast", "torch-compile", "jax", "numpy-inplace"]
+    available = {"torch-compile": have("torch"), "jax": have("jax"), "numba": have("numba"),
+                 "numba-fast": have("numba")}
+    table = Table(title="20-op elementwise chain over 4M float32 (bench/elementwise_chain.py): median ms of 7 calls, "
+                        "each implementation in its own process pinned to the threads")
+    for col in ("threads", *impls, "numba / torch.compile", "numba-fast / torch.compile"):
+        table.add_column(col, justify="right")
+    for threads in (1, 2):
+        res = {i: run("elementwise_chain.py", "--impl", i, "--threads", str(threads)) if available.get(i, True)
+               else None for i in impls}
+        ms = {i: (r["median"] * 1e3 if r else None) for i, r in res.items()}
+        torch_ms = ms["torch-compile"]
+        table.add_row(str(threads), *[f"{ms[i]:.1f}" + ("" if res[i] and res[i]["identical"] else "*")
+                                      if ms[i] is not None else "-" for i in impls],
+                      *[f"{ms[i] / torch_ms:.2f}x" if ms[i] and torch_ms else "-" for i in ("numba", "numba-fast")])
+    console.print(table)
+    console.print("* not bit-identical to NumPy's result (numba is; numba-fast is fast_math=True, a few ulp).")
+
+
 def main() -> None:
     console = Console(width=140)
     console.print(f"python {sys.version.split()[0]}, threads: " + ", ".join(f"{k}=1" for k in THREADS))
     only = sys.argv[1:]  # e.g. `python bench/run.py io_scale`
-    tables = {"graph_scale": graph_scale, "io_scale": io_scale}
+    tables = {"graph_scale": graph_scale, "io_scale": io_scale, "elementwise_chain": elementwise_chain}
     # More benchmarks live in bench/table_<name>.py, each with `table(console, run)`.
     for path in sorted(HERE.glob("table_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)

@@ -577,7 +577,8 @@ def _run_blocked(plan: _Plan, xs: tuple[np.ndarray, ...], out: np.ndarray, alias
 # program runs as one compiled kernel: sub-blocks of APPROX_SUB elements (L1-resident scratch), a few vectorised
 # loops per sub-block (each of at most _NB_GROUP steps, one of them approximated), transcendental steps by
 # branch-free polynomial approximations evaluated with explicit fused multiply-adds (llvm.fma: one rounding, no
-# fastmath flags). Not numba's own np.sin & co.: those call the scalar libm once per element and do not
+# fastmath flags; they live in opgraph.backends.numba.fused, one home for this engine's loop and the numba
+# engine's compile_elementwise). Not numba's own np.sin & co.: those call the scalar libm once per element and do not
 # vectorise (measured: the 20-op chain 15x slower than NumPy eager). An input outside an approximation's
 # checked range (sin/cos |x| > 6000, exp outside [-87, 88], log outside the positive normal floats, tanh of
 # nan) ends the compiled run: NumPy's kernels compute the rest of the result.
@@ -590,92 +591,16 @@ APPROX_SUB = 2048
 the same on the 20-op chain."""
 _NB_GROUP = 4
 """Steps in one loop of a sub-block at most (3 to 8 measured the same; all 20 in one loop ran 2x slower)."""
-APPROX_ULP = {"exp": 3, "log": 4, "sin": 3, "cos": 3, "tanh": 5}
-"""Largest distance, in float32 ulps, between a compiled step's result and NumPy's for the same input, measured
-on every 7th float32 of the step's checked range (tests/test_numpy_engine_fused_numba.py checks every 61st). The
-other compiled kinds (arithmetic, sqrt, floor/ceil/trunc, maximum/minimum/relu) round exactly as NumPy does."""
-
-# float32 scalar expressions of the compiled kinds over operands {0}, {1}, {2} (names or loads)
-_NB_EXPR = {
-    "negative": "-{0}", "positive": "{0}", "abs": "abs({0})", "square": "{0} * {0}", "reciprocal": "_ONE / {0}",
-    "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "divide": "{0} / {1}",
-    "maximum": "{0} if ({0} >= {1}) | ({0} != {0}) else {1}", "minimum": "{0} if ({0} <= {1}) | ({0} != {0}) else {1}",
-    "relu": "{0} if ({0} >= _ZERO) | ({0} != {0}) else _ZERO", "fma": "{0} * {1} + {2}", "sqrt": "np.sqrt({0})",
-    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
-    "exp": "_nb_exp({0})", "log": "_nb_log({0})", "sin": "_nb_sincos({0}, 0)", "cos": "_nb_sincos({0}, 1)",
-    "tanh": "_nb_tanh({0})",
-}
-# per approximated kind: the condition on its argument under which the approximation is not used
-_NB_OUTSIDE = {
-    "exp": "not (({0} >= _F(-87.0)) & ({0} <= _F(88.0)))",
-    "log": "not (({0} >= _F(1.1754944e-38)) & ({0} <= _F(3.4028235e38)))",
-    "sin": "not (abs({0}) <= _F(6000.0))", "cos": "not (abs({0}) <= _F(6000.0))", "tanh": "{0} != {0}",
-}
-
-# Stand-ins for the numba intrinsics the helpers below call (bound when numba loads; the helpers only run compiled).
-_fma: Any = None   # fused multiply-add of three float32
-_i2f: Any = None   # int32 bits as float32
-_f2i: Any = None   # float32 bits as int32
-_F, _I = np.float32, np.int32
-_ROUND = np.float32(12582912.0)  # 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
 
 
-def _nb_exp(x: Any) -> Any:  # pragma: no cover - compiled by numba
-    """Cephes' expf: exp(x) = 2**k exp(r), |r| <= ln(2)/2, for x in [-87, 88]."""
-    k = _fma(x, _F(1.44269504088896341), _ROUND) - _ROUND
-    r = _fma(k, _F(-0.693359375), x)
-    r = _fma(k, _F(2.12194440e-4), r)
-    p = _fma(_fma(_fma(_fma(_fma(_fma(_F(1.9875691500e-4), r, _F(1.3981999507e-3)), r, _F(8.3334519073e-3)), r,
-                                 _F(4.1665795894e-2)), r, _F(1.6666665459e-1)), r, _F(5.0000001201e-1)),
-             r * r, r + _F(1.0))
-    return p * _i2f((_I(k) + _I(127)) << _I(23))
+def __getattr__(name: str) -> Any:
+    # APPROX_ULP lives with the approximations in opgraph.backends.numba.fused (imported on first use: the NumPy
+    # engine loads without the numba engine)
+    if name == "APPROX_ULP":
+        from opgraph.backends.numba.fused import APPROX_ULP
 
-
-def _nb_log(x: Any) -> Any:  # pragma: no cover - compiled by numba
-    """Cephes' logf: log(m 2**e) with m in [sqrt(1/2), sqrt(2)), for positive normal x."""
-    b = _f2i(x)
-    e = _F(((b >> _I(23)) & _I(0xff)) - _I(126))
-    m = _i2f((b & _I(0x007fffff)) | _I(0x3f000000))
-    low = m < _F(0.707106781186547524)
-    e = e - _F(1.0) if low else e
-    m = (m + m - _F(1.0)) if low else (m - _F(1.0))
-    z = m * m
-    y = _fma(_fma(_fma(_fma(_fma(_fma(_fma(_fma(_F(7.0376836292e-2), m, _F(-1.1514610310e-1)), m,
-                                           _F(1.1676998740e-1)), m, _F(-1.2420140846e-1)), m, _F(1.4249322787e-1)),
-                               m, _F(-1.6668057665e-1)), m, _F(2.0000714765e-1)), m, _F(-2.4999993993e-1)),
-             m, _F(3.3333331174e-1)) * m * z
-    y = _fma(_F(-2.12194440e-4), e, y)
-    y = _fma(_F(-0.5), z, y)
-    return _fma(_F(0.693359375), e, m + y)
-
-
-def _nb_sincos(x: Any, q: int) -> Any:  # pragma: no cover - compiled by numba
-    """sin(x) (q = 0) or cos(x) (q = 1) for |x| <= 6000: x - k pi/2 by a four-part Cody-Waite reduction
-    (the first three parts of 12 bits, so k * part is exact), then Cephes' sinf/cosf polynomials."""
-    k = _fma(x, _F(0.636619772367581343), _ROUND) - _ROUND
-    r = _fma(k, _F(-1.57080078125), x)
-    r = _fma(k, _F(4.453584551811218e-06), r)
-    r = _fma(k, _F(8.706138032721356e-10), r)
-    r = _fma(k, _F(-6.223371969669989e-14), r)
-    n = (_I(k) + _I(q)) & _I(3)
-    z = r * r
-    s = _fma(_fma(_fma(_F(-1.9515295891e-4), z, _F(8.3321608736e-3)), z, _F(-1.6666654611e-1)) * z, r, r)
-    c = _fma(_fma(_fma(_F(2.443315711809948e-5), z, _F(-1.388731625493765e-3)), z, _F(4.166664568298827e-2)) * z, z,
-             _fma(_F(-0.5), z, _F(1.0)))
-    v = s if (n & _I(1)) == 0 else c
-    return -v if (n & _I(2)) != 0 else v
-
-
-def _nb_tanh(x: Any) -> Any:  # pragma: no cover - compiled by numba
-    """Eigen's float tanh: a 13/6 rational function on x clamped to +-7.9 (where tanh rounds to +-1)."""
-    c = min(max(x, _F(-7.90531110763549805)), _F(7.90531110763549805))
-    z = c * c
-    p = _fma(_fma(_fma(_fma(_fma(_fma(_F(-2.76076847742355e-16), z, _F(2.00018790482477e-13)), z,
-                                 _F(-8.60467152213735e-11)), z, _F(5.12229709037114e-08)), z,
-                       _F(1.48572235717979e-05)), z, _F(6.37261928875436e-04)), z, _F(4.89352455891786e-03)) * c
-    q = _fma(_fma(_fma(_F(1.19825839466702e-06), z, _F(1.18534705686654e-04)), z, _F(2.26843463243900e-03)), z,
-             _F(4.89352518554385e-03))
-    return x if abs(x) < _F(0.0004) else p / q
+        return APPROX_ULP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _nb: Any = None  # None: not tried yet; False: numba missing or unusable; else the namespace compiled kernels see
@@ -683,54 +608,10 @@ _NB_KERNELS: dict[Any, Any] = {}
 
 
 def _nb_namespace() -> dict[str, Any] | None:
-    """numba's njit and the helpers above compiled against its intrinsics (None: numba missing or in
-    pure-Python ``NUMBA_DISABLE_JIT`` mode)."""
-    import contextlib
-    import types as pytypes
+    """numba's njit and the approximations of opgraph.backends.numba.fused (None: numba missing or unusable)."""
+    from opgraph.backends.numba.fused import approx_namespace
 
-    try:
-        import numba
-        from llvmlite import ir
-        from numba.core import cgutils
-        from numba.extending import intrinsic
-    except Exception:  # missing, or broken against this NumPy: the NumPy path is always there
-        return None
-    if numba.config.DISABLE_JIT:
-        return None
-    nt = numba.types
-
-    def fma_codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.FloatType(), [ir.FloatType()] * 3),
-                                            "llvm.fma.f32")
-        return builder.call(fn, args)
-
-    def fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
-        return nt.float32(nt.float32, nt.float32, nt.float32), fma_codegen
-
-    def i2f(typingctx: Any, v: Any) -> Any:
-        return nt.float32(nt.int32), lambda ctx, builder, sig, args: builder.bitcast(args[0], ir.FloatType())
-
-    def f2i(typingctx: Any, v: Any) -> Any:
-        return nt.int32(nt.float32), lambda ctx, builder, sig, args: builder.bitcast(args[0], ir.IntType(32))
-
-    def wide_codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        # LLVM's tuning for recent Intel cores prefers 256-bit vectors; the kernel's loops are pure arithmetic,
-        # and 512-bit ones ran the 20-op chain 1.5x faster (measured; ignored by CPUs without AVX-512). llvmlite
-        # checks function attributes against a list without string attributes, hence set.add.
-        with contextlib.suppress(Exception):
-            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-
-    def wide(typingctx: Any) -> Any:
-        return nt.none(), wide_codegen
-
-    ns: dict[str, Any] = {"np": np, "_F": _F, "_I": _I, "_ROUND": _ROUND, "_ONE": _F(1.0), "_ZERO": _F(0.0),
-                          "_fma": intrinsic(fma), "_i2f": intrinsic(i2f), "_f2i": intrinsic(f2i),
-                          "_wide": intrinsic(wide), "numba": numba}
-    helper = numba.njit(inline="always", error_model="numpy")
-    for fn in (_nb_exp, _nb_log, _nb_sincos, _nb_tanh):
-        ns[fn.__name__] = helper(pytypes.FunctionType(fn.__code__, ns, fn.__name__))
-    return ns
+    return approx_namespace()
 
 
 def _nb_source(program: tuple[tuple[Any, ...], ...], plan: _Plan, scalar: tuple[bool, ...], alias: bool) -> str:
@@ -743,12 +624,15 @@ def _nb_source(program: tuple[tuple[Any, ...], ...], plan: _Plan, scalar: tuple[
     in loops of at most one approximated step and :data:`_NB_GROUP` steps: longer loop bodies vectorise
     badly (measured); a step's result is stored only when a later loop reads it.
     """
+    from opgraph.backends.numba.fused import APPROX_EXPR, APPROX_OUTSIDE
+
     nx = len(scalar)
     n = len(program)
     groups: list[list[int]] = []
     for i, (kind, *_) in enumerate(program):
         g = groups[-1] if groups else None
-        if g is None or len(g) >= _NB_GROUP or (kind in _NB_OUTSIDE and any(program[j][0] in _NB_OUTSIDE for j in g)):
+        if g is None or len(g) >= _NB_GROUP or (kind in APPROX_OUTSIDE and any(program[j][0] in APPROX_OUTSIDE
+                                                                                for j in g)):
             groups.append([i])
         else:
             g.append(i)
@@ -770,7 +654,7 @@ def _nb_source(program: tuple[tuple[Any, ...], ...], plan: _Plan, scalar: tuple[
         buf[-1] = "tr"
         lines.insert(2, f"    tr = np.empty({sub}, np.float32)")
     for g in groups:
-        checked = any(program[i][0] in _NB_OUTSIDE for i in g)
+        checked = any(program[i][0] in APPROX_OUTSIDE for i in g)
         if checked:
             lines.append("        bad = False")
         lines.append("        for i in range(m):")
@@ -778,9 +662,9 @@ def _nb_source(program: tuple[tuple[Any, ...], ...], plan: _Plan, scalar: tuple[
             kind, *refs = program[i]
             args = [(f"a{-r - 1}" if scalar[-r - 1] else f"v{-r - 1}[i]") if r < 0
                     else (f"s{r}" if group_of[r] == group_of[i] else f"{buf[r]}[i]") for r in refs]
-            if kind in _NB_OUTSIDE:
-                lines.append(f"            bad |= {_NB_OUTSIDE[kind].format(*args)}")
-            lines.append(f"            s{i} = _F({_NB_EXPR[kind].format(*args)})")
+            if kind in APPROX_OUTSIDE:
+                lines.append(f"            bad |= {APPROX_OUTSIDE[kind].format(*args)}")
+            lines.append(f"            s{i} = _F({APPROX_EXPR[kind].format(*args)})")
             if stored[i]:
                 lines.append(f"            {buf[i]}[i] = s{i}")
         if checked:
@@ -796,10 +680,11 @@ def _nb_kernel(program: tuple[tuple[Any, ...], ...], plan: _Plan, xs: tuple[np.n
     """The compiled kernel of a float32 ``program`` on ``xs`` (into an operand's memory with ``alias``), or
     None to run NumPy's kernels."""
     global _nb
+    from opgraph.backends.numba.fused import APPROX_EXPR
     from opgraph.core import accel
 
     if not accel.enabled or size < APPROX_MIN or plan.dtype != np.float32 \
-            or any(x.dtype != np.float32 for x in xs) or any(step[0] not in _NB_EXPR for step in program):
+            or any(x.dtype != np.float32 for x in xs) or any(step[0] not in APPROX_EXPR for step in program):
         return None
     if _nb is None:
         import sys
