@@ -103,6 +103,37 @@ class MachineExecutable(Executable):
         return self.machine.program.listing()
 
 
+class _Loop(Executable):
+    """An elementwise region over large arrays compiled as one parallel loop."""
+
+    def __init__(self, fn: Callable[[list[np.ndarray]], list[np.ndarray]]) -> None:
+        self.fn = fn
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        return self.fn(list(args))
+
+
+def _large(graph: Graph) -> bool:
+    """True when a value of ``graph`` has more than :data:`SMALL` elements (by its type)."""
+    used = np.unique(graph.value_type).tolist()
+    return any(isinstance(t, TensorType) and t.is_static and int(np.prod(t.shape)) > SMALL  # type: ignore[arg-type]
+               for t in (graph.types[i] for i in used if i < len(graph.types)))
+
+
+def _machine_types(graph: Graph) -> bool:
+    """True when the register machine can hold every value of ``graph`` (float64 and bool)."""
+    used = np.unique(graph.value_type).tolist()
+    return all(isinstance(t, TensorType) and t.dtype.name in MACHINE_DTYPES
+               for t in (graph.types[i] for i in used if i < len(graph.types)))
+
+
+MACHINE_DTYPES = frozenset({"float64", "bool"})
+"""What the register machine computes in (booleans as 0.0 and 1.0)."""
+LOOP_DTYPES = frozenset({"float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                         "uint32", "uint64"})
+"""What an elementwise op over large arrays may compute in (one parallel loop, NumPy's own inner loops)."""
+
+
 @dataclass
 class NumbaBackend(Backend):
     """The register-machine engine (see the module doc)."""
@@ -110,8 +141,11 @@ class NumbaBackend(Backend):
     lowers_bodies: ClassVar[bool] = False
 
     def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
-                      input_shapes: Sequence[tuple[int, ...] | None] | None = None, **options: Any) -> Executable:
-        """The graph as one register-machine program (``input_shapes``: shapes for inputs whose type has none).
+                      input_shapes: Sequence[tuple[int, ...] | None] | None = None, threads: int | None = None,
+                      fast_math: bool = False, **options: Any) -> Executable:
+        """The graph as one register-machine program (``input_shapes``: shapes for inputs whose type has none);
+        an elementwise region over large arrays (any value of more than :data:`SMALL` elements) as one parallel
+        loop instead (:func:`~opgraph.backends.numba.fused.compile_elementwise`: ``threads``, ``fast_math``).
 
         >>> import opgraph
         >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (3,))); b.output(b.op("exp", x))
@@ -119,9 +153,20 @@ class NumbaBackend(Backend):
         array([1., 1., 1.])
         """
         if options:
-            raise BackendError(f"the numba engine takes no options {sorted(options)}")
+            raise BackendError(f"the numba engine takes no options {sorted(options)} (it takes threads=, "
+                               f"fast_math=)")
+        from opgraph.backends.numba import fused
         from opgraph.backends.numba.assemble import assemble
 
+        if _large(graph):
+            why = fused.elementwise_region(graph)
+            if why is None:
+                fn = fused.compile_elementwise(graph, threads=threads, fast_math=fast_math)
+                if fn is not None:
+                    return _Loop(fn)
+            if not _machine_types(graph):
+                raise BackendError(f"numba runs large values of dtypes other than float64 and bool only as one "
+                                   f"elementwise region, and this one is not: {why}")
         return MachineExecutable(assemble(graph, input_shapes))
 
     def why_not(self, info: OpInfo) -> str | None:
@@ -131,10 +176,14 @@ class NumbaBackend(Backend):
         if tenscalc:  # parameters (signs, sizes, subscripts) are int64 constants, read when the program is built
             info = OpInfo(info.kind, info.attrs, tuple(_as_f64(t) for t in info.in_types), info.out_types,
                           info.op, info.version)
+        elementwise = _elementwise(info.kind)
+        if elementwise and _loop_op(info):  # large: one parallel loop in the op's own dtypes
+            return self.why_not_loop(info)
+        if info.kind in LOOP_ONLY:
+            return f"numba runs {info.kind} only over arrays of more than {SMALL} elements"
         why = super().why_not(info)
         if why is not None:
             return why
-        elementwise = _elementwise(info.kind)
         for t in (*info.in_types, *info.out_types):
             assert isinstance(t, TensorType)
             if t.shape is None or None in t.shape:
@@ -143,6 +192,23 @@ class NumbaBackend(Backend):
             elif not elementwise and int(np.prod(t.shape)) > SMALL:
                 return f"numba runs {info.kind} on values of at most {SMALL} elements, not {t}"
         return None
+
+    def why_not_loop(self, info: OpInfo) -> str | None:
+        """Why an elementwise op over large arrays cannot be a step of one parallel loop (None: it can)."""
+        from opgraph.backends.numba import fused
+
+        if info.kind not in self.rules:
+            return f"numba has no rule for {info.kind!r}"
+        for t in (*info.in_types, *info.out_types):
+            if not isinstance(t, TensorType) or t.dtype.name not in LOOP_DTYPES:
+                return f"numba runs large elementwise ops on {', '.join(sorted(LOOP_DTYPES))}, not {t}"
+        from opgraph.core.builder import GraphBuilder
+
+        b = GraphBuilder(hash_cons=False)
+        ins = [b.input(t) for t in info.in_types]
+        out = b.op(info.kind, *ins, **dict(info.attrs))
+        b.output(*(out if isinstance(out, tuple) else (out,)))
+        return fused.elementwise_region(b.freeze())
 
     def claims(self, graph: Graph) -> bool:
         """True when this engine runs every op of ``graph``, decided per kind and per type (vectorised), so a
@@ -186,6 +252,16 @@ class NumbaBackend(Backend):
         return owns_numpy
 
 
+LOOP_ONLY = frozenset({"fused_elementwise"})
+"""Kinds the engine runs only as steps of a parallel loop over large arrays."""
+
+
+def _loop_op(info: OpInfo) -> bool:
+    """True when an elementwise op reads or writes more than :data:`SMALL` elements."""
+    return any(isinstance(t, TensorType) and t.is_static and int(np.prod(t.shape)) > SMALL  # type: ignore[arg-type]
+               for t in (*info.in_types, *info.out_types))
+
+
 def _as_f64(t: Any) -> Any:
     return TensorType("float64", t.shape) if isinstance(t, TensorType) and t.dtype.kind in "iu" else t
 
@@ -221,6 +297,7 @@ BACKEND = NumbaBackend("numba", dtypes=frozenset({"float64", "bool"}), module="n
 # the rules, one module per op family (imported for their registrations)
 from opgraph.backends.numba import contraction as contraction_rules  # noqa: E402,F401
 from opgraph.backends.numba import elementwise as elementwise_rules  # noqa: E402,F401
+from opgraph.backends.numba import fused as fused_rules  # noqa: E402,F401
 from opgraph.backends.numba import reduction as reduction_rules  # noqa: E402,F401
 from opgraph.backends.numba import shape as shape_rules  # noqa: E402,F401
 from opgraph.backends.numba import tenscalc as tenscalc_rules  # noqa: E402,F401

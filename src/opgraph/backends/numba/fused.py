@@ -743,3 +743,24 @@ def compile_elementwise(graph: Graph, *, threads: int | None = None,
         return outs
 
     return fn
+
+
+# ---------------------------------------------------------------- the engine's rules for the fused family
+def _register_rules() -> None:
+    """``fma`` on the register machine (one FMA instruction: ``a * b + c``, rounded twice as NumPy's reference
+    does); ``fused_elementwise`` only as steps of a parallel loop (:func:`compile_elementwise` expands it)."""
+    from opgraph.backends.base import BackendError
+    from opgraph.backends.numba import BACKEND
+    from opgraph.backends.numba.elementwise import emit_elementwise
+    from opgraph.backends.numba.machine import OP
+
+    @BACKEND.rule("fma")
+    def emit_fma(asm: Any, ops: np.ndarray) -> None:
+        emit_elementwise(asm, ops, OP["FMA"], 3)
+
+    @BACKEND.rule("fused_elementwise")
+    def emit_fused_elementwise(asm: Any, ops: np.ndarray) -> None:
+        raise BackendError("fused_elementwise runs on numba only in a parallel loop over large arrays")
+
+
+_register_rules()
