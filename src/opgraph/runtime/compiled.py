@@ -508,10 +508,13 @@ class Program:
         """
         self._direct = False
         g = self.graph
-        if len(g.updates) or not all(isinstance(g.type_of(v), TensorType) and g.type_of(v).is_static  # type: ignore[union-attr]
-                                     for v in self._input_ids):
+        if len(g.updates) or not all(isinstance(g.type_of(v), TensorType) for v in self._input_ids):
             return False
-        types = [(g.type_of(v).dtype, g.type_of(v).shape) for v in self._input_ids]  # type: ignore[union-attr]
+        dynamic = not all(g.type_of(v).is_static for v in self._input_ids)  # type: ignore[union-attr]
+        types = [(g.type_of(v).dtype, g.type_of(v).shape if g.type_of(v).is_static else None)  # type: ignore[union-attr]
+                 for v in self._input_ids]
+        if dynamic and (self.arena_runtime is not None or self.backend.owns(self.device) is not owns_numpy):
+            return False
         if self.arena_runtime is not None:
             if not self._plain_arena:
                 return False
@@ -532,9 +535,9 @@ class Program:
         if len(var.regions) != 1 or var.constants:
             return False
         (region,) = var.regions
-        if region.backend != self.backend.name or not region.static:
+        if region.backend != self.backend.name or (dynamic and not region.whole):
             return False
-        exe = var._executable(self, region, None)
+        exe = var._executable(self, region, None) if region.static else None
         take = [var.input_pos[v] for v in region.inputs]
         where = {v: i for i, v in enumerate(region.outputs)}
         lout = var.lowered.outputs.tolist()
@@ -546,17 +549,25 @@ class Program:
         numpy_arrays = owns is owns_numpy
         identity = take == list(range(len(types))) and give == list(range(len(give)))
 
+        executables = region.executables
+
         def engine(args: Sequence[Any]) -> list[Any] | None:
             if numpy_arrays:  # the check inlined: a call per array costs more than the register machine's work
                 for a, (dt, shape) in zip(args, types, strict=True):
-                    if type(a) is not np.ndarray or (a.dtype is not dt and a.dtype != dt) or a.shape != shape:
+                    if type(a) is not np.ndarray or (a.dtype is not dt and a.dtype != dt) or (
+                            a.shape != shape and shape is not None):
                         return None
             else:
                 for a, (dt, shape) in zip(args, types, strict=True):
                     if not owns(a, dt, shape):
                         return None
+            run = exe
+            if run is None:  # inputs of dynamic shape: the executable compiled for these shapes, once there is one
+                run = executables.get(tuple(args[i].shape for i in take))
+                if run is None:
+                    return None
             try:
-                outs = exe(args if identity else [args[i] for i in take])
+                outs = run(args if identity else [args[i] for i in take])
             except Exception:  # the checked path runs it again and names the region and the engine
                 return None
             self._kernel_calls += n_ops

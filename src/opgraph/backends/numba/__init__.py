@@ -76,10 +76,9 @@ class MachineExecutable(Executable):
                 scalars = args if self._all_scalars else [args[i] for i in self._scalars]
                 try:
                     regs[self._scalar_slots] = np.fromiter(scalars, np.float64, len(scalars))
-                except (TypeError, ValueError):  # an array of another size: name it below
+                except (TypeError, ValueError):  # one element of another rank ((1, 1)), or a wrong size: one by one
                     for i in self._scalars:
-                        self._check(i, args[i])
-                    raise
+                        regs[self._ins[i][0]] = self._check(i, args[i]).reshape(-1)[0]
             for i in self._tensors:
                 lo, hi, _ = self._ins[i]
                 regs[lo:hi] = self._check(i, args[i]).reshape(-1)

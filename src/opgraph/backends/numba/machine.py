@@ -500,6 +500,25 @@ def _run(code: Any, dst: Any, a: Any, b: Any, c: Any, n: Any, mask: Any, args: A
         o = code[k]
         if o < FIRST_VARIADIC:  # one element: no length to read, no loop
             r[dst[k]] = _alu(o, r[a[k]], r[b[k]], r[c[k]])
+        elif o == SUMPROD:  # TensCalc's commonest instructions, inlined: no call, no second dispatch
+            m = b[k]
+            i = a[k]
+            acc = 0.0
+            for g in range(n[k]):
+                p = r[args[i]]
+                for j in range(1, m):
+                    p = p * r[args[i + j]]
+                i += m
+                acc = p if g == 0 else acc + p
+            r[dst[k]] = acc
+        elif o == RSUBDOT:
+            i = a[k] + 1
+            acc = 0.0
+            for g in range(n[k]):
+                t = r[args[i]] * r[args[i + 1]]
+                i += 2
+                acc = t if g == 0 else acc + t
+            r[dst[k]] = r[args[a[k]]] - acc
         elif o < RUN:
             _variadic(o, dst[k], a[k], b[k], c[k], n[k], args, coefs, r)
         else:
