@@ -47,6 +47,8 @@ os.environ["NUMBA_NUM_THREADS"] = "1"
 
 import argparse
 import json
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -284,14 +286,21 @@ def compiled_casadi(fun: Any, limit: float, out: dict[str, Any]) -> Any:
     out["c_bytes"] = (tmp / "fgen.c").stat().st_size
     t0 = time.perf_counter()
     try:
-        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp / "fgen.so"), str(tmp / "fgen.c")],
-                       check=True, timeout=limit, capture_output=True)
-    except subprocess.TimeoutExpired:
-        raise NotAvailable(f"gcc > {limit:.0f} s") from None
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise NotAvailable(f"n/a: cc failed: {str(exc)[:150]}") from None
-    out["cc_s"] = time.perf_counter() - t0
-    return casadi.external("f", str(tmp / "fgen.so"))
+        # its own process group: on timeout the compiler proper (cc1, a child of cc) is stopped too
+        proc = subprocess.Popen(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp / "fgen.so"), str(tmp / "fgen.c")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise NotAvailable(f"gcc > {limit:.0f} s") from None
+        if proc.returncode:
+            raise NotAvailable(f"n/a: cc failed: {err.decode(errors='replace').strip()[-150:]}")
+        out["cc_s"] = time.perf_counter() - t0
+        return casadi.external("f", str(tmp / "fgen.so"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the library stays loaded
 
 
 def main() -> None:
