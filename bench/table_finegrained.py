@@ -16,7 +16,8 @@ Environment: ``OPGRAPH_BENCH_FG_QUICK=1`` (or ``--quick`` when run directly): si
 short limits. ``OPGRAPH_BENCH_FG_SIZES`` (``1e3,1e4,1e5,1e6``), ``OPGRAPH_BENCH_FG_RK4`` (steps, ``10,100,1000``),
 ``OPGRAPH_BENCH_FG_JIT_MAX`` (largest DAG for the traced gradient, ``1e5``), ``OPGRAPH_BENCH_FG_CURVE``
 (``1e3,1e4,1e5,1e6,1e7``), ``OPGRAPH_BENCH_FG_REPEAT`` (5), ``OPGRAPH_BENCH_FG_CC_LIMIT`` (gcc seconds, 60),
-``OPGRAPH_BENCH_FG_LIMIT`` (seconds per process, 900), ``OPGRAPH_BENCH_FG_ENGINES`` (``numba,c,numpy``).
+``OPGRAPH_BENCH_FG_LIMIT`` (seconds per process, 900), ``OPGRAPH_BENCH_FG_ENGINES`` (``numba,c,numpy``),
+``OPGRAPH_BENCH_FG_OUT`` (the results' file name, ``finegrained``).
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ def table(console: Console, run: Any = None, quick: bool | None = None) -> None:
     compile_table(console, md, cfg, results)
     curve_table(console, md, crv)
     RESULTS.mkdir(exist_ok=True)
-    name = "finegrained_quick" if quick else "finegrained"
+    name = os.environ.get("OPGRAPH_BENCH_FG_OUT") or ("finegrained_quick" if quick else "finegrained")
     (RESULTS / f"{name}.md").write_text("\n".join(md))
     raw = [r for _, _, row in results for r in row.values() if r] + [r for by in crv.values() for r in by.values()
                                                                        if r]
