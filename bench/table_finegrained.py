@@ -1,7 +1,8 @@
 """``python bench/run.py finegrained`` (issue 34): fine-grained graphs on opgraph's engines against CasADi.
 
 Each library, workload and size runs in its own process (bench/finegrained.py, 1 thread); the tables are printed
-and written to bench/results/finegrained.md, the raw JSON lines to bench/results/finegrained.json.
+and written to bench/results/finegrained.md, the raw JSON lines (one per process, appended as they come) to
+bench/results/finegrained.json.
 
 1. **Evaluation**: median time per call of opgraph (``numba``, ``c``, ``numpy`` engines) and CasADi (SX
    ``Function``, its virtual machine; and its ``CodeGenerator`` + ``cc -O1``), ratios opgraph / CasADi VM, ns per
@@ -59,7 +60,16 @@ def config(quick: bool) -> dict[str, Any]:
         "cc_limit": float(os.environ.get("OPGRAPH_BENCH_FG_CC_LIMIT", "20" if quick else "60")),
         "limit": float(os.environ.get("OPGRAPH_BENCH_FG_LIMIT", "120" if quick else "900")),
         "engines": [e for e in os.environ.get("OPGRAPH_BENCH_FG_ENGINES", "numba,c,numpy").split(",") if e],
+        "out": os.environ.get("OPGRAPH_BENCH_FG_OUT") or ("finegrained_quick" if quick else "finegrained"),
     }
+
+
+def _keep(cfg: dict[str, Any], r: Result) -> Result:
+    """Append ``r`` to the raw results as it comes (a long run stopped halfway keeps what it measured)."""
+    RESULTS.mkdir(exist_ok=True)
+    with open(RESULTS / f"{cfg['out']}.json", "a") as f:
+        f.write(json.dumps(r) + "\n")
+    return r
 
 
 def run_case(args: list[str], limit: float) -> Result:
@@ -135,7 +145,12 @@ def _ratio(a: float | None, b: float | None) -> str:
 def _per_op(r: Result | None, key: str, scale: float, unit: str = "") -> str:
     v = _get(r, key)
     ops = _get(r, "ops")
-    return "-" if v is None or not ops else f"{v / ops * scale:.3g}{unit}"
+    return "-" if v is None or not ops else f"{_num(v / ops * scale)}{unit}"
+
+
+def _num(x: float) -> str:
+    """Three significant digits, thousands separated (no exponents)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def _agree(og: list[Result | None], peer: Result | None) -> str:
@@ -194,13 +209,15 @@ def run_all(cfg: dict[str, Any]) -> list[tuple[str, int, dict[str, Result | None
     """Every case on every library; CasADi only once per (workload, gradient) for the two gradient paths, and
     its codegen skipped at larger sizes once gcc ran out of time at a smaller one."""
     rep, lim = ["--repeat", str(cfg["repeat"])], cfg["limit"]
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{cfg['out']}.json").write_text("")
     results: list[tuple[str, int, dict[str, Result | None]]] = []
     peers: dict[tuple[str, ...], Result] = {}
     cc_out: dict[str, Result] = {}
     for label, n, args in cases(cfg):
         row: dict[str, Result | None] = {}
         for engine in cfg["engines"]:
-            row[engine] = run_case([*args, "--lib", "opgraph", "--backend", engine, *rep], lim)
+            row[engine] = _keep(cfg, run_case([*args, "--lib", "opgraph", "--backend", engine, *rep], lim))
         key = tuple(a for a in args if a not in ("--path", "jit"))
         for lib in ("casadi", "casadi_cc"):
             family = label.removesuffix(" jit") + lib
@@ -210,7 +227,7 @@ def run_all(cfg: dict[str, Any]) -> list[tuple[str, int, dict[str, Result | None
                 row[lib] = {**cc_out[family], "skipped": True}
             else:
                 extra = ["--cc-limit", str(cfg["cc_limit"])] if lib == "casadi_cc" else []
-                row[lib] = peers[(*key, lib)] = run_case([*args, "--lib", lib, *rep, *extra], lim)
+                row[lib] = peers[(*key, lib)] = _keep(cfg, run_case([*args, "--lib", lib, *rep, *extra], lim))
                 err = row[lib].get("error", "")  # type: ignore[union-attr]
                 if lib == "casadi_cc" and (err.startswith("gcc >") or err.startswith(">")):
                     cc_out[family] = row[lib]  # type: ignore[assignment]
@@ -232,8 +249,8 @@ def curve(cfg: dict[str, Any], done: list[tuple[str, int, dict[str, Result | Non
             if n in have and engine in have[n]:
                 out[n][engine] = have[n][engine]
             elif engine == "numba" or n <= 10**6:
-                out[n][engine] = run_case(["--workload", "dag", "--n", str(n), "--lib", "opgraph", "--backend",
-                                           engine, "--repeat", "1"], cfg["limit"])
+                out[n][engine] = _keep(cfg, run_case(["--workload", "dag", "--n", str(n), "--lib", "opgraph",
+                                                      "--backend", engine, "--repeat", "1"], cfg["limit"]))
     return out
 
 
@@ -297,9 +314,9 @@ def compile_table(console: Console, md: list[str], cfg: dict[str, Any],
         first = next((r for r in (row[e] for e in eng) if _ok(r)), None)
         rows.append([*_label(label, n), "-" if first is None else f"{first['build_s']:.3g}",
                      *[c.cell(row[e], lambda r: f"{r['compile_s']:.3g}") for e in eng],
-                     *[c.cell(row[e], lambda r: f"{(r['build_s'] + r['compile_s']) / r['ops'] * 1e6:.3g}")
+                     *[c.cell(row[e], lambda r: _num((r['build_s'] + r['compile_s']) / r['ops'] * 1e6))
                        for e in eng],
-                     *[c.cell(row[e], lambda r: f"{max(0, r['mem_kept']) / r['ops']:.3g}") for e in eng],
+                     *[c.cell(row[e], lambda r: _num(max(0, r['mem_kept']) / r['ops'])) for e in eng],
                      c.cell(row["casadi"], lambda r: f"{r['build_s']:.3g}"),
                      c.cell(row["casadi_cc"], lambda r: f"{r['codegen_s']:.3g} + {r['cc_s']:.3g}")])
     cols = ["workload", "build s", *[f"{e} compile s" for e in eng],
@@ -332,10 +349,10 @@ def curve_table(console: Console, md: list[str], data: dict[int, dict[str, Resul
         for e in engines:
             r = by.get(e)
             row += [c.cell(r, lambda r: f"{r['compile_s']:.3g}"),
-                    c.cell(r, lambda r: f"{(r['build_s'] + r['compile_s']) / r['ops'] * 1e6:.3g}"),
-                    c.cell(r, lambda r: f"{r['mem_compile_peak'] / r['ops']:.3g}"),
-                    c.cell(r, lambda r: f"{max(0, r['mem_kept']) / r['ops']:.3g}"),
-                    c.cell(r, lambda r: f"{r['call_s'] / r['ops'] * 1e9:.3g}")]
+                    c.cell(r, lambda r: _num((r['build_s'] + r['compile_s']) / r['ops'] * 1e6)),
+                    c.cell(r, lambda r: _num(r['mem_compile_peak'] / r['ops'])),
+                    c.cell(r, lambda r: _num(max(0, r['mem_kept']) / r['ops'])),
+                    c.cell(r, lambda r: _num(r['call_s'] / r['ops'] * 1e9))]
         rows.append(row)
     cols = ["ops", "build s"]
     for e in engines:
@@ -372,13 +389,10 @@ def table(console: Console, run: Any = None, quick: bool | None = None) -> None:
     compile_table(console, md, cfg, results)
     curve_table(console, md, crv)
     RESULTS.mkdir(exist_ok=True)
-    name = os.environ.get("OPGRAPH_BENCH_FG_OUT") or ("finegrained_quick" if quick else "finegrained")
+    name = cfg["out"]
     (RESULTS / f"{name}.md").write_text("\n".join(md))
-    raw = [r for _, _, row in results for r in row.values() if r] + [r for by in crv.values() for r in by.values()
-                                                                       if r]
-    (RESULTS / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in raw))
     console.print(f"written: {RESULTS / (name + '.md')}, {RESULTS / (name + '.json')}")
 
 
 if __name__ == "__main__":
-    table(Console(width=160), quick="--quick" in sys.argv[1:])
+    table(Console(width=160), quick=True if "--quick" in sys.argv[1:] else None)
