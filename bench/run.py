@@ -1,7 +1,8 @@
 """``make bench``: run every benchmark, each library in its own process, and print the tables.
 
 Thread counts for BLAS/OpenMP are set to 1 for every process (the Makefile
-exports them; this script sets them again for the children).
+exports them; this script sets them again for the children). ``python bench/run.py NAME``
+runs one group; docs/benchmarks.md lists them.
 """
 
 from __future__ import annotations
