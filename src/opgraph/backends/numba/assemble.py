@@ -341,20 +341,9 @@ def _reuse_slots(g: Graph, rank: np.ndarray, values: np.ndarray, slot: np.ndarra
     n_ops = g.num_ops
     born = rank[g.value_producer[values]]
     reader = rank[np.repeat(np.arange(n_ops), np.diff(g.in_ptr))]
-    last = np.full(g.num_values, -1, dtype=np.int64)
-    np.maximum.at(last, g.in_ids.astype(np.int64), reader)
-    dies = np.maximum(last[values], born)
-
-    def by_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        order = np.argsort(keys, kind="stable")
-        ptr = np.zeros(n_ops + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys, minlength=n_ops), out=ptr[1:])
-        return ptr, values[order]
-
     from opgraph.backends.numba.machine import allocate
 
-    (ap, av), (fp, fv) = by_rank(born), by_rank(dies)
-    return int(allocate(ap, av, fp, fv, first, slot))
+    return int(allocate(n_ops, born, values, g.in_ids, reader, first, slot))
 
 
 def _dtype(g: Graph, v: int) -> np.dtype:

@@ -531,11 +531,35 @@ def _elementwise_run(o: int, d: int, sa: int, sb: int, sc: int, m: int, bits: in
         r[d + i] = _alu(o, r[sa + i * ia], r[sb + i * ib], r[sc + i * ic])
 
 
-def _allocate(alloc_ptr: Any, alloc_vals: Any, free_ptr: Any, free_vals: Any, first: int, slot: Any) -> int:
-    stack = np.empty(alloc_vals.shape[0], dtype=np.int64)
+def _by_rank(n_ranks: int, keys: Any, values: Any) -> tuple[Any, Any]:
+    """Counting sort of ``values`` by ``keys`` (ranks): ``(ptr, sorted values)``, stable, O(n)."""
+    ptr = np.zeros(n_ranks + 1, dtype=np.int64)
+    for k in keys:
+        ptr[k + 1] += 1
+    for r in range(n_ranks):
+        ptr[r + 1] += ptr[r]
+    fill = ptr[:-1].copy()
+    out = np.empty(values.shape[0], dtype=np.int64)
+    for i in range(values.shape[0]):
+        out[fill[keys[i]]] = values[i]
+        fill[keys[i]] += 1
+    return ptr, out
+
+
+def _allocate(n_ranks: int, born: Any, values: Any, read: Any, reader: Any, first: int, slot: Any) -> int:
+    last = np.full(slot.shape[0], -1, dtype=np.int64)
+    for i in range(read.shape[0]):
+        if reader[i] > last[read[i]]:
+            last[read[i]] = reader[i]
+    dies = np.empty(values.shape[0], dtype=np.int64)
+    for i in range(values.shape[0]):
+        dies[i] = max(born[i], last[values[i]])
+    alloc_ptr, alloc_vals = _by_rank(n_ranks, born, values)
+    free_ptr, free_vals = _by_rank(n_ranks, dies, values)
+    stack = np.empty(values.shape[0], dtype=np.int64)
     top = 0
     nxt = first
-    for r in range(alloc_ptr.shape[0] - 1):
+    for r in range(n_ranks):
         for i in range(alloc_ptr[r], alloc_ptr[r + 1]):
             if top > 0:
                 top -= 1
@@ -550,25 +574,28 @@ def _allocate(alloc_ptr: Any, alloc_vals: Any, free_ptr: Any, free_vals: Any, fi
     return nxt
 
 
-def allocate(alloc_ptr: np.ndarray, alloc_vals: np.ndarray, free_ptr: np.ndarray, free_vals: np.ndarray,
+def allocate(n_ranks: int, born: np.ndarray, values: np.ndarray, read: np.ndarray, reader: np.ndarray,
              first: int, slot: np.ndarray) -> int:
-    """Slots for one-element values, reused: at each op rank ``r``, the values born there
-    (``alloc_vals[alloc_ptr[r]:alloc_ptr[r+1]]``) take a freed slot (the last freed first, so the hot slots stay
-    in cache) or a new one from ``first``; then the values that die there go back. Writes ``slot``, returns the
-    number of slots. One pass in numba (cached), O(values).
+    """Slots for one-element ``values``, reused: at each op rank ``r``, the values born there (``born[i] == r``)
+    take a freed slot (the last freed first, so the hot slots stay in cache) or a new one from ``first``; then
+    the values whose last reader has rank ``r`` go back (``read[j]`` is read by an op of rank ``reader[j]``).
+    Writes ``slot[values]``, returns the number of slots. One pass in numba (cached), O(values + reads + ranks).
 
-    >>> slot = np.zeros(3, dtype=np.int64)
-    >>> ptr = np.array([0, 1, 2, 3]); vals = np.array([0, 1, 2])
-    >>> allocate(ptr, vals, ptr, vals, 10, slot), slot.tolist()   # each value dies where it is born
-    (11, [10, 10, 10])
+    >>> slot = np.zeros(3, dtype=np.int64)   # value 1 reads 0, value 2 reads 1: each dies as the next is born
+    >>> allocate(3, np.array([0, 1, 2]), np.array([0, 1, 2]), np.array([0, 1]), np.array([1, 2]), 10, slot)
+    12
+    >>> slot.tolist()
+    [10, 11, 10]
     """
     got = _compiled.get("allocate")
     if got is None:
         import numba
 
+        numba_by_rank = numba.njit(cache=True, nogil=True)(_by_rank)
+        globals()["_by_rank"] = numba_by_rank
         got = _compiled["allocate"] = numba.njit(cache=True, nogil=True)(_allocate)
-    return int(got(alloc_ptr.astype(np.int64), alloc_vals.astype(np.int64), free_ptr.astype(np.int64),
-                   free_vals.astype(np.int64), first, slot))
+    return int(got(n_ranks, born.astype(np.int64), values.astype(np.int64), read.astype(np.int64),
+                   reader.astype(np.int64), first, slot))
 
 
 _compiled: dict[str, Any] = {}
