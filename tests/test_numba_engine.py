@@ -271,3 +271,16 @@ def test_missing_numba_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.undo()
         backends.unregister("numba")
     assert backends.get("numba") is BACKEND
+
+
+def test_a_rule_writing_outside_the_register_file_is_refused() -> None:
+    # the interpreter does not check bounds: the assembler does, once, before anything runs
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", ()), name="x")
+    b.output(b.op("sin", x))
+
+    def bad_sin(asm: Any, ops: np.ndarray) -> None:
+        asm.emit(ops, OP["SIN"], asm.n_slots + 5, asm.slot[asm.inputs_of(ops, 0)])
+
+    with pytest.raises(BackendError, match="outside the register file"):
+        assemble(b.freeze(), rules={**BACKEND.rules, "sin": bad_sin})

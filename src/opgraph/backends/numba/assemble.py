@@ -327,6 +327,7 @@ def assemble(graph: Graph, input_shapes: Sequence[tuple[int, ...] | None] | None
         init[:n_const] = np.concatenate(init_parts)
     init[n_const:] = asm._extra_consts
     prog = _program(asm)
+    _check_bounds(prog, asm.n_slots)
     ins = [(int(slot[v]), tuple(shapes[v]), _dtype(g, v)) for v in g.inputs.tolist()]  # type: ignore[arg-type]
     outs = [(int(slot[v]), tuple(shapes[v]), _dtype(g, v)) for v in g.outputs.tolist()]  # type: ignore[arg-type]
     return Machine(prog, asm.n_slots, init, ins, outs)
@@ -344,6 +345,36 @@ def _reuse_slots(g: Graph, rank: np.ndarray, values: np.ndarray, slot: np.ndarra
     from opgraph.backends.numba.machine import allocate
 
     return int(allocate(n_ops, born, values, g.in_ids, reader, first, slot))
+
+
+def _check_bounds(prog: Instructions, n_slots: int) -> None:
+    """Every slot an instruction reads or writes lies in the register file (the interpreter does not check:
+    a rule's mistake would write over memory, so it is caught here, once, in vectorised NumPy)."""
+    from opgraph.backends.numba.machine import ARITY, FIRST_VARIADIC, GATHER, RUN
+
+    code = prog.code.astype(np.int64)
+    n = prog.n.astype(np.int64)
+    base = np.where(code >= RUN, code - RUN, code)
+    elementwise = base < FIRST_VARIADIC
+    width = np.where(elementwise | (base == GATHER), np.maximum(n, 1), 1)
+    bad = (prog.dst < 0) | (prog.dst + width > n_slots)
+    arity = np.zeros(FIRST_VARIADIC, dtype=np.int64)
+    for c, k in ARITY.items():
+        arity[c] = k
+    ar = np.where(elementwise, arity[np.minimum(base, FIRST_VARIADIC - 1)], 0)
+    mask = prog.mask.astype(np.int64)
+    for k, col in enumerate((prog.a, prog.b, prog.c)):
+        reads = elementwise & (ar > k)
+        span = np.where((mask >> k) & 1, np.maximum(n, 1), 1)
+        bad |= reads & ((col < 0) | (col + span > n_slots))
+    if len(prog.args) and (prog.args.min() < 0 or prog.args.max() >= n_slots):
+        raise BackendError(f"the numba engine built an operand list outside the register file ({n_slots} slots)")
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        row = Instructions(*(getattr(prog, f)[k:k + 1] for f in ("code", "dst", "a", "b", "c", "n", "mask")),
+                           prog.args, prog.coefs)
+        raise BackendError(f"the numba engine built instruction {k} outside the register file ({n_slots} slots): "
+                           f"{row.listing()}")
 
 
 def _dtype(g: Graph, v: int) -> np.dtype:

@@ -36,7 +36,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _einsum(subscripts: str, operands: list[np.ndarray]) -> np.ndarray:
-    """(result..., summed..., factors) factor slots of an einsum without ellipsis or repeated letters."""
+    """(result..., summed elements, factors) factor slots of an einsum without ellipsis or repeated letters."""
     ins, _, out = subscripts.replace(" ", "").partition("->")
     specs = ins.split(",")
     if not _:
@@ -57,7 +57,8 @@ def _einsum(subscripts: str, operands: list[np.ndarray]) -> np.ndarray:
         for i in perm:
             shape[order.index(spec[i])] = arr.shape[i]
         parts.append(np.broadcast_to(moved.reshape(shape), full))
-    return np.stack(parts, axis=-1).reshape(*full[:len(out)], *full[len(out):], len(operands))
+    summed_size = int(np.prod(full[len(out):])) if summed else 1
+    return np.stack(parts, axis=-1).reshape(*full[:len(out)], summed_size, len(operands))
 
 
 def _tensordot_subscripts(na: int, nb: int, axes: object) -> str:
@@ -65,8 +66,8 @@ def _tensordot_subscripts(na: int, nb: int, axes: object) -> str:
         ax_a, ax_b = list(range(na - axes, na)), list(range(axes))
     else:
         xa, xb = axes  # type: ignore[misc]
-        ax_a = [xa] if isinstance(xa, int) else list(xa)
-        ax_b = [xb] if isinstance(xb, int) else list(xb)
+        ax_a = [int(xa) % na] if isinstance(xa, int) else [int(i) % na for i in xa]
+        ax_b = [int(xb) % nb] if isinstance(xb, int) else [int(j) % nb for j in xb]
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     sa = [next(letters) for _ in range(na)]
     sb = [next(letters) for _ in range(nb)]
@@ -89,18 +90,11 @@ def factors(asm: Assembler, op: int) -> np.ndarray:
         axis = int(attrs.get("axis", -1))
         got = np.stack([np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1)], axis=-1)
     elif kind == "outer":
-        got = _einsum("i,j->ij", [ins[0].ravel(), ins[1].ravel()])[..., None, :]
+        got = _einsum("i,j->ij", [ins[0].ravel(), ins[1].ravel()])
     elif kind == "tensordot":
         got = _einsum(_tensordot_subscripts(ins[0].ndim, ins[1].ndim, attrs.get("axes", 2)), ins)
     else:
-        sub = str(attrs["subscripts"])
-        out_ndim = len(asm.shapes[int(g.op_outputs(op)[0])] or ())
-        got = _einsum(sub, ins)
-        summed = got.ndim - 1 - out_ndim
-        got = got.reshape(*got.shape[:out_ndim], -1, got.shape[-1]) if summed != 1 else got
-        if summed == 0:
-            got = got.reshape(*got.shape[:-1], 1, got.shape[-1])
-        return _rows(got)
+        got = _einsum(str(attrs["subscripts"]), ins)
     return _rows(got)
 
 
