@@ -1,0 +1,111 @@
+"""The register machine as C (issue 34, point 3): generate + compile seconds and run time against the numba engine.
+
+    python bench/c_codegen.py --n 1e5 [--repeat 5] [--mode auto|interp|straight]
+
+A random scalar DAG of ``n`` ops (add/multiply/subtract/sin/cos and a scaling by 0.5, each reading the previous
+value and an earlier one chosen at random; 64 float64 inputs, one output; :func:`scalar_dag`). Printed (one JSON
+line): ``generate_s`` (assembling the program and writing its C text), ``cc_s`` (the C compiler, ``cc -O2``, on
+that text, into a shared library; no cache), ``c_call_s`` and ``numba_call_s`` (median of ``--repeat`` calls of
+the compiled programs, 1 thread) and the largest difference between the two engines' results (must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import opgraph
+from opgraph.core.registry import CONST, get_op
+from opgraph.core.types import TensorType
+
+
+def scalar_dag(n_ops: int, n_in: int = 64, seed: int = 0) -> opgraph.Graph:
+    """``n_ops`` scalar ops, each on the previous value and an earlier one (bounded values: sin, cos, 0.5 x)."""
+    rng = np.random.default_rng(seed)
+    kinds = np.array([get_op(k).id for k in ("add", "multiply", "subtract", "sin", "cos", "multiply")])
+    pick = rng.integers(0, len(kinds), n_ops)
+    c = n_in  # value n_in: the constant 0.5; then the ops' results
+    first = n_in + 1
+    res = first + np.arange(n_ops)
+    prev = res - 1
+    prev[0] = 0
+    earlier = (rng.random(n_ops) * res).astype(np.int64)
+    earlier[earlier == c] = 0
+    scale = pick == 5
+    arity = np.where((pick < 3) | scale, 2, 1)
+    in_ptr = np.zeros(n_ops + 2, np.int64)  # op 0 is the constant
+    in_ptr[2:] = np.cumsum(arity)
+    in_ids = np.empty(in_ptr[-1], np.int64)
+    s = in_ptr[1:-1]
+    in_ids[s] = prev
+    second = np.where(scale, c, earlier)
+    in_ids[s[arity == 2] + 1] = second[arity == 2]
+    op_attr = np.zeros(n_ops + 1, np.int32)
+    op_attr[0] = 1
+    return opgraph.Graph.from_arrays(
+        op_kind=np.concatenate([[CONST.id], kinds[pick]]).astype(np.int32), in_ptr=in_ptr, in_ids=in_ids,
+        out_ptr=np.arange(n_ops + 2), out_ids=np.concatenate([[c], res]), value_type=np.zeros(first + n_ops, np.int32),
+        types=[TensorType("float64", ())], op_attr=op_attr, attrs=[(), (("index", 0),)], constants=[np.array(0.5)],
+        inputs=np.arange(n_in), outputs=[first + n_ops - 1])
+
+
+def _median_call(exe: object, args: list[np.ndarray], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        exe(args)  # type: ignore[operator]
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=float, default=1e4)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--mode", choices=("auto", "interp", "straight"), default="auto")
+    ap.add_argument("--no-numba", action="store_true")
+    a = ap.parse_args()
+    from opgraph.backends.c import CFLAGS, CExecutable, compiler
+    from opgraph.backends.c.codegen import STRAIGHT_LINE_MAX, Entry, write_c
+    from opgraph.backends.numba import BACKEND as NUMBA
+    from opgraph.backends.numba.assemble import assemble
+
+    n = int(a.n)
+    g = scalar_dag(n)
+    limit = {"auto": STRAIGHT_LINE_MAX, "interp": -1, "straight": 1 << 62}[a.mode]
+    t = time.perf_counter()
+    entry = Entry("bench", assemble(g, rules=NUMBA.rules))
+    src, _ = write_c("bench", [entry], limit)
+    gen = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as tmp:
+        c_path, so_path = os.path.join(tmp, "bench.c"), os.path.join(tmp, "bench.so")
+        t = time.perf_counter()
+        with open(c_path, "w") as fh:
+            fh.write(src)
+        subprocess.run([*compiler(), *CFLAGS, "-o", so_path, c_path, "-lm"], check=True)  # type: ignore[misc]
+        cc = time.perf_counter() - t
+        import ctypes
+
+        exe = CExecutable(entry, ctypes.CDLL(so_path), src)
+        xs = [np.array(v) for v in np.random.default_rng(1).random(64)]
+        got = exe(xs)
+        out = {"n": n, "instructions": len(entry.machine.program), "mode": a.mode, "c_bytes": len(src),
+               "generate_s": gen, "cc_s": cc, "c_call_s": _median_call(exe, xs, a.repeat)}
+        if not a.no_numba:
+            ref = NUMBA.compile_graph(g)
+            want = ref(xs)
+            out["numba_call_s"] = _median_call(ref, xs, a.repeat)
+            out["max_diff"] = float(np.max(np.abs(np.asarray(got[0]) - np.asarray(want[0]))))
+    print(json.dumps(out), file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
