@@ -36,7 +36,7 @@ if _why:
 from opgraph.backends import c as cmod  # noqa: E402
 from opgraph.backends.c.codegen import UNROLL_MAX, Entry, generate_c, write_c  # noqa: E402
 from opgraph.backends.numba import BACKEND as NUMBA  # noqa: E402
-from opgraph.backends.numba.assemble import Machine, assemble  # noqa: E402
+from opgraph.backends.numba.assemble import Machine  # noqa: E402
 from opgraph.backends.numba.machine import (  # noqa: E402
     ARITY,
     BINARY,
@@ -98,7 +98,7 @@ def _opcode_program() -> tuple[Instructions, np.ndarray]:
     regs = [x, y, z]
     base = 0
     slots = []
-    for v in regs:
+    for _ in regs:
         slots.append(base)
         base += n
     rows: list[tuple[int, ...]] = []
