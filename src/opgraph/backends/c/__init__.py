@@ -11,7 +11,7 @@ another, loads the library without running the compiler.
     >>> b = opgraph.GraphBuilder(); x = b.input(("float64", ()), name="x")
     >>> b.output(b.op("add", b.op("sin", x), b.op("multiply", x, x)))
     >>> p = opgraph.compile(b.freeze(), backend="c")
-    >>> float(p(np.float64(2.0))[0]) == np.sin(2.0) + 4.0
+    >>> bool(p(np.float64(2.0))[0] == np.sin(2.0) + 4.0)
     True
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from opgraph.backends.base import BackendError, Executable
-from opgraph.backends.c.codegen import STRAIGHT_LINE_MAX, Entry, write_c
+from opgraph.backends.c.codegen import STRAIGHT_LINE_MAX, Entry, interpreter_c, write_c
 from opgraph.backends.numba import BACKEND as NUMBA
 from opgraph.backends.numba import NumbaBackend
 from opgraph.core.graph import Graph
@@ -130,29 +130,36 @@ def _first_error(done: subprocess.CompletedProcess[str]) -> str:
 class CExecutable(Executable):
     """A compiled program: ``exe(args) -> outputs`` on NumPy arrays, as the numba engine's executable.
 
-    Keeps one register file between calls (constants written once, by the library's ``init_ws``); a call made
-    while another runs on the same executable (another thread) gets a register file of its own. The call
-    releases the GIL while the program runs.
+    Keeps one register file between calls (constants written once); a call made while another runs on the same
+    executable (another thread) gets a register file of its own. The call releases the GIL while the program
+    runs. ``lib`` holds the program (its ``<prefix>_eval``), or with ``embed=False`` only the interpreter
+    (:func:`~opgraph.backends.c.codegen.interpreter_c`), which gets the program's columns at each call.
     """
 
-    def __init__(self, entry: Entry, lib: ctypes.CDLL, source: str) -> None:
-        self.machine = entry.machine
+    def __init__(self, entry: Entry, lib: ctypes.CDLL, source: str, embed: bool = True) -> None:
+        self.machine = m = entry.machine
         self.source = source
-        self._eval = getattr(lib, f"{entry.prefix}_eval")
-        self._eval.argtypes = [ctypes.c_void_p]
+        p = m.program
+        self._cols: list[np.ndarray] = []
+        if embed:
+            self._eval = getattr(lib, f"{entry.prefix}_eval")
+            self._eval.argtypes = [ctypes.c_void_p]
+        else:
+            self._eval = lib.og_run
+            self._eval.argtypes = [ctypes.c_long, *[ctypes.c_void_p] * 10]
+            self._cols = [p.code.astype(np.uint8), p.dst, p.a, p.b, p.c, p.n, p.mask.astype(np.uint8),
+                          p.args, p.coefs]
         self._eval.restype = ctypes.c_int
-        self._init = getattr(lib, f"{entry.prefix}_init_ws")
-        self._init.argtypes = [ctypes.c_void_p]
-        self._init.restype = None
+        self._head = (len(p), *[c.ctypes.data for c in self._cols]) if not embed else ()
         self._size = entry.work_size
         self._lock = threading.Lock()
         self._regs = self._fresh()
-        self._ins = [(s, s + int(np.prod(shape)), shape) for s, shape, _ in self.machine.inputs]
-        self._outs = [(s, s + int(np.prod(shape)), shape, dt) for s, shape, dt in self.machine.outputs]
+        self._ins = [(s, s + int(np.prod(shape)), shape) for s, shape, _ in m.inputs]
+        self._outs = [(s, s + int(np.prod(shape)), shape, dt) for s, shape, dt in m.outputs]
 
     def _fresh(self) -> np.ndarray:
         regs = np.zeros(self._size, dtype=np.float64)
-        self._init(regs.ctypes.data)
+        regs[:len(self.machine.init)] = self.machine.init
         return regs
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
@@ -164,7 +171,7 @@ class CExecutable(Executable):
                 if a.size != hi - lo:
                     raise BackendError(f"an input of shape {a.shape} where the program was compiled for {shape}")
                 regs[lo:hi] = a.reshape(-1)
-            rc = self._eval(regs.ctypes.data)
+            rc = self._eval(*self._head, regs.ctypes.data)
             if rc != 0:
                 raise BackendError(f"the compiled C program returned {rc} (it runs on little-endian machines)")
             outs = []
@@ -183,9 +190,14 @@ class CBackend(NumbaBackend):
 
     def compile_graph(self, graph: Graph, *, device: str | None = None, donate: Sequence[int] = (),
                       input_shapes: Sequence[tuple[int, ...] | None] | None = None,
-                      straight_line_max: int = STRAIGHT_LINE_MAX, **options: Any) -> Executable:
-        """The graph as one C program, compiled (or found in the cache) and loaded (``input_shapes``: shapes
-        for inputs whose type has none; ``straight_line_max``: see :func:`~opgraph.backends.c.codegen.write_c`).
+                      straight_line_max: int = STRAIGHT_LINE_MAX, embed: bool = True,
+                      **options: Any) -> Executable:
+        """The graph as one C program, compiled (or found in the cache) and loaded.
+
+        ``input_shapes``: shapes for inputs whose type has none; ``straight_line_max``: see
+        :func:`~opgraph.backends.c.codegen.write_c`; ``embed=False``: no C file of the program's own, the
+        program runs on the one compiled interpreter (:func:`~opgraph.backends.c.codegen.interpreter_c`),
+        compiled once for every graph (no compiler run per graph; the interpreter's speed).
 
         >>> import opgraph
         >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (3,))); b.output(b.op("exp", x))
@@ -197,6 +209,9 @@ class CBackend(NumbaBackend):
         from opgraph.backends.numba.assemble import assemble
 
         entry = Entry("opgraph_program", assemble(graph, input_shapes, rules=self.rules))
+        if not embed:
+            source = interpreter_c()
+            return CExecutable(entry, build(source, "og_interpreter"), source, embed=False)
         source, _ = write_c(entry.prefix, [entry], straight_line_max)
         return CExecutable(entry, build(source, entry.prefix), source)
 

@@ -351,6 +351,27 @@ def write_c(name: str, entries: Sequence[Entry], straight_line_max: int = STRAIG
     return "".join(parts), _header(name, entries, in_sizes)
 
 
+def interpreter_c() -> str:
+    """A C file holding only the interpreter, whose program comes at run time: ``int og_run(long count,
+    code, dst, a, b, c, n, mask, args, coefs, double *r)`` over the columns of
+    :class:`~opgraph.backends.numba.machine.Instructions` in memory (native byte order; uint8 ``code`` and
+    ``mask``, int32 ``dst``, ``a``, ``b``, ``c``, ``n``, ``args``, float64 ``coefs``). The same text for every
+    program, so it is compiled once (``backend="c"`` with ``embed=False``: the C counterpart of the numba
+    engine's one interpreter).
+
+    >>> "int og_run(long count" in interpreter_c()
+    True
+    """
+    return "".join([
+        "/* og_interpreter.c: written by opgraph (opgraph.backends.c.codegen); the program comes at run time */\n",
+        PREAMBLE, "".join(f"#define {k} {v}\n" for k, v in _VARIADIC_NAMES.items()),
+        f"#define FIRST_VARIADIC {FIRST_VARIADIC}\n", VARIADIC_C, _alu_c(), EXEC_C,
+        "\nint og_run(long count, const unsigned char *code, const unsigned char *dst, const unsigned char *a,\n"
+        "           const unsigned char *b, const unsigned char *c, const unsigned char *n,\n"
+        "           const unsigned char *mask, const unsigned char *args, const unsigned char *coefs, double *r) {\n"
+        "    og_exec(count, code, dst, a, b, c, n, mask, args, coefs, r);\n    return 0;\n}\n"])
+
+
 def _ints(values: Sequence[int]) -> str:
     return ", ".join(str(int(v)) for v in values) if len(values) else "0"
 
@@ -376,8 +397,8 @@ def _c_bytes(data: bytes) -> str:
     """``data`` as the lines of a C string literal, every byte an octal escape of as few digits as it needs
     (``\\0`` for a zero: an escape ends at the next backslash), vectorised: O(n) NumPy.
 
-    >>> _c_bytes(bytes([0, 65, 255]))
-    '"\\0\\101\\377"'
+    >>> print(_c_bytes(bytes([0, 65, 255])))
+    "\\0\\101\\377"
     """
     if not data:
         return '""'
