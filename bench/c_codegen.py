@@ -1,12 +1,15 @@
 """The register machine as C (issue 34, point 3): generate + compile seconds and run time against the numba engine.
 
     python bench/c_codegen.py --n 1e5 [--repeat 5] [--mode auto|interp|straight]
+    python bench/c_codegen.py --tenscalc /work/shared/tenscalc/mpc_medium [--repeat 5]
 
 A random scalar DAG of ``n`` ops (add/multiply/subtract/sin/cos and a scaling by 0.5, each reading the previous
 value and an earlier one chosen at random; 64 float64 inputs, one output; :func:`scalar_dag`). Printed (one JSON
 line): ``generate_s`` (assembling the program and writing its C text), ``cc_s`` (the C compiler, ``cc -O2``, on
 that text, into a shared library; no cache), ``c_call_s`` and ``numba_call_s`` (median of ``--repeat`` calls of
 the compiled programs, 1 thread) and the largest difference between the two engines' results (must be 0).
+With ``--tenscalc DIR``: the scalarized file set there (every get gateway's outputs; input shapes from its
+reference.json), compiled with ``backend="c"`` (generate + cc, no cache) and on the numba engine, timed alike.
 """
 
 from __future__ import annotations
@@ -66,13 +69,49 @@ def _median_call(exe: object, args: list[np.ndarray], repeat: int) -> float:
     return statistics.median(times)
 
 
+def tenscalc(folder: str, repeat: int) -> dict[str, object]:
+    """Time a TensCalc scalarized file set on the c and numba engines (see the module doc)."""
+    import opgraph.io
+    import opgraph.io.cg
+    from opgraph.backends.c import BACKEND as C
+    from opgraph.backends.numba import BACKEND as NUMBA
+
+    g = opgraph.io.load(os.path.join(folder, "scalarized"))
+    with open(os.path.join(folder, "reference.json")) as fh:
+        steps = json.load(fh)["steps"]
+    gws = opgraph.io.cg.gateways(g)
+    sets = {gw.values[0]: gw.name for gw in gws if gw.kind == "set"}
+    value = {st["gateway"]: np.array(st["value"], dtype=np.float64) for st in steps if st["op"] == "set"}
+    gets = [v for gw in gws if gw.kind == "get" for v in gw.values]
+    g = g.replace(outputs=np.asarray(gets, dtype=g.outputs.dtype))
+    xs = [value[sets[v]] for v in g.inputs.tolist()]
+    shapes = [x.shape for x in xs]
+    os.environ["OPGRAPH_CACHE_DIR"] = tempfile.mkdtemp()  # no cached library: the compiler runs
+    t = time.perf_counter()
+    exe = C.compile_graph(g, input_shapes=shapes)
+    c_compile = time.perf_counter() - t
+    t = time.perf_counter()
+    ref = NUMBA.compile_graph(g, input_shapes=shapes)
+    numba_compile = time.perf_counter() - t
+    got, want = exe(xs), ref(xs)
+    n = len(exe.machine.program)  # type: ignore[attr-defined]
+    return {"case": os.path.basename(folder), "instructions": n, "c_compile_s": c_compile,
+            "numba_compile_s": numba_compile, "c_call_s": _median_call(exe, xs, repeat),
+            "numba_call_s": _median_call(ref, xs, repeat),
+            "max_diff": max(float(np.max(np.abs(a - b), initial=0.0)) for a, b in zip(got, want, strict=True))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=float, default=1e4)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--mode", choices=("auto", "interp", "straight"), default="auto")
     ap.add_argument("--no-numba", action="store_true")
+    ap.add_argument("--tenscalc", metavar="DIR")
     a = ap.parse_args()
+    if a.tenscalc:
+        print(json.dumps(tenscalc(a.tenscalc, a.repeat)))
+        return
     from opgraph.backends.c import CFLAGS, CExecutable, compiler
     from opgraph.backends.c.codegen import STRAIGHT_LINE_MAX, Entry, write_c
     from opgraph.backends.numba import BACKEND as NUMBA
