@@ -6,7 +6,8 @@
 A random scalar DAG of ``n`` ops (add/multiply/subtract/sin/cos and a scaling by 0.5, each reading the previous
 value and an earlier one chosen at random; 64 float64 inputs, one output; :func:`scalar_dag`). Printed (one JSON
 line): ``generate_s`` (assembling the program and writing its C text), ``cc_s`` (the C compiler, ``cc -O2``, on
-that text, into a shared library; no cache), ``c_call_s`` and ``numba_call_s`` (median of ``--repeat`` calls of
+that text, into a shared library; no cache), both also as CPU seconds (``*_cpu_s``: what a busy machine does
+not inflate), ``c_call_s`` and ``numba_call_s`` (median of ``--repeat`` calls of
 the compiled programs, 1 thread) and the largest difference between the two engines' results (must be 0).
 With ``--tenscalc DIR``: the scalarized file set there (every get gateway's outputs; input shapes from its
 reference.json), compiled with ``backend="c"`` (generate + cc, no cache) and on the numba engine, timed alike.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -120,24 +122,28 @@ def main() -> None:
     n = int(a.n)
     g = scalar_dag(n)
     limit = {"auto": STRAIGHT_LINE_MAX, "interp": -1, "straight": 1 << 62}[a.mode]
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     entry = Entry("bench", assemble(g, rules=NUMBA.rules))
     src, _ = write_c("bench", [entry], limit)
-    gen = time.perf_counter() - t
+    gen, gen_cpu = time.perf_counter() - t, time.process_time() - cpu
     with tempfile.TemporaryDirectory() as tmp:
         c_path, so_path = os.path.join(tmp, "bench.c"), os.path.join(tmp, "bench.so")
         t = time.perf_counter()
         with open(c_path, "w") as fh:
             fh.write(src)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([*compiler(), *CFLAGS, "-o", so_path, c_path, "-lm"], check=True)  # type: ignore[misc]
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cc = time.perf_counter() - t
+        cc_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         import ctypes
 
         exe = CExecutable(entry, ctypes.CDLL(so_path), src)
         xs = [np.array(v) for v in np.random.default_rng(1).random(64)]
         got = exe(xs)
         out = {"n": n, "instructions": len(entry.machine.program), "mode": a.mode, "c_bytes": len(src),
-               "generate_s": gen, "cc_s": cc, "c_call_s": _median_call(exe, xs, a.repeat)}
+               "generate_s": gen, "generate_cpu_s": gen_cpu, "cc_s": cc, "cc_cpu_s": cc_cpu,
+               "c_call_s": _median_call(exe, xs, a.repeat)}
         if not a.no_numba:
             ref = NUMBA.compile_graph(g)
             want = ref(xs)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opgraph
 import opgraph.io
@@ -230,6 +232,46 @@ def test_random_scalar_dags_match_numpy_and_numba(n_ops: int, straight_line_max:
     assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True))  # the same operations, in order
 
 
+UNARY_KINDS = ("sin", "cos", "tanh", "exp", "abs", "negative", "square", "sqrt", "log1p", "atan", "floor")
+BINARY_KINDS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "atan2", "hypot", "power")
+
+
+@st.composite
+def mixed_dags(draw: st.DrawFn) -> tuple[opgraph.Graph, list[np.ndarray]]:
+    """A random scalar DAG of mixed kinds (comparisons and ``where`` too), each op on earlier values."""
+    n_in = draw(st.integers(1, 4))
+    b = opgraph.GraphBuilder()
+    vals = [b.input(("float64", ()), name=f"x{i}") for i in range(n_in)]
+    for _ in range(draw(st.integers(1, 40))):
+        pick = draw(st.sampled_from(("unary", "binary", "where", "const")))
+        a, c = (vals[draw(st.integers(0, len(vals) - 1))] for _ in range(2))
+        if pick == "unary":
+            vals.append(b.op(draw(st.sampled_from(UNARY_KINDS)), a))
+        elif pick == "binary":
+            vals.append(b.op(draw(st.sampled_from(BINARY_KINDS)), a, c))
+        elif pick == "where":
+            vals.append(b.op("where", b.op(draw(st.sampled_from(("less", "greater_equal", "equal"))), a, c), a, c))
+        else:
+            vals.append(b.op("multiply", a, draw(st.floats(-3, 3))))
+    k = draw(st.integers(1, min(3, len(vals))))
+    b.output(*vals[-k:])
+    xs = [np.array(draw(st.floats(-4, 4))) for _ in range(n_in)]
+    return b.freeze(), xs
+
+
+@settings(max_examples=60, deadline=None)
+@given(mixed_dags())
+def test_random_mixed_dags_match_numpy(case: tuple[opgraph.Graph, list[np.ndarray]]) -> None:
+    """On the one compiled interpreter (``embed=False``: no compiler run per example)."""
+    g, xs = case
+    with np.errstate(all="ignore"):
+        want = opgraph.compile(g, backend="numpy")(*xs)
+        got = C.compile_graph(g, embed=False)(xs)
+    for a, w in zip(got, want, strict=True):
+        assert a.dtype == w.dtype and a.shape == w.shape
+        np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
 def test_small_tensors_bools_and_shape_ops_match_numpy() -> None:
     b = opgraph.GraphBuilder()
     x = b.input(("float64", (3, 4)), name="x")
@@ -388,10 +430,10 @@ def test_cli_codegen_of_a_cg_file_set_has_one_entry_per_get_gateway(tmp_path: Pa
     if not os.path.isdir(case):
         pytest.skip(f"TensCalc's files are not here ({TENSCALC})")
     ref = json.loads(Path(case, "reference.json").read_text())
-    sets = {st["gateway"]: st for st in ref["steps"] if st["op"] == "set"}  # shapes (each set has one)
+    sets = {step["gateway"]: step for step in ref["steps"] if step["op"] == "set"}  # shapes (each set has one)
     from opgraph.cli.main import main
 
-    shapes = [f"--input-shape={gw}=" + ",".join(str(d) for d in st["shape"]) for gw, st in sets.items()]
+    shapes = [f"--input-shape={gw}=" + ",".join(str(d) for d in step["shape"]) for gw, step in sets.items()]
     assert main(["codegen", os.path.join(case, "scalarized"), "-o", str(tmp_path / "tc.c"), *shapes]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].startswith(f"wrote {tmp_path / 'tc.c'}") and out[1].startswith("wrote ")
@@ -405,16 +447,16 @@ def test_cli_codegen_of_a_cg_file_set_has_one_entry_per_get_gateway(tmp_path: Pa
     set_input = {gw.name: position[gw.values[0]] for gw in opgraph.io.cg.gateways(graph) if gw.kind == "set"}
     inputs: list[np.ndarray | None] = [None] * len(position)
     checked = 0
-    for st in ref["steps"]:
-        if st["op"] == "set":
-            inputs[set_input[st["gateway"]]] = np.ascontiguousarray(np.array(st["value"], dtype=np.float64))
+    for step in ref["steps"]:
+        if step["op"] == "set":
+            inputs[set_input[step["gateway"]]] = np.ascontiguousarray(np.array(step["value"], dtype=np.float64))
             continue
-        assert st["op"] == "get" and all(a is not None for a in inputs)
+        assert step["op"] == "get" and all(a is not None for a in inputs)
         in_ptrs = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])  # type: ignore[union-attr]
-        outs = [np.zeros(int(np.prod(o["shape"]))) for o in st["outputs"]]
+        outs = [np.zeros(int(np.prod(o["shape"]))) for o in step["outputs"]]
         out_ptrs = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
-        assert getattr(lib, f"tc_{st['gateway']}_run")(in_ptrs, out_ptrs) == 0
-        for got, want in zip(outs, st["outputs"], strict=True):
+        assert getattr(lib, f"tc_{step['gateway']}_run")(in_ptrs, out_ptrs) == 0
+        for got, want in zip(outs, step["outputs"], strict=True):
             np.testing.assert_allclose(got, np.ravel(want["value"]), rtol=0, atol=1e-12)
             checked += 1
     assert checked
