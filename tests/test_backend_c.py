@@ -331,6 +331,14 @@ def test_compiler_errors_name_the_c_file_and_the_first_error() -> None:
     assert os.path.exists(path) and "undeclared_name" in Path(path).read_text()
 
 
+def test_a_cache_that_cannot_be_written_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("OPGRAPH_CACHE_DIR", str(blocker))
+    with pytest.raises(BackendError, match=f"cannot write its cache {blocker}/c"):
+        cmod.build("int doc_unwritable(void) { return 1; }\n", "unwritable")
+
+
 def test_without_a_compiler_the_engine_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "no-such-compiler-anywhere")
     assert C.unavailable_reason() == "no C compiler (no-such-compiler-anywhere) on PATH"

@@ -87,13 +87,17 @@ def build(source: str, name: str = "opgraph_program") -> ctypes.CDLL:
         if cmd is None:
             raise BackendError(BACKEND.unavailable_reason() or "no C compiler")
         where = cache_dir()
-        os.makedirs(where, exist_ok=True)
         c_path = os.path.join(where, f"{name}-{key}.c")
         so_path = os.path.join(where, f"{name}-{key}.so")
         if not os.path.exists(so_path):
-            _write_new(c_path, source)
-            fd, tmp = tempfile.mkstemp(suffix=".so", prefix=f"{name}-{key}.", dir=where)
-            os.close(fd)
+            try:
+                os.makedirs(where, exist_ok=True)
+                _write_new(c_path, source)
+                fd, tmp = tempfile.mkstemp(suffix=".so", prefix=f"{name}-{key}.", dir=where)
+                os.close(fd)
+            except OSError as e:
+                raise BackendError(f"the c engine cannot write its cache {where} ($OPGRAPH_CACHE_DIR): "
+                                   f"{e.strerror or e}") from e
             try:
                 done = subprocess.run([*cmd, *CFLAGS, "-o", tmp, c_path, "-lm"], capture_output=True, text=True)
                 if done.returncode != 0:
