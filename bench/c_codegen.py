@@ -7,8 +7,8 @@ A random scalar DAG of ``n`` ops (add/multiply/subtract/sin/cos and a scaling by
 value and an earlier one chosen at random; 64 float64 inputs, one output; :func:`scalar_dag`). Printed (one JSON
 line): ``generate_s`` (assembling the program and writing its C text), ``cc_s`` (the C compiler, ``cc -O2``, on
 that text, into a shared library; no cache), both also as CPU seconds (``*_cpu_s``: what a busy machine does
-not inflate), ``c_call_s`` and ``numba_call_s`` (median of ``--repeat`` calls of
-the compiled programs, 1 thread) and the largest difference between the two engines' results (must be 0).
+not inflate), ``c_call_s`` and ``numba_call_s`` (per call: the median of ``--repeat`` interleaved samples of
+about 50 ms of calls each, 1 thread) and the largest difference between the two engines' results (must be 0).
 With ``--tenscalc DIR``: the scalarized file set there (every get gateway's outputs; input shapes from its
 reference.json), compiled with ``backend="c"`` (generate + cc, no cache) and on the numba engine, timed alike.
 """
@@ -62,13 +62,23 @@ def scalar_dag(n_ops: int, n_in: int = 64, seed: int = 0) -> opgraph.Graph:
         inputs=np.arange(n_in), outputs=[first + n_ops - 1])
 
 
-def _median_call(exe: object, args: list[np.ndarray], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
+def _medians(exes: dict[str, object], args: list[np.ndarray], repeat: int) -> dict[str, float]:
+    """Per-call seconds of each executable: the median of ``repeat`` samples, each a loop of calls of about
+    50 ms, the executables' samples interleaved (so a busy machine slows them alike)."""
+    loops = {}
+    for name, exe in exes.items():
+        exe(args)  # type: ignore[operator]
         t = time.perf_counter()
         exe(args)  # type: ignore[operator]
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        loops[name] = max(1, int(0.05 / max(time.perf_counter() - t, 1e-7)))
+    samples: dict[str, list[float]] = {name: [] for name in exes}
+    for _ in range(repeat):
+        for name, exe in exes.items():
+            t = time.perf_counter()
+            for _ in range(loops[name]):
+                exe(args)  # type: ignore[operator]
+            samples[name].append((time.perf_counter() - t) / loops[name])
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def tenscalc(folder: str, repeat: int) -> dict[str, object]:
@@ -98,8 +108,8 @@ def tenscalc(folder: str, repeat: int) -> dict[str, object]:
     got, want = exe(xs), ref(xs)
     n = len(exe.machine.program)  # type: ignore[attr-defined]
     return {"case": os.path.basename(folder), "instructions": n, "c_compile_s": c_compile,
-            "numba_compile_s": numba_compile, "c_call_s": _median_call(exe, xs, repeat),
-            "numba_call_s": _median_call(ref, xs, repeat),
+            "numba_compile_s": numba_compile,
+            **{f"{k}_call_s": v for k, v in _medians({"c": exe, "numba": ref}, xs, repeat).items()},
             "max_diff": max(float(np.max(np.abs(a - b), initial=0.0)) for a, b in zip(got, want, strict=True))}
 
 
@@ -142,13 +152,13 @@ def main() -> None:
         xs = [np.array(v) for v in np.random.default_rng(1).random(64)]
         got = exe(xs)
         out = {"n": n, "instructions": len(entry.machine.program), "mode": a.mode, "c_bytes": len(src),
-               "generate_s": gen, "generate_cpu_s": gen_cpu, "cc_s": cc, "cc_cpu_s": cc_cpu,
-               "c_call_s": _median_call(exe, xs, a.repeat)}
+               "generate_s": gen, "generate_cpu_s": gen_cpu, "cc_s": cc, "cc_cpu_s": cc_cpu}
+        exes: dict[str, object] = {"c": exe}
         if not a.no_numba:
-            ref = NUMBA.compile_graph(g)
+            ref = exes["numba"] = NUMBA.compile_graph(g)
             want = ref(xs)
-            out["numba_call_s"] = _median_call(ref, xs, a.repeat)
             out["max_diff"] = float(np.max(np.abs(np.asarray(got[0]) - np.asarray(want[0]))))
+        out.update({f"{k}_call_s": v for k, v in _medians(exes, xs, a.repeat).items()})
     print(json.dumps(out), file=sys.stdout)
 
 
