@@ -357,6 +357,8 @@ def test_names_that_are_no_c_identifiers_are_refused() -> None:
         generate_c(g, name="my-prog")
     with pytest.raises(BackendError, match="'get y'"):
         generate_c(g, targets={"get y": [int(g.outputs[0])]})
+    with pytest.raises(BackendError, match="asks for no entry point"):
+        generate_c(g, targets={})
 
 
 # ---------------------------------------------------------------- TensCalc's files through compiled C

@@ -313,6 +313,8 @@ def generate_c(graph: Graph, *, name: str = "opgraph_program",
     ['#define g_get_y_N_OUTPUTS 1']
     """
     _check_ident("the C name", name)
+    if targets is not None and not targets:
+        raise BackendError("targets={} asks for no entry point: give target sets, or None for the outputs")
     for key in targets or {}:
         _check_ident("the target set's name", key)
     machines = machines_for(graph, targets, input_shapes)
