@@ -222,7 +222,7 @@ def test_random_scalar_dags_match_numpy_and_numba(n_ops: int, straight_line_max:
     g = scalar_dag(n_ops, seed=n_ops + straight_line_max % 7)
     xs = [np.array(v) for v in np.random.default_rng(1).uniform(-2, 2, 16)]
     exe = C.compile_graph(g, straight_line_max=straight_line_max)
-    assert ("og_exec(" in exe.source) == (straight_line_max < n_ops)
+    assert ("opgraph_program_exec(r)" in exe.source) == (straight_line_max < n_ops)
     got = exe(xs)
     want = opgraph.compile(g, backend="numpy")(*xs)
     for a, b in zip(got, want, strict=True):

@@ -124,6 +124,7 @@ static double og_logaddexp(double x, double y) {
 #endif
 /* the program's columns are little-endian byte strings: read them with memcpy (no alignment assumed) */
 static int32_t og_i32(const unsigned char *p, long k) { int32_t v; memcpy(&v, p + 4 * k, 4); return v; }
+static uint16_t og_u16(const unsigned char *p, long k) { uint16_t v; memcpy(&v, p + 2 * k, 2); return v; }
 static double og_f64(const unsigned char *p, long k) { double v; memcpy(&v, p + 8 * k, 8); return v; }
 static int og_little_endian(void) { const uint16_t one = 1; unsigned char c; memcpy(&c, &one, 1); return c == 1; }
 """
@@ -218,31 +219,47 @@ static void og_variadic(int o, long d, long a, long b, long c, long n, const uns
 }
 """
 
-EXEC_C = r"""
+EXEC_TEMPLATE = r"""
 /* the interpreter (mirrors opgraph.backends.numba.machine._run) */
-static void og_exec(long count, const unsigned char *code, const unsigned char *dst, const unsigned char *a,
-                    const unsigned char *b, const unsigned char *c, const unsigned char *n,
-                    const unsigned char *mask, const unsigned char *args, const unsigned char *coefs, double *r) {
+static void @FNAME(@PARAMS) {
     long k, i, m, d, sa, sb, sc, ia, ib, ic;
-    int o;
-    for (k = 0; k < count; k++) {
-        o = code[k];
-        m = og_i32(n, k);
-        d = og_i32(dst, k);
-        sa = og_i32(a, k);
-        sb = og_i32(b, k);
-        sc = og_i32(c, k);
+    int o, bits;
+    for (k = 0; k < @COUNT; k++) {
+        o = @CODE;
+        m = @N;
+        d = @DST;
+        sa = @A;
+        sb = @B;
+        sc = @C;
         if (o >= FIRST_VARIADIC) {
-            og_variadic(o, d, sa, sb, sc, m, args, coefs, r);
+            og_variadic(o, d, sa, sb, sc, m, @ARGS, @COEFS, r);
         } else if (m == 1) {
             r[d] = og_alu(o, r[sa], r[sb], r[sc]);
         } else {
-            ia = mask[k] & 1; ib = (mask[k] >> 1) & 1; ic = (mask[k] >> 2) & 1;
+            bits = @MASK;
+            ia = bits & 1; ib = (bits >> 1) & 1; ic = (bits >> 2) & 1;
             for (i = 0; i < m; i++) r[d + i] = og_alu(o, r[sa + i * ia], r[sb + i * ib], r[sc + i * ic]);
         }
     }
 }
 """
+"""The interpreter's loop; ``@NAME`` placeholders say how it reads each column (:func:`_exec_c`)."""
+
+
+def _exec_c(fname: str, params: str, fill: Mapping[str, str]) -> str:
+    text = EXEC_TEMPLATE.replace("@FNAME", fname).replace("@PARAMS", params)
+    for key, expr in fill.items():
+        text = text.replace(f"@{key}", expr)
+    return text
+
+
+EXEC_C = _exec_c(
+    "og_exec", "long count, const unsigned char *code, const unsigned char *dst, const unsigned char *a,\n"
+    "                    const unsigned char *b, const unsigned char *c, const unsigned char *n,\n"
+    "                    const unsigned char *mask, const unsigned char *args, const unsigned char *coefs, double *r",
+    {"COUNT": "count", "CODE": "code[k]", "MASK": "mask[k]", "ARGS": "args", "COEFS": "coefs",
+     **{col.upper(): f"og_i32({col}, k)" for col in ("n", "dst", "a", "b", "c")}})
+"""The interpreter of :func:`interpreter_c`: the program's columns come as arguments (int32 in memory)."""
 
 _VARIADIC_NAMES = {"SUMPROD": SUMPROD, "SSUM": SSUM, "NEGDOT": NEGDOT, "RSUBDOT": RSUBDOT, "NEGDOTDIV": NEGDOTDIV,
                    "RSUBDOTDIV": RSUBDOTDIV, "CMIN": CMIN, "CMAX": CMAX, "CMIN0": CMIN0, "CMAX0": CMAX0,
@@ -345,7 +362,6 @@ def write_c(name: str, entries: Sequence[Entry], straight_line_max: int = STRAIG
     parts.append(VARIADIC_C)
     if interp:
         parts.append(_alu_c())
-        parts.append(EXEC_C)
     parts.append(f"\nconst int {name}_n_inputs = {len(in_sizes)};\n")
     parts.append(f"const long {name}_input_sizes[] = {{{_ints(in_sizes)}}};\n")
     for e in entries:
@@ -439,11 +455,18 @@ def _entry_c(e: Entry, interpreted: bool) -> str:
     if interpreted:
         parts.append(_blob(f"{p}_code", prog.code, "u1"))
         parts.append(_blob(f"{p}_mask", prog.mask, "u1"))
+        fill = {"COUNT": f"{len(prog)}L", "CODE": f"{p}_code[k]", "MASK": f"{p}_mask[k]", "ARGS": f"{p}_args",
+                "COEFS": f"{p}_coefs"}
         for col in ("dst", "a", "b", "c", "n"):
-            parts.append(_blob(f"{p}_{col}", getattr(prog, col), "<i4"))
-        body = (f"    if (!og_little_endian()) return -1;\n"
-                f"    og_exec({len(prog)}L, {p}_code, {p}_dst, {p}_a, {p}_b, {p}_c, {p}_n, {p}_mask, {p}_args, "
-                f"{p}_coefs, r);\n")
+            # each column as narrow as its values allow (the compiler's time is the text's length)
+            values = getattr(prog, col)
+            top = int(values.max()) if len(values) else 0
+            dtype, read = ("u1", f"{p}_{col}[k]") if top < 1 << 8 else \
+                ("<u2", f"og_u16({p}_{col}, k)") if top < 1 << 16 else ("<i4", f"og_i32({p}_{col}, k)")
+            parts.append(_blob(f"{p}_{col}", values, dtype))
+            fill[col.upper()] = read
+        parts.append(_exec_c(f"{p}_exec", "double *r", fill))
+        body = f"    if (!og_little_endian()) return -1;\n    {p}_exec(r);\n"
     else:
         # pieces of CHUNK statements, each a function of its own: gcc's alias analysis and dead-store pass
         # take time quadratic in the stores of one function (2000 statements in one: 5 s; in pieces: 0.3 s)
