@@ -291,6 +291,19 @@ def test_small_tensors_bools_and_shape_ops_match_numpy() -> None:
     assert "on c:" in opgraph.compile(g, backend="c").explain()
 
 
+def test_concurrent_calls_of_one_executable_each_get_their_own_register_file() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = scalar_dag(3000, seed=5)
+    exe = C.compile_graph(g, embed=False)
+    feeds = [[np.array(v) for v in np.random.default_rng(k).uniform(-1, 1, 16)] for k in range(8)]
+    want = [exe(xs) for xs in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(exe, feeds * 4))
+    for k, outs in enumerate(got):
+        assert all(np.array_equal(a, b) for a, b in zip(outs, want[k % len(feeds)], strict=True))
+
+
 def test_the_c_engine_shares_the_numba_engines_rules_and_claims() -> None:
     assert C.rules is NUMBA.rules and C.limits is NUMBA.limits and C.dtypes == NUMBA.dtypes
     for kind in ("add", "sin", "Ssumprod", "scalars2ftensor"):
