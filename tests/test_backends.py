@@ -66,7 +66,7 @@ def _close(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 2e-5) ->
 
 # ---------------------------------------------------------------- registry and errors
 def test_registry_names_and_capability_queries() -> None:
-    assert backends.names() == ("numpy", "jax", "torch", "onnxruntime", "dask", "numba")
+    assert backends.names() == ("numpy", "jax", "torch", "onnxruntime", "dask", "numba", "c")
     assert "numpy" in backends.available()
     numpy_be = backends.get("numpy")
     assert numpy_be.supports("conv2d") and not numpy_be.supports("no_such_kind")

@@ -144,7 +144,7 @@ def test_unknown_backend_is_named_with_the_choices(capsys: pytest.CaptureFixture
     with pytest.raises(opgraph.backends.BackendError) as lib:
         opgraph.compile(g, backend="foo")
     msg = str(lib.value)
-    assert msg.startswith("unknown backend 'foo'; known: numpy, jax, torch, onnxruntime, dask, auto "
+    assert msg.startswith("unknown backend 'foo'; known: numpy, jax, torch, onnxruntime, dask, numba, c, auto "
                           "(installed here: numpy")
     opgraph.io.save(g, tmp_path / "m.json")
     np.save(tmp_path / "x.npy", np.ones(3))

@@ -1,4 +1,5 @@
-"""The engines graphs run on: numpy (default), jax, torch, onnxruntime, dask, numba (fine-grained graphs).
+"""The engines graphs run on: numpy (default), jax, torch, onnxruntime, dask, numba (fine-grained graphs), c (the
+numba engine's program as C, compiled by the system's C compiler).
 
 Each backend is one module of this package holding a :class:`Backend`
 (capability set, rule table, compiler; see :mod:`opgraph.backends.base`).
@@ -7,7 +8,7 @@ optional engines.
 
     >>> from opgraph import backends
     >>> backends.names()
-    ('numpy', 'jax', 'torch', 'onnxruntime', 'dask', 'numba')
+    ('numpy', 'jax', 'torch', 'onnxruntime', 'dask', 'numba', 'c')
     >>> backends.get("numpy").supports("matmul")
     True
     >>> backends.get("tensorflow")
@@ -31,10 +32,11 @@ _MODULES = {
     "onnxruntime": "opgraph.backends.onnxruntime",
     "dask": "opgraph.backends.dask",
     "numba": "opgraph.backends.numba",
+    "c": "opgraph.backends.c",
 }
 _BUILT_IN = frozenset(_MODULES)
 _PACKAGES = {"numpy": "", "jax": "jax", "torch": "torch", "onnxruntime": "onnxruntime", "dask": "dask",
-             "numba": "numba"}
+             "numba": "numba", "c": ""}  # c needs a C compiler, not a package: see its unavailable_reason()
 _LOADED: dict[str, Backend] = {}
 
 __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", "OpInfo", "available", "get",

@@ -6,6 +6,7 @@
     opgraph convert --list | opgraph formats   the formats and their suffixes
     opgraph run FILE --set NAME=x.npy ... [--get NAME ...] [-o OUTDIR]
     opgraph dump FILE                      the graph as text
+    opgraph codegen FILE -o out.c          the graph as standalone C99 and a header
 
 A file's format is chosen by its extension (:mod:`opgraph.io.formats`):
 ``.json`` is the JSON form, no extension or ``.cg`` a .cg file set,
@@ -637,7 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_MODULES: tuple[str, ...] = ("opgraph.cli.optimize_cmd", "opgraph.cli.plan_cmd", "opgraph.cli.viz_cmd")
+COMMAND_MODULES: tuple[str, ...] = ("opgraph.cli.optimize_cmd", "opgraph.cli.plan_cmd", "opgraph.cli.viz_cmd",
+                                     "opgraph.cli.codegen_cmd")
 """Modules adding more subcommands; each has ``add_parser(subparsers, common)``, which adds its
 parser with ``parents=[common]`` and sets ``func`` (a function of the parsed args returning the exit status).
 Helpers for them (``load_graph``, ``save_graph``, ``print_table``, :func:`read_feeds`) are the ones below."""
