@@ -71,7 +71,8 @@ def numba_run(prog: Instructions, regs: np.ndarray) -> np.ndarray:
     try:
         machine.execute(prog, out)
     except ImportError:
-        machine._run(prog.code, prog.dst, prog.a, prog.b, prog.c, prog.n, prog.mask, prog.args, prog.coefs, out)
+        p = prog.flagged()
+        machine._run(p.code, p.dst, p.a, p.b, p.c, p.n, p.mask, p.args, p.coefs, out)
     return out
 
 
@@ -160,10 +161,12 @@ def test_every_opcode_matches_the_numba_interpreter(straight_line_max: int) -> N
     got = c_run(prog, regs, straight_line_max)
     codes = set(prog.code.tolist())
     assert codes == {c for c, _ in (*UNARY.values(), *BINARY.values(), *TERNARY.values(), *VARIADIC.values())}
-    # the C file's cbrt is C's (NumPy's too); the numba engine computes |x| ** (1/3), off by a few ulps
+    # the C file's cbrt is C's (NumPy's too); the numba engine refines a power by one Newton step: within 2 ulp
     cbrt = prog.code == OP["CBRT"]
     d, n, a = int(prog.dst[cbrt][0]), int(prog.n[cbrt][0]), int(prog.a[cbrt][0])
     np.testing.assert_array_equal(got[d:d + n], np.cbrt(regs[a:a + n]))
+    np.testing.assert_array_max_ulp(want[d:d + n][np.isfinite(got[d:d + n])],
+                                    got[d:d + n][np.isfinite(got[d:d + n])], maxulp=2)
     want[d:d + n] = got[d:d + n]
     # libm and numba's math may differ in the last bits of transcendental functions; everything else is exact
     close = np.isclose(got, want, rtol=1e-14, atol=0, equal_nan=True)

@@ -25,7 +25,7 @@ from opgraph.core.ruletable import RuleTable
 from opgraph.runtime.compiled import Program, ProgramContext
 
 SRC = Path(opgraph.__file__).resolve().parent
-ENGINES = ["numpy", "jax", "torch", "dask"]
+ENGINES = ["numpy", "jax", "torch", "dask", "numba"]
 
 
 def _installed(name: str) -> bool:
@@ -57,9 +57,19 @@ def test_every_onnx_export_rule_stands_in_the_module_named_after_its_family() ->
     assert backends.get("onnxruntime").kinds() == frozenset(EXPORT.rules)
 
 
+def test_the_c_engine_runs_the_numba_engines_rules() -> None:
+    # one instruction set, two engines: the C engine's rule table is the numba engine's (same family modules)
+    pytest.importorskip("numba", reason="the numba engine is an optional extra; make test installs it")
+    if not _installed("c"):
+        pytest.skip("no C compiler on PATH")
+    assert backends.get("c").rules is backends.get("numba").rules
+    assert _misplaced(backends.get("c"), "opgraph.backends.numba") == {}
+
+
 def test_engine_packages_mirror_the_op_families() -> None:
     families = {p.stem for p in (SRC / "ops").glob("*.py") if not p.stem.startswith("_")}
-    for package in ("backends/numpy", "backends/jax", "backends/torch", "backends/dask", "io/onnx/export"):
+    for package in ("backends/numpy", "backends/jax", "backends/torch", "backends/dask", "backends/numba",
+                    "io/onnx/export"):
         modules = {p.stem for p in (SRC / package).glob("*.py")}
         assert "__init__" in modules, package
         assert modules & families, f"{package} has no family module"

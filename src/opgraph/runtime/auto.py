@@ -409,8 +409,9 @@ class Choice:
         return "\n".join(lines)
 
 
-NOT_TIMED = frozenset({"dask"})
-"""Installed backends ``auto`` does not time unless named in ``candidates``."""
+NOT_TIMED = frozenset({"dask", "c"})
+"""Installed backends ``auto`` does not time unless named in ``candidates`` (dask: for data beyond memory; c: a
+C compiler's run per graph, where the numba engine runs the same program without one)."""
 
 
 def _numpy_options(options: Mapping[str, Any]) -> dict[str, Any]:

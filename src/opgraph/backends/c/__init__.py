@@ -143,7 +143,7 @@ class CExecutable(Executable):
     def __init__(self, entry: Entry, lib: ctypes.CDLL, source: str, embed: bool = True) -> None:
         self.machine = m = entry.machine
         self.source = source
-        p = m.program
+        p = m.program.plain()
         self._cols: list[np.ndarray] = []
         if embed:
             self._eval = getattr(lib, f"{entry.prefix}_eval")

@@ -77,9 +77,6 @@ interpreter's variadic function past it)."""
 
 EXPR: dict[int, str] = {code: expr for table in (UNARY, BINARY, TERNARY) for code, expr in table.values()}
 """Elementwise opcode -> its C expression of ``x``, ``y``, ``z`` (the instruction set's own tables)."""
-for _name in ("ISNAN", "ISINF", "ISFINITE"):
-    # C's classification macros return any nonzero int (glibc's isinf: -1 for -inf): make the result 0.0 or 1.0
-    EXPR[UNARY[_name][0]] = f"(double)({_name.lower()}(x) != 0)"
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _OPERAND = re.compile(r"\b([xyz])\b")
@@ -439,7 +436,7 @@ def _blob(var: str, arr: np.ndarray, dtype: str) -> str:
 
 def _entry_c(e: Entry, interpreted: bool) -> str:
     m, p = e.machine, e.prefix
-    prog = m.program
+    prog = m.program.plain()
     out_sizes = [int(np.prod(shape)) for _, shape, _ in m.outputs]
     parts = [f"\n/* ---- entry {p}: {len(prog)} instructions, {m.n_slots} slots, "
              f"{'interpreted' if interpreted else 'straight-line'} */\n"]

@@ -6,7 +6,7 @@ value a run of slots in one float64 register file, every op an instruction or no
 (:mod:`~opgraph.backends.numba.machine`), compiled by numba once per machine and cached on disk, never once per
 graph: compiling a graph is O(n) NumPy work, so graphs of 10^6 ops compile in seconds. It runs float64 and bool
 values (booleans as 0.0 and 1.0); each rule lives in the module named after its op's family. The same
-instructions become standalone C (:mod:`opgraph.backends.numba.c`, ``backend="c"``).
+instructions become standalone C (:mod:`opgraph.backends.c`, ``backend="c"``).
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("float64", ()), name="x")

@@ -350,22 +350,22 @@ def _reuse_slots(g: Graph, rank: np.ndarray, values: np.ndarray, slot: np.ndarra
 def _check_bounds(prog: Instructions, n_slots: int) -> None:
     """Every slot an instruction reads or writes lies in the register file (the interpreter does not check:
     a rule's mistake would write over memory, so it is caught here, once, in vectorised NumPy)."""
-    from opgraph.backends.numba.machine import ARITY, FIRST_VARIADIC, GATHER, RUN
+    from opgraph.backends.numba.machine import ARITY, GATHER
 
     code = prog.code.astype(np.int64)
     n = prog.n.astype(np.int64)
     base = np.where(code >= RUN, code - RUN, code)
     elementwise = base < FIRST_VARIADIC
-    width = np.where(elementwise | (base == GATHER), np.maximum(n, 1), 1)
-    bad = (prog.dst < 0) | (prog.dst + width > n_slots)
+    width = np.where(elementwise | (base == GATHER), n, 1)  # an empty run writes nothing
+    bad = (width > 0) & ((prog.dst < 0) | (prog.dst + width > n_slots))
     arity = np.zeros(FIRST_VARIADIC, dtype=np.int64)
     for c, k in ARITY.items():
         arity[c] = k
     ar = np.where(elementwise, arity[np.minimum(base, FIRST_VARIADIC - 1)], 0)
     mask = prog.mask.astype(np.int64)
     for k, col in enumerate((prog.a, prog.b, prog.c)):
-        reads = elementwise & (ar > k)
-        span = np.where((mask >> k) & 1, np.maximum(n, 1), 1)
+        reads = elementwise & (ar > k) & (n > 0)
+        span = np.where((mask >> k) & 1, n, 1)
         bad |= reads & ((col < 0) | (col + span > n_slots))
     if len(prog.args) and (prog.args.min() < 0 or prog.args.max() >= n_slots):
         raise BackendError(f"the numba engine built an operand list outside the register file ({n_slots} slots)")
@@ -388,14 +388,13 @@ def _program(asm: Assembler) -> Instructions:
     if len(keys) > 1 and np.any(keys[1:] < keys[:-1]):
         rows = rows[:, np.argsort(keys, kind="stable")]
     _, code, dst, a, b, c, n, mask = rows
-    code = np.where((code < FIRST_VARIADIC) & (n != 1), code + RUN, code).astype(code.dtype)  # see machine.RUN
     if len(code) and (int(max(dst.max(), a.max(), b.max(), c.max(), n.max())) >= 2**31
                       or asm.n_slots >= 2**31):
         raise BackendError("the numba engine's program is larger than 2**31 slots")
     args = np.concatenate(asm._args).astype(np.int32) if asm._args else np.zeros(0, dtype=np.int32)
     coefs = np.concatenate(asm._coefs) if asm._coefs else np.zeros(0, dtype=np.float64)
     i32 = [np.ascontiguousarray(x, dtype=np.int32) for x in (code, dst, a, b, c, n)]
-    return Instructions(*i32, mask.astype(np.int8), args, coefs)
+    return Instructions(*i32, mask.astype(np.int8), args, coefs).flagged()  # runs flagged: see machine.RUN
 
 
 def variadic_rows(asm: Assembler, ops: np.ndarray, skip: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ consecutive slots in C order. CasADi's SX virtual machine is the model; tinygrad
 
 Opcodes come in four groups, each a table below (:data:`UNARY`, :data:`BINARY`, :data:`TERNARY`,
 :data:`VARIADIC`) that gives each opcode its number and its meaning in C (``x``, ``y``, ``z`` are the operands),
-which the C writer (:mod:`opgraph.backends.numba.c`) emits and the tests check against :func:`alu`:
+which the C writer (:mod:`opgraph.backends.c`) emits and the tests check against :func:`alu`:
 
 * elementwise (unary, binary, ternary): ``r[dst+i] = f(r[a+i*sa], r[b+i*sb], r[c+i*sc])`` for ``i < n``;
 * variadic, over the operand list ``args[a:]``: TensCalc's scalar sums of products (``SUMPROD``: ``n`` groups of
@@ -44,8 +44,8 @@ UNARY: dict[str, tuple[int, str]] = {
     "ASIN": (16, "asin(x)"), "ACOS": (17, "acos(x)"), "ATAN": (18, "atan(x)"), "SINH": (19, "sinh(x)"),
     "COSH": (20, "cosh(x)"), "TANH": (21, "tanh(x)"), "ASINH": (22, "asinh(x)"), "ACOSH": (23, "acosh(x)"),
     "ATANH": (24, "atanh(x)"), "FLOOR": (25, "floor(x)"), "CEIL": (26, "ceil(x)"), "TRUNC": (27, "trunc(x)"),
-    "RINT": (28, "rint(x)"), "ISNAN": (29, "(double)isnan(x)"), "ISINF": (30, "(double)isinf(x)"),
-    "ISFINITE": (31, "(double)isfinite(x)"), "NOT": (32, "(double)(x == 0)"), "EXP2": (33, "exp2(x)"),
+    "RINT": (28, "rint(x)"), "ISNAN": (29, "(double)(isnan(x) != 0)"), "ISINF": (30, "(double)(isinf(x) != 0)"),
+    "ISFINITE": (31, "(double)(isfinite(x) != 0)"), "NOT": (32, "(double)(x == 0)"), "EXP2": (33, "exp2(x)"),
     "CBRT": (34, "cbrt(x)"), "ERF": (35, "erf(x)"), "ERFC": (36, "erfc(x)"),
     "SIGNBIT": (37, "(double)(signbit(x) != 0)"), "NE0": (38, "(double)(x != 0)"),
     "NEGCOS": (39, "-cos(x)"), "NEGSIN": (40, "-sin(x)"), "MINVSQR": (41, "-1.0 / (x * x)"),
@@ -151,6 +151,27 @@ class Instructions:
     def __len__(self) -> int:
         return len(self.code)
 
+    def plain(self) -> Instructions:
+        """The same program with elementwise runs given their plain opcodes (``n`` says the length; the
+        interpreter's :data:`RUN` flag is its own shortcut), as the C writer reads it.
+
+        >>> Instructions.of([(OP["ADD"] + RUN, 4, 0, 2, 0, 2, 3)]).plain().code.tolist()
+        [64]
+        """
+        code = np.where(self.code >= RUN, self.code - RUN, self.code).astype(self.code.dtype)
+        return Instructions(code, self.dst, self.a, self.b, self.c, self.n, self.mask, self.args, self.coefs)
+
+    def flagged(self) -> Instructions:
+        """The same program with the interpreter's :data:`RUN` flag on every elementwise instruction of ``n != 1``
+        elements (what :func:`execute` runs; the assembler emits it so).
+
+        >>> Instructions.of([(OP["ADD"], 4, 0, 2, 0, 2, 3)]).flagged().code.tolist() == [OP["ADD"] + RUN]
+        True
+        """
+        code = np.where((self.code < FIRST_VARIADIC) & (self.n != 1), self.code + RUN, self.code)
+        return Instructions(code.astype(self.code.dtype), self.dst, self.a, self.b, self.c, self.n, self.mask,
+                            self.args, self.coefs)
+
     @property
     def nbytes(self) -> int:
         """Bytes the program's arrays take."""
@@ -235,6 +256,14 @@ def _logaddexp(x: float, y: float) -> float:
     return t
 
 
+def _cbrt(x: float) -> float:
+    # a power is a few ulps from libm's cbrt (NumPy's and C's); one Newton step brings it to about an ulp
+    if x == 0.0 or not math.isfinite(x):
+        return x
+    r = math.copysign(abs(x) ** (1.0 / 3.0), x)
+    return r - (r * r * r - x) / (3.0 * r * r)
+
+
 def _rint(x: float) -> float:
     r = np.floor(x)
     d = x - r
@@ -316,7 +345,7 @@ def _alu(o: int, x: float, y: float, z: float) -> float:
     if o == EXP2:
         return 2.0 ** x
     if o == CBRT:
-        return math.copysign(abs(x) ** (1.0 / 3.0), x)
+        return _cbrt(x)
     if o == ERF:
         return math.erf(x)
     if o == ERFC:
@@ -613,7 +642,7 @@ def interpreter() -> Any:
 
         opts = {"cache": True, "nogil": True, "error_model": "numpy"}
         inline = numba.njit(inline="always", error_model="numpy")
-        for name in ("_maximum", "_minimum", "_remainder", "_floor_divide", "_logaddexp", "_rint"):
+        for name in ("_maximum", "_minimum", "_remainder", "_floor_divide", "_logaddexp", "_rint", "_cbrt"):
             globals()[name] = inline(globals()[name])
         globals()["_alu"] = inline(_alu)
         globals()["_variadic"] = numba.njit(error_model="numpy", nogil=True)(_variadic)
@@ -623,10 +652,11 @@ def interpreter() -> Any:
 
 
 def execute(prog: Instructions, regs: np.ndarray) -> None:
-    """Run ``prog`` on the register file ``regs`` (float64, written in place).
+    """Run ``prog`` on the register file ``regs`` (float64, written in place); runs (``n != 1``) need no flag.
 
     >>> prog = Instructions.of([(OP["ADD"], 1, 0, 0, 0, 1, 0)])
     >>> r = np.array([2.0, 0.0]); execute(prog, r); r.tolist()
     [2.0, 4.0]
     """
+    prog = prog.flagged()
     interpreter()(prog.code, prog.dst, prog.a, prog.b, prog.c, prog.n, prog.mask, prog.args, prog.coefs, regs)
