@@ -18,6 +18,7 @@ instructions become standalone C (:mod:`opgraph.backends.c`, ``backend="c"``).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,8 +54,8 @@ class MachineExecutable(Executable):
         self._regs = self._fresh()
         p = machine.program
         self._cols = (p.code, p.dst, p.a, p.b, p.c, p.n, p.mask, p.args, p.coefs)
-        self._ins = [(s, s + int(np.prod(shape)), shape) for s, shape, _ in machine.inputs]
-        self._outs = [(s, s + int(np.prod(shape)), shape, dt) for s, shape, dt in machine.outputs]
+        self._ins = [(s, s + math.prod(shape), shape) for s, shape, _ in machine.inputs]
+        self._outs = [(s, s + math.prod(shape), shape, dt) for s, shape, dt in machine.outputs]
         # inputs of one element go in with one vectorised write (a Python write per input costs ~1 us)
         self._scalars = [i for i, (lo, hi, _) in enumerate(self._ins) if hi - lo == 1]
         self._scalar_slots = np.array([self._ins[i][0] for i in self._scalars], dtype=np.int64)
