@@ -57,12 +57,13 @@ def _build(impl: str, x: object, threads: int) -> object:
 
         return in_place
     if impl.startswith("numba"):
-        from opgraph.backends.numba.fused import compile_elementwise
+        import opgraph
 
         graph, _ = bw.chain_graph(x)  # type: ignore[arg-type]
-        fn = compile_elementwise(graph, threads=threads, fast_math=impl == "numba-fast")
-        assert fn is not None
-        return lambda: fn([x])[0]  # type: ignore[list-item]
+        # the engine as a user reaches it: opgraph.compile(..., backend="numba") runs the region as one loop
+        prog = opgraph.compile(graph, backend="numba", threads=threads, fast_math=impl == "numba-fast")
+        assert "1 region(s)" in prog.explain(), prog.explain()
+        return lambda: prog(x)[0]
     if impl == "torch-compile":
         import torch
 
