@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -270,3 +272,29 @@ def test_driver_fixes_shape_and_dtype_of_rule_results() -> None:
     g = build_grad_ops(b, b.sum(b.op("test_double_bcast", x)), x)
     assert g.type == x.type
     np.testing.assert_array_equal(b.run({x: np.ones(3, np.float32)}, [g])[0], np.full(3, 4.0, np.float32))
+
+
+def test_element_reads_accumulate_into_one_stack_not_a_pad_per_read() -> None:
+    # a scalar model reads every x[i] (some twice): the gradient is one stack of x's size, not one pad of x's size
+    # per read added up (quadratic in x's size)
+
+    n = 40
+
+    def f(x: Any) -> Any:
+        acc = x[0] * x[n - 1]
+        for i in range(1, n):
+            acc = onp.sin(acc) * x[i] + 0.5 * x[i - 1]
+        return acc
+
+    x = np.linspace(0.1, 1.0, n)
+    graph = opgraph.function(opgraph.grad(f)).graph(x)
+    kinds = [graph.kind_of(op) for op in range(graph.num_ops)]
+    assert kinds.count("stack") == 1 and "pad" not in kinds
+    h = 1e-6
+    fd = np.array([(float(opgraph.jit(f)(x + h * e)) - float(opgraph.jit(f)(x - h * e))) / (2 * h)
+                   for e in np.eye(n)])
+    np.testing.assert_allclose(opgraph.jit(opgraph.grad(f))(x), fd, rtol=1e-6, atol=1e-9)
+    # a 2-D array read element by element, and an element never read (its gradient is zero)
+    m = np.arange(6.0).reshape(2, 3)
+    got = opgraph.jit(opgraph.grad(lambda a: a[0, 1] * a[1, 2] + a[-1, 0] ** 2))(m)
+    np.testing.assert_array_equal(got, [[0.0, 5.0, 0.0], [6.0, 0.0, 1.0]])

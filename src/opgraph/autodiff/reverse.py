@@ -54,6 +54,35 @@ def _add(b: Any, terms: list[Any]) -> Any:
     return acc
 
 
+def _element_read(rec: Record) -> int | None:
+    """The flat (C-order) position a ``getitem`` reads when it reads one element of a float array of static
+    shape with an integer per axis (None for every other op)."""
+    if rec.opdef.name != "getitem" or len(rec.inputs) != 1:
+        return None
+    t = rec.inputs[0].type
+    shape = getattr(t, "shape", None)
+    if shape is None or None in shape or not shape or not is_float(t):
+        return None
+    from opgraph.ops.shape import normalize_index
+
+    index = normalize_index(rec.attrs["index"], len(shape))
+    if len(index) != len(shape) or not all(isinstance(e, (int, np.integer)) for e in index):
+        return None
+    return int(np.ravel_multi_index(tuple(int(e) % d for e, d in zip(index, shape, strict=True)), shape))
+
+
+def _stacked(b: Any, x: Any, picked: dict[int, list[Any]]) -> Any:
+    """x's cotangent from its elements' (one stack of x's size, zeros where no element was read)."""
+    from opgraph.ops.grad_helpers import scalar
+
+    shape = tuple(x.type.shape)
+    size = int(np.prod(shape))
+    zero = scalar(b, 0.0, x) if len(picked) < size else None
+    elems = [_add(b, picked[i]) if i in picked else zero for i in range(size)]
+    vec = b.op("stack", *elems, axis=0)
+    return vec if len(shape) == 1 else b.op("reshape", vec, shape=shape)
+
+
 def sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashable],
           seeds: Sequence[tuple[Any, Any]], wrt: Sequence[Any]) -> list[Any | None]:
     """Propagate cotangents ``seeds`` ((value, cotangent) pairs) back to ``wrt``.
@@ -73,8 +102,16 @@ def sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashable],
         if key(v) in depends:
             cots.setdefault(key(v), []).append(c)
 
+    # cotangents of single elements read by getitem (x[i], x[i, j]: a scalar model's reads of its input), kept per
+    # element and put into one vector by one stack when x's cotangent is taken: each read's own rule would pad
+    # its scalar to x's size, and adding those costs reads x size (quadratic for a model that reads every x[i])
+    elements: dict[Hashable, dict[int, list[Any]]] = {}
+
     def take(v: Any) -> Any | None:
-        terms = cots.pop(key(v), None)
+        terms = cots.pop(key(v), None) or []
+        picked = elements.pop(key(v), None)
+        if picked:
+            terms.append(_stacked(b, v, picked))
         if not terms:
             return None
         summed = _add(b, terms)
@@ -84,6 +121,10 @@ def sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashable],
     for rec in reversed(active):
         outs = [take(v) if is_float(v.type) else None for v in rec.outputs]
         if all(c is None for c in outs):
+            continue
+        at = _element_read(rec)
+        if at is not None and key(rec.inputs[0]) in depends and outs[0].type == rec.outputs[0].type:
+            elements.setdefault(key(rec.inputs[0]), {}).setdefault(at, []).append(outs[0])
             continue
         if not any(is_float(v.type) and key(v) in depends for v in rec.inputs):
             continue
