@@ -4,7 +4,8 @@
     python bench/c_codegen.py --tenscalc /work/shared/tenscalc/mpc_medium [--repeat 5]
 
 A random scalar DAG of ``n`` ops (add/multiply/subtract/sin/cos and a scaling by 0.5, each reading the previous
-value and an earlier one chosen at random; 64 float64 inputs, one output; :func:`scalar_dag`). Printed (one JSON
+value and an earlier one chosen at random; 64 float64 inputs, one output: bench/finegrained_graphs.py's, as the
+fine-grained benchmark runs it). Printed (one JSON
 line): ``generate_s`` (assembling the program and writing its C text), ``cc_s`` (the C compiler, ``cc -O2``, on
 that text, into a shared library; no cache), both also as CPU seconds (``*_cpu_s``: what a busy machine does
 not inflate), ``c_call_s`` and ``numba_call_s`` (per call: the median of ``--repeat`` interleaved samples of
@@ -27,39 +28,8 @@ import time
 
 import numpy as np
 
-import opgraph
-from opgraph.core.registry import CONST, get_op
-from opgraph.core.types import TensorType
-
-
-def scalar_dag(n_ops: int, n_in: int = 64, seed: int = 0) -> opgraph.Graph:
-    """``n_ops`` scalar ops, each on the previous value and an earlier one (bounded values: sin, cos, 0.5 x)."""
-    rng = np.random.default_rng(seed)
-    kinds = np.array([get_op(k).id for k in ("add", "multiply", "subtract", "sin", "cos", "multiply")])
-    pick = rng.integers(0, len(kinds), n_ops)
-    c = n_in  # value n_in: the constant 0.5; then the ops' results
-    first = n_in + 1
-    res = first + np.arange(n_ops)
-    prev = res - 1
-    prev[0] = 0
-    earlier = (rng.random(n_ops) * res).astype(np.int64)
-    earlier[earlier == c] = 0
-    scale = pick == 5
-    arity = np.where((pick < 3) | scale, 2, 1)
-    in_ptr = np.zeros(n_ops + 2, np.int64)  # op 0 is the constant
-    in_ptr[2:] = np.cumsum(arity)
-    in_ids = np.empty(in_ptr[-1], np.int64)
-    s = in_ptr[1:-1]
-    in_ids[s] = prev
-    second = np.where(scale, c, earlier)
-    in_ids[s[arity == 2] + 1] = second[arity == 2]
-    op_attr = np.zeros(n_ops + 1, np.int32)
-    op_attr[0] = 1
-    return opgraph.Graph.from_arrays(
-        op_kind=np.concatenate([[CONST.id], kinds[pick]]).astype(np.int32), in_ptr=in_ptr, in_ids=in_ids,
-        out_ptr=np.arange(n_ops + 2), out_ids=np.concatenate([[c], res]), value_type=np.zeros(first + n_ops, np.int32),
-        types=[TensorType("float64", ())], op_attr=op_attr, attrs=[(), (("index", 0),)], constants=[np.array(0.5)],
-        inputs=np.arange(n_in), outputs=[first + n_ops - 1])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from finegrained_graphs import dag_graph, dag_input, random_dag
 
 
 def _medians(exes: dict[str, object], args: list[np.ndarray], repeat: int) -> dict[str, float]:
@@ -130,7 +100,7 @@ def main() -> None:
     from opgraph.backends.numba.assemble import assemble
 
     n = int(a.n)
-    g = scalar_dag(n)
+    g = dag_graph(random_dag(n))
     limit = {"auto": STRAIGHT_LINE_MAX, "interp": -1, "straight": 1 << 62}[a.mode]
     t, cpu = time.perf_counter(), time.process_time()
     entry = Entry("bench", assemble(g, rules=NUMBA.rules))
@@ -149,7 +119,7 @@ def main() -> None:
         import ctypes
 
         exe = CExecutable(entry, ctypes.CDLL(so_path), src)
-        xs = [np.array(v) for v in np.random.default_rng(1).random(64)]
+        xs = [dag_input()]
         got = exe(xs)
         out = {"n": n, "instructions": len(entry.machine.program), "mode": a.mode, "c_bytes": len(src),
                "generate_s": gen, "generate_cpu_s": gen_cpu, "cc_s": cc, "cc_cpu_s": cc_cpu}

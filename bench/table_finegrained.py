@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from tables import emit
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -167,23 +166,6 @@ def _agree(og: list[Result | None], peer: Result | None) -> str:
         return "-"
     d = max(diffs)
     return f"{d:.1e}" + ("" if d <= AGREE_RTOL else " DIFFER")
-
-
-def emit(console: Console, md: list[str], title: str, columns: list[str], rows: list[list[str]],
-         notes: list[str]) -> None:
-    """Print one table and its notes; append them to ``md`` as markdown."""
-    t = Table(title=escape(title))
-    for i, col in enumerate(columns):
-        t.add_column(escape(col), justify="left" if i == 0 else "right")
-    for row in rows:
-        t.add_row(*map(escape, row))
-    console.print(t)
-    for note in notes:
-        console.print(f"  {note}", style="dim", markup=False, highlight=False)
-    md += [f"### {title}", "", "| " + " | ".join(columns) + " |",
-           "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
-    md += ["| " + " | ".join(row) + " |" for row in rows]
-    md += [""] + [f"- {note}" for note in notes] + [""]
 
 
 # ----------------------------------------------------------------------------- the runs

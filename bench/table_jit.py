@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from tables import emit
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "jit.md"
@@ -128,18 +127,7 @@ def _emit(console: Console, md: list[str], title: str, columns: list[str], rows:
           notes: list[str]) -> None:
     notes = notes + [f"n/a ({i + 1}): {why}" for i, why in enumerate(_WHY)]
     _WHY.clear()
-    t = Table(title=escape(title))
-    for i, col in enumerate(columns):
-        t.add_column(escape(col), justify="left" if i == 0 else "right")
-    for row in rows:
-        t.add_row(*map(escape, row))
-    console.print(t)
-    for note in notes:
-        console.print(f"  {note}", style="dim", markup=False, highlight=False)
-    md += [f"### {title}", "", "| " + " | ".join(columns) + " |",
-           "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
-    md += ["| " + " | ".join(row) + " |" for row in rows]
-    md += [""] + [f"- {note}" for note in notes] + [""]
+    emit(console, md, title, columns, rows, notes)
 
 
 # ----------------------------------------------------------------------------- 1. MLP training step

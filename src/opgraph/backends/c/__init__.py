@@ -34,7 +34,7 @@ import numpy as np
 from opgraph.backends.base import BackendError, Executable
 from opgraph.backends.c.codegen import STRAIGHT_LINE_MAX, Entry, interpreter_c, write_c
 from opgraph.backends.numba import BACKEND as NUMBA
-from opgraph.backends.numba import NumbaBackend
+from opgraph.backends.numba import MachineExecutable, NumbaBackend
 from opgraph.core.graph import Graph
 
 CFLAGS = ("-std=c99", "-O2", "-ffp-contract=off", "-shared", "-fPIC")
@@ -131,61 +131,41 @@ def _first_error(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0] if lines else f"exit status {done.returncode}"
 
 
-class CExecutable(Executable):
-    """A compiled program: ``exe(args) -> outputs`` on NumPy arrays, as the numba engine's executable.
-
-    Keeps one register file between calls (constants written once); a call made while another runs on the same
-    executable (another thread) gets a register file of its own. The call releases the GIL while the program
-    runs. ``lib`` holds the program (its ``<prefix>_eval``), or with ``embed=False`` only the interpreter
+class CExecutable(MachineExecutable):
+    """A compiled program: ``exe(args) -> outputs`` on NumPy arrays, as the numba engine's executable (the same
+    register file, feeds and results; the C program runs it, releasing the GIL). ``lib`` holds the program (its
+    ``<prefix>_eval``), or with ``embed=False`` only the interpreter
     (:func:`~opgraph.backends.c.codegen.interpreter_c`), which gets the program's columns at each call.
     """
 
     def __init__(self, entry: Entry, lib: ctypes.CDLL, source: str, embed: bool = True) -> None:
-        self.machine = m = entry.machine
-        self.source = source
-        p = m.program.plain()
-        self._cols: list[np.ndarray] = []
-        if embed:
-            self._eval = getattr(lib, f"{entry.prefix}_eval")
+        self._c_source = source
+        self._lib, self._prefix, self._embed = lib, entry.prefix, embed
+        super().__init__(entry.machine, entry.work_size)
+
+    def _prepare(self) -> None:
+        p = self.machine.program.plain()
+        self._cols = ()
+        if self._embed:
+            self._eval = getattr(self._lib, f"{self._prefix}_eval")
             self._eval.argtypes = [ctypes.c_void_p]
         else:
-            self._eval = lib.og_run
+            self._eval = self._lib.og_run
             self._eval.argtypes = [ctypes.c_long, *[ctypes.c_void_p] * 10]
-            self._cols = [p.code.astype(np.uint8), p.dst, p.a, p.b, p.c, p.n, p.mask.astype(np.uint8),
-                          p.args, p.coefs]
+            self._cols = (p.code.astype(np.uint8), p.dst, p.a, p.b, p.c, p.n, p.mask.astype(np.uint8),
+                          p.args, p.coefs)
         self._eval.restype = ctypes.c_int
-        self._head = (len(p), *[c.ctypes.data for c in self._cols]) if not embed else ()
-        self._size = entry.work_size
-        self._lock = threading.Lock()
-        self._regs = self._fresh()
-        self._ins = [(s, s + int(np.prod(shape)), shape) for s, shape, _ in m.inputs]
-        self._outs = [(s, s + int(np.prod(shape)), shape, dt) for s, shape, dt in m.outputs]
+        self._head = (len(p), *[c.ctypes.data for c in self._cols]) if not self._embed else ()
 
-    def _fresh(self) -> np.ndarray:
-        regs = np.zeros(self._size, dtype=np.float64)
-        regs[:len(self.machine.init)] = self.machine.init
-        return regs
+    @property
+    def source(self) -> str:
+        """The C source of the program (``Program.code`` shows it)."""
+        return self._c_source
 
-    def __call__(self, args: Sequence[Any]) -> list[Any]:
-        mine = self._lock.acquire(blocking=False)
-        regs = self._regs if mine else self._fresh()
-        try:
-            for (lo, hi, shape), a in zip(self._ins, args, strict=True):
-                a = np.asarray(a)
-                if a.size != hi - lo:
-                    raise BackendError(f"an input of shape {a.shape} where the program was compiled for {shape}")
-                regs[lo:hi] = a.reshape(-1)
-            rc = self._eval(*self._head, regs.ctypes.data)
-            if rc != 0:
-                raise BackendError(f"the compiled C program returned {rc} (it runs on little-endian machines)")
-            outs = []
-            for lo, hi, shape, dt in self._outs:
-                got = regs[lo:hi].reshape(shape)
-                outs.append(got != 0 if dt == np.bool_ else got.astype(dt, copy=True))
-            return outs
-        finally:
-            if mine:
-                self._lock.release()
+    def _execute(self, regs: np.ndarray) -> None:
+        rc = self._eval(*self._head, regs.ctypes.data)
+        if rc != 0:
+            raise BackendError(f"the compiled C program returned {rc} (it runs on little-endian machines)")
 
 
 @dataclass

@@ -26,7 +26,7 @@ the graph's input order, and writes its outputs the same way (see the header's c
     >>> "int f_run(const double *const *inputs, double *const *outputs);" in hdr
     True
     >>> [line.strip() for line in src.splitlines() if "sin(" in line and "r[" in line]
-    ['r[65] = sin(r[64]);']
+    ['r[66] = sin(r[64]);']
 """
 
 from __future__ import annotations

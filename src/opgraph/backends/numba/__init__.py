@@ -45,15 +45,12 @@ class MachineExecutable(Executable):
     same executable (another thread) gets a register file of its own.
     """
 
-    def __init__(self, machine: Any) -> None:
-        from opgraph.backends.numba.machine import interpreter
-
+    def __init__(self, machine: Any, n_slots: int | None = None) -> None:
         self.machine = machine
-        self._run = interpreter()
+        self._n_slots = machine.n_slots if n_slots is None else n_slots
+        self._prepare()
         self._lock = threading.Lock()
         self._regs = self._fresh()
-        p = machine.program
-        self._cols = (p.code, p.dst, p.a, p.b, p.c, p.n, p.mask, p.args, p.coefs)
         self._ins = [(s, s + math.prod(shape), shape) for s, shape, _ in machine.inputs]
         self._outs = [(s, s + math.prod(shape), shape, dt) for s, shape, dt in machine.outputs]
         # inputs of one element go in with one vectorised write (a Python write per input costs ~1 us)
@@ -62,8 +59,20 @@ class MachineExecutable(Executable):
         self._tensors = [i for i, (lo, hi, _) in enumerate(self._ins) if hi - lo != 1]
         self._all_scalars = len(self._scalars) == len(self._ins)
 
+    def _prepare(self) -> None:
+        """Get the program ready to run (the numba interpreter and the program's columns)."""
+        from opgraph.backends.numba.machine import interpreter
+
+        self._run = interpreter()
+        p = self.machine.program
+        self._cols = (p.code, p.dst, p.a, p.b, p.c, p.n, p.mask, p.args, p.coefs)
+
+    def _execute(self, regs: np.ndarray) -> None:
+        """Run the program on the register file ``regs``."""
+        self._run(*self._cols, regs)
+
     def _fresh(self) -> np.ndarray:
-        regs = np.zeros(self.machine.n_slots, dtype=np.float64)
+        regs = np.zeros(self._n_slots, dtype=np.float64)
         regs[:len(self.machine.init)] = self.machine.init
         return regs
 
@@ -83,7 +92,7 @@ class MachineExecutable(Executable):
             for i in self._tensors:
                 lo, hi, _ = self._ins[i]
                 regs[lo:hi] = self._check(i, args[i]).reshape(-1)
-            self._run(*self._cols, regs)
+            self._execute(regs)
             return [regs[lo:hi].reshape(shape) != 0 if dt == np.bool_ else regs[lo:hi].reshape(shape).copy()
                     for lo, hi, shape, dt in self._outs]
         finally:
