@@ -641,6 +641,22 @@ def tensordot_axes(axes: Any, rank_a: int, rank_b: int) -> tuple[tuple[int, ...]
     return pair[0], pair[1]
 
 
+def tensordot_subscripts(axes: Any, rank_a: int, rank_b: int) -> tuple[str, str, str]:
+    """``tensordot``'s contraction as einsum letters: (operand a's, operand b's, the result's).
+
+    >>> tensordot_subscripts(1, 2, 2)
+    ('ab', 'bd', 'ad')
+    """
+    axa, axb = tensordot_axes(axes, rank_a, rank_b)
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    la = [next(letters) for _ in range(rank_a)]
+    lb = [next(letters) for _ in range(rank_b)]
+    for i, j in zip(axa, axb, strict=True):
+        lb[j] = la[i]
+    lo = [c for i, c in enumerate(la) if i not in axa] + [c for j, c in enumerate(lb) if j not in axb]
+    return "".join(la), "".join(lb), "".join(lo)
+
+
 _UNKNOWN_RANK = 1 << 30  # stands in for an unknown rank when checking axes
 
 

@@ -148,21 +148,14 @@ def split_einsum(m: Match) -> int | None:
 
 
 def _tensordot(m: Match) -> int | None:
-    from opgraph.ops.contraction import tensordot_axes
+    from opgraph.ops.contraction import tensordot_subscripts
 
     a, b = m.root_ins
     if not _static(m, a, b):
         return None
     ta, tb = m.e.type_of(a), m.e.type_of(b)
     ra, rb = len(ta.shape), len(tb.shape)  # type: ignore[union-attr,arg-type]
-    axa, axb = tensordot_axes(m.root_attrs["axes"], ra, rb)
-    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    la = [next(letters) for _ in range(ra)]
-    lb = [next(letters) for _ in range(rb)]
-    for i, j in zip(axa, axb, strict=True):
-        lb[j] = la[i]
-    lo = [c for i, c in enumerate(la) if i not in axa] + [c for j, c in enumerate(lb) if j not in axb]
-    return ttgt(m, a, b, "".join(la), "".join(lb), "".join(lo))
+    return ttgt(m, a, b, *tensordot_subscripts(m.root_attrs["axes"], ra, rb))
 
 
 def _outer(m: Match) -> int:

@@ -18,6 +18,7 @@ from opgraph.backends.numba import BACKEND
 from opgraph.backends.numba.assemble import Assembler
 from opgraph.backends.numba.machine import OP
 from opgraph.core.opinfo import OpInfo
+from opgraph.ops.contraction import tensordot_subscripts
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -61,22 +62,6 @@ def _einsum(subscripts: str, operands: list[np.ndarray]) -> np.ndarray:
     return np.stack(parts, axis=-1).reshape(*full[:len(out)], summed_size, len(operands))
 
 
-def _tensordot_subscripts(na: int, nb: int, axes: object) -> str:
-    if isinstance(axes, int):
-        ax_a, ax_b = list(range(na - axes, na)), list(range(axes))
-    else:
-        xa, xb = axes  # type: ignore[misc]
-        ax_a = [int(xa) % na] if isinstance(xa, int) else [int(i) % na for i in xa]
-        ax_b = [int(xb) % nb] if isinstance(xb, int) else [int(j) % nb for j in xb]
-    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    sa = [next(letters) for _ in range(na)]
-    sb = [next(letters) for _ in range(nb)]
-    for i, j in zip(ax_a, ax_b, strict=True):
-        sb[j] = sa[i]
-    out = [c for i, c in enumerate(sa) if i not in ax_a] + [c for j, c in enumerate(sb) if j not in ax_b]
-    return f"{''.join(sa)},{''.join(sb)}->{''.join(out)}"
-
-
 def factors(asm: Assembler, op: int) -> np.ndarray:
     """The factor slots of each result element of ``op``: ``(result elements, summed elements, factors)``."""
     g = asm.graph
@@ -92,7 +77,8 @@ def factors(asm: Assembler, op: int) -> np.ndarray:
     elif kind == "outer":
         got = _einsum("i,j->ij", [ins[0].ravel(), ins[1].ravel()])
     elif kind == "tensordot":
-        got = _einsum(_tensordot_subscripts(ins[0].ndim, ins[1].ndim, attrs.get("axes", 2)), ins)
+        la, lb, lo = tensordot_subscripts(attrs.get("axes", 2), ins[0].ndim, ins[1].ndim)
+        got = _einsum(f"{la},{lb}->{lo}", ins)
     else:
         got = _einsum(str(attrs["subscripts"]), ins)
     return _rows(got)
