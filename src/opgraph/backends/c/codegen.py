@@ -117,8 +117,10 @@ static double og_logaddexp(double x, double y) {
 }
 #if defined(__GNUC__)
 #define OG_NOINLINE __attribute__((noinline))
+#define OG_INLINE inline __attribute__((always_inline))
 #else
 #define OG_NOINLINE
+#define OG_INLINE inline
 #endif
 /* the program's columns are little-endian byte strings: read them with memcpy (no alignment assumed) */
 static int32_t og_i32(const unsigned char *p, long k) { int32_t v; memcpy(&v, p + 4 * k, 4); return v; }
@@ -395,7 +397,7 @@ def _ints(values: Sequence[int]) -> str:
 def _alu_c() -> str:
     cases = "".join(f"    case {code}: return {expr};\n" for code, expr in sorted(EXPR.items()))
     return ("\n/* any elementwise opcode (the instruction set's C expressions) */\n"
-            "static double og_alu(int o, double x, double y, double z) {\n"
+            "static OG_INLINE double og_alu(int o, double x, double y, double z) {\n"
             "    (void)y; (void)z;\n    switch (o) {\n" + cases + "    }\n    return NAN;\n}\n")
 
 
