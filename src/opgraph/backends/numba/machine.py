@@ -100,6 +100,7 @@ ARITY: dict[int, int] = {**{c: 1 for c, _ in UNARY.values()}, **{c: 2 for c, _ i
                          **{c: 3 for c, _ in TERNARY.values()}}
 """Operand count of each elementwise opcode."""
 FIRST_VARIADIC = 128
+FIRST_TERNARY = 112
 RUN = 256
 """Added to an elementwise opcode whose instruction runs over ``n`` elements (the assembler does it), so the
 interpreter's common case, one element, reads no length."""
@@ -527,7 +528,9 @@ def _variadic(o: int, d: int, a: int, b: int, c: int, n: int, args: Any, coefs: 
 def _run(code: Any, dst: Any, a: Any, b: Any, c: Any, n: Any, mask: Any, args: Any, coefs: Any, r: Any) -> None:
     for k in range(code.shape[0]):
         o = code[k]
-        if o < FIRST_VARIADIC:  # one element: no length to read, no loop
+        if o < FIRST_TERNARY:  # one element, at most two operands: no length, no third operand to read
+            r[dst[k]] = _alu(o, r[a[k]], r[b[k]], 0.0)
+        elif o < FIRST_VARIADIC:
             r[dst[k]] = _alu(o, r[a[k]], r[b[k]], r[c[k]])
         elif o == SUMPROD:  # TensCalc's commonest instructions, inlined: no call, no second dispatch
             m = b[k]
