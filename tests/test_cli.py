@@ -393,7 +393,11 @@ def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], dem
                 proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=300)
                 code, out, err = proc.returncode, proc.stdout, proc.stderr
             if expected and expected[0].startswith("opgraph: error:"):
-                assert code != 0 and expected[0].rstrip() in (out + err).splitlines(), (command, out + err)
+                # compared up to a trailing ellipsis, as tests/test_docs.py compares it (the engines installed vary)
+                want = expected[0].rstrip()
+                lines = (out + err).splitlines()
+                seen = any(ln.startswith(want[:-3]) for ln in lines) if want.endswith("...") else want in lines
+                assert code != 0 and seen, (command, out + err)
             else:
                 assert code == 0, (command, out + err)
     assert ran >= {"info", "validate", "dump", "run", "convert", "formats", "optimize", "plan", "viz"}

@@ -102,11 +102,8 @@ def _whole_region(graph: Graph, backend: str) -> list[Region]:
     read[graph.in_ids] = True
     inputs = [v for v in graph.inputs.tolist() if read[v]]
     produced = graph.value_producer >= 0
-    outs: list[int] = []
-    for v in [*graph.outputs.tolist(), *graph.updates[:, 0].tolist()]:
-        p = int(graph.value_producer[v])
-        if produced[v] and graph.op_kind[p] != CONST.id and v not in outs:
-            outs.append(v)
+    outs = list(dict.fromkeys(v for v in [*graph.outputs.tolist(), *graph.updates[:, 0].tolist()]
+                              if produced[v] and graph.op_kind[graph.value_producer[v]] != CONST.id))
     static = all(isinstance(graph.type_of(v), TensorType) and graph.type_of(v).is_static  # type: ignore[union-attr]
                  for v in inputs)
     # the ops as an array, not a list: a list of 10^6 Python ints would cost the program 36 bytes per op

@@ -230,7 +230,7 @@ class NumbaBackend(Backend):
         """
         kinds = np.unique(graph.op_kind).tolist()
         names = {k: get_op(k).name for k in kinds if k != CONST.id}
-        if any(n not in self.rules for n in names.values()):
+        if any(n not in self.rules or n in LOOP_ONLY for n in names.values()):
             return False
         used = np.unique(graph.value_type)
         tenscalc_only = all(_family(n) == TENSCALC_UNTYPED or n in self.limits for n in names.values())
