@@ -135,10 +135,16 @@ def limited_fdopen(budget: Budget) -> Callable[..., Any]:
 
 
 def nth_call(real: Callable[..., Any], n: int, effect: Callable[..., Any]) -> Callable[..., Any]:
-    """``real`` except that call number ``n`` (from 1) runs ``effect(*args)`` instead."""
+    """``real`` except that call number ``n`` (from 1) of this thread runs ``effect(*args)`` instead.
+
+    Calls from other threads go to ``real`` uncounted: a library's background thread (a compile cache writing
+    its files) must not take the save's turn."""
     calls = [0]
+    owner = threading.get_ident()
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != owner:
+            return real(*args, **kwargs)
         calls[0] += 1
         if calls[0] == n:
             return effect(*args, **kwargs)
@@ -151,9 +157,11 @@ def count_calls(case: Case, monkeypatch: pytest.MonkeyPatch, name: str) -> int:
     """How many times a clean save of the new graph calls os.<name>."""
     real = getattr(os, name)
     calls = [0]
+    owner = threading.get_ident()
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
+        if threading.get_ident() == owner:
+            calls[0] += 1
         return real(*args, **kwargs)
 
     case.reset()
