@@ -278,12 +278,20 @@ def test_ctrl_c_during_the_commit_is_held_back(case: Case, monkeypatch: pytest.M
         os.kill(os.getpid(), signal.SIGINT)
 
     real_replace = os.replace
-    handler = signal.getsignal(signal.SIGINT)
-    with monkeypatch.context() as m:
-        m.setattr(os, "replace", nth_call(real_replace, 1 if n == 1 else 2, replace_and_signal))
-        with pytest.raises(KeyboardInterrupt):
-            case.save_new()
-    assert signal.getsignal(signal.SIGINT) is handler
+    # Python's own SIGINT handler, SIGINT unblocked: what an interactive user has. Another test in the same worker
+    # process may have left a handler of its own or a signal mask behind (seen under pytest-xdist in the full suite)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+        with monkeypatch.context() as m:
+            m.setattr(os, "replace", nth_call(real_replace, 1 if n == 1 else 2, replace_and_signal))
+            with pytest.raises(KeyboardInterrupt):
+                case.save_new()
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     assert case.check(before, "SIGINT during the renames") == "new"
 
 
