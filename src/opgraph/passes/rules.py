@@ -1105,9 +1105,10 @@ def _fold_affine(m: Match, form: str) -> int | None:
         elif form == "fma":
             b2 = t if b2 is None else b2 + t
     w2 = w2.reshape(w.shape).astype(w.dtype, copy=False)
-    if not (np.isfinite(w2).all() and (b2 is None or np.isfinite(b2).all())):
+    same = form in ("shift", "unshift")  # the weights unchanged: the same array, not a copy
+    if not ((same or np.isfinite(w2).all()) and (b2 is None or np.isfinite(b2).all())):
         return None
-    ins = [x, e.constant(w2)]
+    ins = [x, e.constant_again(w_id) if same else e.constant(w2)]
     if kind in ("matmul", "matmul_t") and e.inputs_of(op)[0] == w_id:
         ins.reverse()
     out = e.op(kind, *ins, **attrs)
