@@ -359,8 +359,10 @@ def test_optimised_demo_mlp_step_exports_and_matches(level: int) -> None:
 @pytest.mark.parametrize("level", [2, 3])
 def test_optimised_conv_model_exports_and_matches(level: int) -> None:
     g, feeds = _conv_model()
-    o = opgraph.optimize(g, level=level, cost=None)  # level 3: each fma and its relu in one fused_elementwise
-    assert {2: "fma", 3: "fused_elementwise"}[level] in {o.kind_of(op) for op in range(o.num_ops)}
+    rep = opgraph.optimize(g, level=level, cost=None, report="data")  # level 3: elementwise chains fused too
+    o = rep.graph
+    assert rep.counts.get("fold_scale")  # the batch norms' x * s + t folded into the convs
+    assert level == 2 or "fused_elementwise" in {o.kind_of(op) for op in range(o.num_ops)}
     model = to_onnx(o)
     onnx.checker.check_model(model, full_check=True)
     np.testing.assert_allclose(_ort_run(model, feeds)[0], g.run(feeds)[0], rtol=1e-4, atol=1e-5)

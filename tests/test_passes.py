@@ -224,7 +224,8 @@ def test_every_rule_has_a_case() -> None:
         "power_square", "power_reciprocal", "power_zero", "power_half", "power_small_int", "matmul_nd_2d",
         "gelu"} | {  # tests/test_numpy_engine_kernels.py; below, tests/test_numpy_engine_fused_ops.py
         "silu", "hard_sigmoid", "hard_swish", "hard_swish_relu6", "hard_swish_relu6_mul", "layer_norm",
-        "layer_norm_rsqrt", "layer_norm_scale", "layer_norm_bias", "layer_norm_bias_only"}
+        "layer_norm_rsqrt", "layer_norm_scale", "layer_norm_bias", "layer_norm_bias_only"} | {
+        "fold_scale", "fold_shift", "fold_fma", "fold_negate"}  # tests/test_passes_fold_affine.py
     names = {r[1] for r in rule_table() if not r[1].startswith("fuse_elementwise.")}
     assert names - covered == set()  # the fuse_elementwise.* family is one rule: test_fuse_elementwise_chain
 

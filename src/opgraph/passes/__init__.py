@@ -19,10 +19,10 @@ from opgraph.passes.base import Emitter, PassResult, compact, use_counts
 from opgraph.passes.dce import cse, dce
 from opgraph.passes.pipeline import LEVELS, OptimizeReport, Pipeline, optimize
 from opgraph.passes.rewrite import FOLD_LIMIT, Match, P, Rule, RuleIndex, RuleSet, fold_constants, rewrite
-from opgraph.passes.rules import FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY, rule_table
+from opgraph.passes.rules import FOLD_AFFINE, FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY, rule_table
 
 __all__ = [
-    "FOLD_LIMIT", "FUSE", "FUSE_ELEMENTWISE", "FUSE_UPDATES", "LAYOUT", "LEVELS", "SIMPLIFY", "Emitter", "Match",
-    "OptimizeReport", "P", "PassResult", "Pipeline", "Rule", "RuleIndex", "RuleSet", "compact", "cse", "dce",
+    "FOLD_AFFINE", "FOLD_LIMIT", "FUSE", "FUSE_ELEMENTWISE", "FUSE_UPDATES", "LAYOUT", "LEVELS", "SIMPLIFY", "Emitter",
+    "Match", "OptimizeReport", "P", "PassResult", "Pipeline", "Rule", "RuleIndex", "RuleSet", "compact", "cse", "dce",
     "fold_constants", "optimize", "rewrite", "rule_table", "use_counts",
 ]

@@ -296,6 +296,14 @@ class Emitter:
         self.constants.append(arr)
         return self.raw_op(CONST.id, self._aid((("index", cidx),)), 0, [], (self._tid(TensorType.of(arr)),), cidx)
 
+    def constant_again(self, v: int) -> int:
+        """A new const op on the array of constant value ``v``, shared, not copied: for a rule that rebuilds an
+        op on an unchanged constant, so that the new const's use count is its own (the old op, left dead, keeps
+        counting its uses until :meth:`finish`)."""
+        cidx = self.vconst[v]
+        assert cidx >= 0, f"value {v} is not a constant"
+        return self.raw_op(CONST.id, self._aid((("index", cidx),)), 0, [], (self.vtype[v],), cidx)
+
     def replace(self, v: int, new: int) -> None:
         """From now on, uses of ``v`` are uses of ``new``."""
         if v != new:

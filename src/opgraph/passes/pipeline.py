@@ -30,7 +30,7 @@ from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.control import BodyOptimizer, hoist_invariants, merge_sibling_scans
 from opgraph.passes.dce import cse, dce
 from opgraph.passes.rewrite import FOLD_LIMIT, P, Rule, RuleSet, rewrite
-from opgraph.passes.rules import FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
+from opgraph.passes.rules import FOLD_AFFINE, FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
 
 PassFn = Callable[[Graph], PassResult]
 
@@ -101,7 +101,8 @@ LEVELS = {
     0: "nothing",
     1: "dce, cse, constant folding, algebraic simplification (exact rules; more with fast_math), all of it "
        "inside control-flow bodies too, and loop-invariant ops hoisted out of scan and while_loop bodies",
-    2: "level 1, then optimiser-update fusion, fma, transposes absorbed into matmul, einsum split along its path",
+    2: "level 1, then constant per-channel scales and shifts folded into the conv or matmul before them, "
+       "optimiser-update fusion, fma, transposes absorbed into matmul, einsum split along its path",
     3: "level 2, then chains of elementwise ops fused into one fused_elementwise kernel",
 }
 
@@ -273,7 +274,7 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
     ``hoist`` (:func:`~opgraph.passes.control.hoist_invariants`).
 
     >>> [n for n, _ in pipeline_for(2).passes]
-    ['bodies', 'dce', 'cse', 'simplify', 'fuse_updates', 'fuse', 'layout', 'merge_scans', 'hoist']
+    ['bodies', 'dce', 'cse', 'simplify', 'fold_affine', 'fuse_updates', 'fuse', 'layout', 'merge_scans', 'hoist']
     """
     flags = ("fast_math",) if fast_math else ()
     passes: list[tuple[str, PassFn]] = []
@@ -281,7 +282,8 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
         passes += [("dce", dce), ("cse", cse),
                    ("simplify", partial(rewrite, rules=SIMPLIFY, fold=True, fold_limit=fold_limit, flags=flags))]
     if level >= 2:
-        passes += [("fuse_updates", partial(rewrite, rules=FUSE_UPDATES, flags=flags)),
+        passes += [("fold_affine", partial(rewrite, rules=FOLD_AFFINE, flags=flags)),
+                   ("fuse_updates", partial(rewrite, rules=FUSE_UPDATES, flags=flags)),
                    ("fuse", partial(rewrite, rules=FUSE, flags=flags)),
                    ("layout", partial(rewrite, rules=LAYOUT, flags=flags))]
     if level >= 3:

@@ -14,6 +14,8 @@ Every rule is a :class:`~opgraph.passes.rewrite.Rule` in one of three sets:
   and ``power`` by 3, 4, -2, -3, -4 into multiplications
   (last-bit differences documented per rule).
 * ``LAYOUT``: einsum split along its path; an N-D @ 2-D matmul as one 2-D GEMM.
+* ``FOLD_AFFINE``: a constant per-channel scale and shift (a batch norm in inference form, a linear layer's
+  scale) after a conv, conv_transpose or matmul with constant weights, folded into the weights and one bias add.
 
 The engine rejects any replacement whose types differ from the replaced
 value's, so rules need not re-check broadcasting or dtype promotion.
@@ -725,7 +727,7 @@ def rule_table() -> list[tuple[str, str, str, str]]:
     """
     rows = []
     sets = (("simplify", SIMPLIFY), ("fuse_updates", FUSE_UPDATES), ("fuse", FUSE), ("layout", LAYOUT),
-            ("fuse_elementwise", FUSE_ELEMENTWISE))
+            ("fuse_elementwise", FUSE_ELEMENTWISE), ("fold_affine", FOLD_AFFINE))
     for set_name, rs in sets:
         for r in rs:
             rows.append((set_name, r.name, repr(r.pattern), r.exact + (f" [flag {r.flag}]" if r.flag else "")))
@@ -978,3 +980,163 @@ FUSE.add(
     Rule("layer_norm_bias_only", P("add", P("layer_norm", X, name="ln", one_use=True), Y), _absorb,
          exact="always: the kernel multiplies by a scale of ones (exact) and adds the bias"),
 )
+
+
+# ---------------------------------------------------------------- affine maps folded into weights
+# A constant per-channel scale and shift after a conv, conv_transpose or matmul with constant weights, as a batch
+# norm in inference form ((y - mean) / sqrt(var + eps) * gamma + beta) or a linear layer's bias and scale become
+# once imported or written with lazy arrays: each step is folded into the producer's weights and one bias add, so
+# the chain ends as producer(x, w') + b'. One rule per step and root form; a rewrite makes a fresh producer on a
+# fresh weight constant, so the next step's single-use checks see true counts.
+FOLD_AFFINE = RuleSet()
+
+
+def _channel_of(e: Any, y: int) -> tuple[int, int, int, int] | None:
+    """(operand x, weight w, the output's channel axis, the weight's) of the producer of ``y``, or None.
+
+    The weight is a constant used only there (so folding replaces it rather than adding one); the output's dtype is
+    the weight's and a float; the channel count is the weight's."""
+    op = e.vprod[y]
+    kind = get_op(e.kind[op]).name
+    ins = e.inputs_of(op)
+    t = e.type_of(y)
+    if not (isinstance(t, TensorType) and t.shape is not None and t.dtype.kind == "f"):
+        return None
+    rank = len(t.shape)
+    if kind in ("conv", "conv2d", "conv_transpose"):
+        x, w = ins[0], ins[1]
+        axis, waxis = (rank - 3 if kind == "conv2d" else 1), (1 if kind == "conv_transpose" else 0)
+    elif kind in ("matmul", "matmul_t"):
+        a = e.attrs_of_op(op) if kind == "matmul_t" else {}
+        if e.vconst[ins[1]] >= 0:  # y = x @ W: channels along W's columns, the output's last axis
+            x, w, axis = ins[0], ins[1], rank - 1
+            waxis = -2 if a.get("transpose_b") else -1
+        elif e.vconst[ins[0]] >= 0:  # y = W @ x: along W's rows, the output's second last axis (a vector x: last)
+            x, w = ins[1], ins[0]
+            xt = e.type_of(x)
+            if not isinstance(xt, TensorType) or xt.rank is None:
+                return None
+            axis = rank - 1 if xt.rank == 1 else rank - 2
+            waxis = -1 if a.get("transpose_a") else -2
+        else:
+            return None
+    else:
+        return None
+    wv = e.const_value(w)
+    if wv is None or e.uses[w] != 1 or wv.dtype != t.dtype or wv.ndim < 2 or not 0 <= axis < rank:
+        return None
+    if t.shape[axis] != wv.shape[waxis] * (e.attrs_of_op(op)["groups"] if kind == "conv_transpose" else 1):
+        return None
+    return x, w, axis, waxis
+
+
+def _per_channel(c: np.ndarray, shape: tuple[int | None, ...], axis: int, dtype: np.dtype) -> np.ndarray | None:
+    """The constant ``c`` as one value per channel (a vector along ``axis`` of an output of ``shape``), when ``c``
+    broadcast against that output does not enlarge it and is constant along every other axis; else None.
+
+    >>> _per_channel(np.array([[1.0], [2.0]]), (5, 2, 3), 1, np.dtype("f8"))
+    array([1., 2.])
+    >>> _per_channel(np.array([[1.0, 2.0]]), (5, 2, 3), 1, np.dtype("f8")) is None   # varies along the last axis
+    True
+    >>> _per_channel(np.full((2, 3), 7.0), (5, 2, 3), 1, np.dtype("f8"))              # constant along it: fine
+    array([7., 7.])
+    """
+    rank, m = len(shape), shape[axis]
+    if c.ndim > rank or c.dtype.kind not in "biuf" or m is None:
+        return None
+    full = c.reshape((1,) * (rank - c.ndim) + c.shape)
+    if any(d != 1 and (d != n or (i != axis and n is None)) for i, (d, n) in enumerate(zip(full.shape, shape,
+                                                                                        strict=True))):
+        return None
+    first = full[tuple(slice(None) if i == axis else slice(0, 1) for i in range(rank))]
+    if full.size != first.size and not np.array_equal(np.broadcast_to(first, full.shape), full):
+        return None
+    v = np.broadcast_to(first.reshape(-1), (m,)).astype(dtype)
+    return v if np.isfinite(v).all() else None
+
+
+def _along(v: np.ndarray, w: np.ndarray, waxis: int, groups: int) -> np.ndarray:
+    """``v`` (one value per output channel) shaped to broadcast along the weight's channel axis. A grouped
+    conv_transpose's weight is (C, M // groups, ...): output channel g * (M // groups) + j is column j of group g's
+    rows, so the vector is laid out (groups, 1, M // groups, 1...) against the weight regrouped."""
+    if groups == 1:
+        shape = [1] * w.ndim
+        shape[waxis] = v.size
+        return v.reshape(shape)
+    return v.reshape(groups, 1, v.size // groups, *(1,) * (w.ndim - 2))
+
+
+def _fold_affine(m: Match, form: str) -> int | None:
+    """Replace ``form`` applied to (producer [+ bias]) by producer(x, w') [+ b'] (see ``FOLD_AFFINE``)."""
+    e = m.e
+    y = m["y"]
+    spec = _channel_of(e, y)
+    (rt,) = m.root_types
+    yt = e.type_of(y)
+    if spec is None or rt != yt or ("a" in m and e.type_of(m["a"]) != yt):
+        return None
+    x, w_id, axis, waxis = spec
+    shape, dt = yt.shape, yt.dtype
+    per = {k: _per_channel(m.const(k), shape, axis, dt) for k in ("b", "s", "t") if k in m}
+    if any(v is None for v in per.values()):
+        return None
+    b, s, t = per.get("b"), per.get("s"), per.get("t")
+    op = e.vprod[y]
+    kind = get_op(e.kind[op]).name
+    attrs = e.attrs_of_op(op)
+    groups = attrs["groups"] if kind == "conv_transpose" else 1
+    w = m.e.const_value(w_id)
+    wg = w.reshape(groups, w.shape[0] // groups, *w.shape[1:]) if groups > 1 else w
+    with np.errstate(all="ignore"):
+        if form in ("scale", "fma"):
+            w2, b2 = wg * _along(s, w, waxis, groups), None if b is None else b * s
+        elif form == "divide":
+            w2, b2 = wg / _along(s, w, waxis, groups), None if b is None else b / s
+        elif form == "negate":
+            w2, b2 = -wg, None
+        else:
+            w2, b2 = wg, b
+        if form == "shift":
+            b2 = t if b2 is None else b2 + t
+        elif form == "unshift":
+            b2 = -t if b2 is None else b2 - t
+        elif form == "negate":
+            b2 = t if b is None else t - b
+        elif form == "fma":
+            b2 = t if b2 is None else b2 + t
+    w2 = w2.reshape(w.shape).astype(w.dtype, copy=False)
+    same = form in ("shift", "unshift")  # the weights unchanged: the same array, not a copy
+    if not ((same or np.isfinite(w2).all()) and (b2 is None or np.isfinite(b2).all())):
+        return None
+    ins = [x, e.constant_again(w_id) if same else e.constant(w2)]
+    if kind in ("matmul", "matmul_t") and e.inputs_of(op)[0] == w_id:
+        ins.reverse()
+    out = e.op(kind, *ins, **attrs)
+    if b2 is None:
+        return out  # type: ignore[no-any-return]
+    return e.op("add", out, e.constant(b2.reshape((b2.size,) + (1,) * (len(shape) - 1 - axis)).astype(dt)))
+
+
+_FOLD_EXACT = {
+    "scale": "within rounding, not bitwise: (x * w) * s becomes x * (w * s) (and a bias b * s), the weights "
+             "rounded once before the sums; for a scale constant along every axis but the output channels, finite",
+    "divide": "within rounding: (x * w) / d becomes x * (w / d) (and b / d); d per channel, finite, nonzero",
+    "shift": "within rounding: (y + b) + t becomes y + (b + t); y - t becomes y + (-t), exactly",
+    "fma": "within rounding: fma(y [+ b], s, t) becomes y' + (b * s + t), as the scale and shift rules",
+    "negate": "within rounding: t - (y [+ b]) becomes y(x, -w) + (t - b); negating the weights is exact",
+}
+_FOLD_PRODUCERS = ("conv", "conv2d", "conv_transpose", "matmul", "matmul_t")
+for _k in _FOLD_PRODUCERS:
+    _Y = P(_k, name="y", one_use=True)
+    for _a in (_Y, P("add", _Y, P.const("b"), name="a", one_use=True)):
+        _rules = [("fold_scale", "scale", P("multiply", _a, P.const("s"))),
+                  ("fold_scale", "divide", P("divide", _a, P.const("s"))),
+                  ("fold_shift", "unshift", P("subtract", _a, P.const("t"))),
+                  ("fold_negate", "negate", P("subtract", P.const("t"), _a)),
+                  ("fold_fma", "fma", P("fma", _a, P.const("s"), P.const("t"))),
+                  ("fold_fma", "fma", P("fma", P.const("s"), _a, P.const("t")))]
+        if _a is not _Y:  # y + t is already the folded form
+            _rules.append(("fold_shift", "shift", P("add", _a, P.const("t"))))
+        for _name, _form, _pat in _rules:
+            FOLD_AFFINE.add(Rule(_name, _pat, lambda m, _f=_form: _fold_affine(m, _f),
+                                 exact=_FOLD_EXACT[_form if _form != "unshift" else "shift"]))
