@@ -170,10 +170,14 @@ class Exporter:
                 names[outs[0]] = self.const(graph.constant_of(op))
                 continue
             ins = graph.op_inputs(op).tolist()
+            in_types = [graph.type_of(v) for v in ins]
             out_types = [graph.type_of(v) for v in outs]
+            cplx = [t.dtype for t in [*in_types, *out_types] if isinstance(t, TensorType) and t.dtype.kind == "c"]
+            if cplx:  # ONNX types complex tensors but hardly any operator takes them (none of those written here)
+                raise OnnxExportError(f"op {op} ({kind}) computes on complex numbers ({cplx[0]}), which ONNX's "
+                                      "operators do not take")
             try:
-                produced = export_op(self, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
-                                     graph.attrs_of(op), out_types)
+                produced = export_op(self, kind, [names[v] for v in ins], in_types, graph.attrs_of(op), out_types)
             except _NoTranslation as exc:
                 raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
             except OnnxExportError as exc:
