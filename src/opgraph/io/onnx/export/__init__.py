@@ -1,7 +1,8 @@
 """opgraph Graph -> ONNX model (see :func:`to_onnx`).
 
 Each opgraph op becomes one or a few ONNX nodes of the default domain
-(opset 18): its export rule (:data:`RULES`), or else its decomposition into
+(opset 18, or any of :data:`OPSETS`: the model passes ONNX's full check at
+the opset written): its export rule (:data:`RULES`), or else its decomposition into
 more basic ops (:func:`export_op`), which is how the optimiser's fused ops
 (``matmul_t``, ``fused_elementwise``, the optimiser updates, ``gelu``) are
 written; constants become initializers. Op kinds ONNX cannot express
