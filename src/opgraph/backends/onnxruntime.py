@@ -26,6 +26,9 @@ Values follow NumPy, NaN included (the exporter makes max and min reductions,
 argmax, argmin and max pools propagate NaN; topk is not claimed for floats, as
 ONNX Runtime's TopK does not order NaN as the largest), with one exception:
 integer division or remainder by zero raises in ONNX Runtime (NumPy gives 0).
+The graph is exported with ``to_onnx(graph, nan_semantics="numpy")``, keeping
+those guards, whatever the graph was imported from: every engine computes
+opgraph's (NumPy's) values.
 """
 
 from __future__ import annotations
@@ -192,7 +195,7 @@ class OnnxRuntimeBackend(Backend):
 
         from opgraph.io.onnx.export import to_onnx  # lazy (see the note at the top)
 
-        model = to_onnx(graph)
+        model = to_onnx(graph, nan_semantics="numpy")  # opgraph's values, NaN included, as every engine's
         so = onnxruntime.SessionOptions()
         so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3  # errors reach the caller as exceptions; no warnings on stderr
@@ -370,7 +373,8 @@ def _max_pools(info: OpInfo) -> str | None:
 
 
 def _pool_shapes(info: OpInfo) -> str | None:
-    """Pools: batched input, padding smaller than the kernel, no dilation for average pools (opset 18)."""
+    """Pools: batched input, padding smaller than the kernel, no dilation for average pools (opset 18, which
+    the exporter writes without AveragePool's ``dilations`` when they are all 1 and refuses otherwise)."""
     kind, a = info.kind, info.attrs
     x = info.in_types[0]
     if kind.endswith("2d"):

@@ -197,12 +197,15 @@ def _load(path: str, fmt: str | None = None, allow_pickle: bool = False, **optio
         raise PickleRefusedError(exc.path, exc.format, "use 'opgraph convert --allow-pickle'") from None
 
 
-def _save(graph: Any, path: str, fmt: str, inline_limit: int | None, onnx_updates: str | None = None) -> None:
+def _save(graph: Any, path: str, fmt: str, inline_limit: int | None, onnx_updates: str | None = None,
+          onnx_nan_semantics: str | None = None) -> None:
     from opgraph.io.formats import save
 
     options: dict[str, Any] = {} if inline_limit is None else {"inline_limit": inline_limit}
     if onnx_updates is not None:
         options["updates"] = onnx_updates  # to_onnx's updates=: "outputs" writes each new state as an output
+    if onnx_nan_semantics is not None:
+        options["nan_semantics"] = onnx_nan_semantics  # to_onnx's: "onnx" writes no NaN guards
     save(graph, path, format=fmt, **options)
 
 
@@ -329,7 +332,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     """``opgraph convert IN OUT [--to F] [--from F] [--allow-pickle] [--inline-limit N] [--input-shape N=D,...]
-    [--onnx-updates refuse|outputs]``."""
+    [--onnx-updates refuse|outputs] [--onnx-nan-semantics numpy|onnx]``."""
     from opgraph.io.formats import UnknownFormatError, format_for_path
 
     if args.inline_limit is not None and args.inline_limit < 0:
@@ -345,13 +348,15 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError("--inline-limit applies to JSON output only")
     if args.onnx_updates is not None and dst.name != "onnx":
         raise UsageError("--onnx-updates applies to ONNX output only")
+    if args.onnx_nan_semantics is not None and dst.name != "onnx":
+        raise UsageError("--onnx-nan-semantics applies to ONNX output only")
     options = {}
     if args.input_shape:
         if src.name != "onnx":
             raise UsageError("--input-shape applies to ONNX input only")
         options["input_shapes"] = dict(_input_shape(item) for item in args.input_shape)
     g = _load(args.input, src.name, args.allow_pickle, **options)
-    _save(g, args.output, dst.name, args.inline_limit, args.onnx_updates)
+    _save(g, args.output, dst.name, args.inline_limit, args.onnx_updates, args.onnx_nan_semantics)
     print(f"{args.input} -> {args.output} ({dst.name}: {g.num_ops} ops, {g.num_values} values)")
     return 0
 
@@ -609,6 +614,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ONNX output of a graph with update edges (a training step): 'outputs' writes each new "
                         "state value as an extra output named after its input (w.next for w), which the caller "
                         "feeds back; default 'refuse' (ONNX models have no state)")
+    p.add_argument("--onnx-nan-semantics", choices=("numpy", "onnx"),
+                   help="ONNX output: 'onnx' writes max pools, max/min reductions, argmax and argmin as ONNX's "
+                        "operators alone (what a model imported from ONNX computed); default 'numpy' adds the "
+                        "guards that make them propagate NaN as opgraph (NumPy) does")
     p.add_argument("--list", action=_ListFormats, help="list the formats and their suffixes, then exit")
     p.set_defaults(func=_cmd_convert)
 

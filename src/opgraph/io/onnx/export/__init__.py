@@ -1,7 +1,8 @@
 """opgraph Graph -> ONNX model (see :func:`to_onnx`).
 
 Each opgraph op becomes one or a few ONNX nodes of the default domain
-(opset 18): its export rule (:data:`RULES`), or else its decomposition into
+(opset 18, or any of :data:`OPSETS`: the model passes ONNX's full check at
+the opset written): its export rule (:data:`RULES`), or else its decomposition into
 more basic ops (:func:`export_op`), which is how the optimiser's fused ops
 (``matmul_t``, ``fused_elementwise``, the optimiser updates, ``gelu``) are
 written; constants become initializers. Op kinds ONNX cannot express
@@ -28,6 +29,7 @@ bodies are registered in :data:`BODY_EXPORT` (``export/control.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -44,6 +46,12 @@ from opgraph.errors import GraphError
 from opgraph.io.onnx.export.common import AttrMap, Names, Rule, Types, elem_type
 
 OPSET = 18
+"""The opset :func:`to_onnx` writes by default."""
+OPSETS = range(OPSET, onnx.defs.onnx_opset_version() + 1)
+"""The opsets :func:`to_onnx` can write: from 18 (the forms the rules write: ``Reduce*`` axes as an input,
+``Split``'s ``num_outputs``) to the newest the installed onnx package knows."""
+NAN_SEMANTICS = ("numpy", "onnx")
+"""The values of :func:`to_onnx`'s ``nan_semantics``."""
 
 EXPORT = RuleTable.empty()
 """The one-op translations, registered by the family modules with ``@EXPORT.rule(kind)``: opgraph kind -> export
@@ -64,8 +72,14 @@ class OnnxExportError(GraphError):
 class Exporter:
     """Accumulates ONNX nodes and initializers for one graph."""
 
-    def __init__(self, graph: Graph, parent: Exporter | None = None) -> None:
+    def __init__(self, graph: Graph, parent: Exporter | None = None, *, opset: int = OPSET,
+                 nan_semantics: str = "numpy") -> None:
         self.graph = graph
+        #: the opset written (a body's is its parent's): no node gets an attribute this opset does not know
+        self.opset = parent.opset if parent is not None else opset
+        #: "numpy": max and min reductions, argmax, argmin and max pools propagate NaN as NumPy's do (guards
+        #: around ONNX's ops); "onnx": ONNX's ops alone (a body's is its parent's)
+        self.nan_semantics = parent.nan_semantics if parent is not None else nan_semantics
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._counter = 0
@@ -99,7 +113,7 @@ class Exporter:
         (['_topk1', '_topk2'], ['y'])
         """
         outs = outputs or [self.fresh(op_type.lower()) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, **{k: v for k, v in attrs.items() if v is not None}))
+        self.nodes.append(helper.make_node(op_type, inputs, outs, **_known_attrs(op_type, self.opset, attrs)))
         return outs
 
     def one(self, op_type: str, *inputs: str, **attrs: Any) -> str:
@@ -157,10 +171,14 @@ class Exporter:
                 names[outs[0]] = self.const(graph.constant_of(op))
                 continue
             ins = graph.op_inputs(op).tolist()
+            in_types = [graph.type_of(v) for v in ins]
             out_types = [graph.type_of(v) for v in outs]
+            cplx = [t.dtype for t in [*in_types, *out_types] if isinstance(t, TensorType) and t.dtype.kind == "c"]
+            if cplx:  # ONNX types complex tensors but hardly any operator takes them (none of those written here)
+                raise OnnxExportError(f"op {op} ({kind}) computes on complex numbers ({cplx[0]}), which ONNX's "
+                                      "operators do not take")
             try:
-                produced = export_op(self, kind, [names[v] for v in ins], [graph.type_of(v) for v in ins],
-                                     graph.attrs_of(op), out_types)
+                produced = export_op(self, kind, [names[v] for v in ins], in_types, graph.attrs_of(op), out_types)
             except _NoTranslation as exc:
                 raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
             except OnnxExportError as exc:
@@ -222,6 +240,56 @@ class Exporter:
                 n = sub.one("Identity", n)
             outs.append(_value_info(n, t))
         return helper.make_graph(sub.nodes, name, infos, outs)
+
+
+@functools.cache
+def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema:
+    try:
+        return onnx.defs.get_schema(op_type, opset)
+    except onnx.defs.SchemaError:
+        raise OnnxExportError(f"ONNX has no operator {op_type} at opset {opset}") from None
+
+
+#: attributes whose default has no single value in the schema (one per spatial axis): their neutral value
+_NEUTRAL: dict[str, Callable[[Any], bool]] = {"dilations": lambda v: all(int(d) == 1 for d in v)}
+
+
+def _is_default(op_type: str, name: str, value: Any) -> bool:
+    """True when ``value`` is what ONNX assumes for attribute ``name`` of ``op_type`` where it is absent."""
+    if name in _NEUTRAL:
+        return _NEUTRAL[name](value)
+    attr = _schema(op_type, onnx.defs.onnx_opset_version()).attributes.get(name)
+    if attr is None or attr.default_value.type == onnx.AttributeProto.UNDEFINED:
+        return False
+    default = helper.get_attribute_value(attr.default_value)
+    return bool(default == value or (isinstance(default, bytes) and default.decode() == value))
+
+
+def _known_attrs(op_type: str, opset: int, attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` (None values left out) as opset ``opset`` knows them: an attribute that ``op_type`` gained in
+    a later opset is dropped where it has its default value, and refused otherwise.
+
+    >>> _known_attrs("AveragePool", 18, {"kernel_shape": [2], "dilations": [1]})
+    {'kernel_shape': [2]}
+    >>> _known_attrs("AveragePool", 19, {"kernel_shape": [2], "dilations": [1]})
+    {'kernel_shape': [2], 'dilations': [1]}
+    >>> _known_attrs("AveragePool", 18, {"kernel_shape": [2], "dilations": [2]})
+    Traceback (most recent call last):
+      ...
+    opgraph.io.onnx.export.OnnxExportError: ONNX's AveragePool has no attribute 'dilations' at opset 18 (it has \
+since opset 19: to_onnx(..., opset=19) writes it)
+    """
+    known = _schema(op_type, opset).attributes
+    out = {}
+    for k, v in attrs.items():
+        if v is None or (k not in known and _is_default(op_type, k, v)):
+            continue
+        if k not in known:
+            since = next((o for o in OPSETS if o > opset and k in _schema(op_type, o).attributes), None)
+            hint = f" (it has since opset {since}: to_onnx(..., opset={since}) writes it)" if since else ""
+            raise OnnxExportError(f"ONNX's {op_type} has no attribute {k!r} at opset {opset}{hint}")
+        out[k] = v
+    return out
 
 
 def _value_info(name: str, t: Any) -> onnx.ValueInfoProto:
@@ -335,7 +403,8 @@ class _Emit:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates: str = "refuse") -> onnx.ModelProto:
+def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates: str = "refuse",
+            nan_semantics: str = "numpy") -> onnx.ModelProto:
     """Write ``graph`` as an ONNX model (see the module doc).
 
     Inputs and outputs keep their names (unnamed ones become ``input_<id>`` /
@@ -346,20 +415,47 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
     after the graph's outputs: one call of the model is one step, and the
     caller feeds those values back.
 
+    The model passes ``onnx.checker.check_model(model, full_check=True)`` at
+    ``opset`` (any of :data:`OPSETS`): an attribute an operator gained in a
+    later opset is left out where it has its default value, and an op that
+    needs it otherwise is refused, naming the opset that has it.
+
+    ``nan_semantics="numpy"`` (the default) keeps opgraph's (NumPy's) NaN
+    propagation where ONNX Runtime's operators skip NaN: max and min
+    reductions, argmax and argmin (the first NaN wins) and max pools get
+    guards (``IsNaN``, ``Where``, and an ``If`` around a max pool's NaN-aware
+    form). ``nan_semantics="onnx"`` writes ONNX's operators alone, with no
+    guards and no control flow: the same values wherever the input holds no
+    NaN, and what the original model computes when ``graph`` was imported
+    from ONNX (``opgraph convert --onnx-nan-semantics onnx`` on the command
+    line).
+
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
     >>> w = b.input(("float32", (2,)), name="w")
     >>> b.update(b.multiply(w, 0.5), w)
     >>> [o.name for o in to_onnx(b.freeze(), updates="outputs").graph.output]
     ['w.next']
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float32", (2, 3)), name="x")
+    >>> b.output(b.max(x, axis=1))
+    >>> [n.op_type for n in to_onnx(b.freeze(), nan_semantics="onnx").graph.node]
+    ['ReduceMax']
+    >>> [n.op_type for n in to_onnx(b.freeze()).graph.node]
+    ['ReduceMax', 'IsNaN', 'Cast', 'ReduceMax', 'Greater', 'Where']
     """
     if updates not in ("refuse", "outputs"):
         raise ValueError(f"updates must be 'refuse' or 'outputs', got {updates!r}")
+    if nan_semantics not in NAN_SEMANTICS:
+        raise ValueError(f"nan_semantics must be 'numpy' or 'onnx', got {nan_semantics!r}")
+    if isinstance(opset, bool) or not isinstance(opset, int | np.integer) or int(opset) not in OPSETS:
+        raise OnnxExportError(f"opgraph writes ONNX opsets {OPSETS.start} to {OPSETS.stop - 1}, not {opset!r}")
+    opset = int(opset)
     if len(graph.updates) and updates == "refuse":
         raise OnnxExportError("the graph has update edges (state); ONNX models have none (updates='outputs' writes "
                               "each new state value as an extra output instead: 'opgraph convert --onnx-updates "
                               "outputs' on the command line)")
-    ex = Exporter(graph)
+    ex = Exporter(graph, opset=opset, nan_semantics=nan_semantics)
     names: dict[int, str] = {}
     used: set[str] = set()
 
@@ -395,7 +491,9 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
         outputs.append(value_info(src, n))
     g = helper.make_graph(ex.nodes, name, inputs, outputs, initializer=ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="opgraph")
-    model.ir_version = min(model.ir_version, 10)
+    # the oldest IR version that has this opset (at least 10, which readers of opset 18 expect): newer readers
+    # take older IR versions, not the reverse
+    model.ir_version = max(helper.find_min_ir_version_for(list(model.opset_import)), min(model.ir_version, 10))
     return _drop_identities(model)
 
 

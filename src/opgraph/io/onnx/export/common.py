@@ -83,7 +83,8 @@ def flat_axis(ex: Exporter, x: str, axis: Any) -> tuple[str, int]:
 def nan_wins(ex: Exporter, x: str, t: TensorType, y: str, reduce: Callable[[str], str]) -> str:
     """``y``, a max or min of ``x``, made NaN wherever ``reduce`` (the same reduction) sees a NaN of ``x``.
 
-    opgraph's max and min reductions and max pools propagate NaN (as NumPy's do); ONNX Runtime's skip it.
+    opgraph's max and min reductions and max pools propagate NaN (as NumPy's do); ONNX Runtime's skip it. With
+    ``to_onnx(..., nan_semantics="onnx")`` (``ex.nan_semantics``) ``y`` is left as it is.
 
     >>> import opgraph
     >>> from opgraph.io.onnx.export import Exporter
@@ -92,7 +93,7 @@ def nan_wins(ex: Exporter, x: str, t: TensorType, y: str, reduce: Callable[[str]
     >>> [n.op_type for n in ex.nodes]
     ['IsNaN', 'Cast', 'ReduceMax', 'Greater', 'Where']
     """
-    if t.dtype.kind != "f":
+    if t.dtype.kind != "f" or ex.nan_semantics == "onnx":
         return y
     saw_nan = reduce(ex.one("Cast", ex.one("IsNaN", x), to=elem_type(t.dtype)))
     return ex.one("Where", ex.one("Greater", saw_nan, scalar(ex, 0, t)), scalar(ex, np.nan, t), y)

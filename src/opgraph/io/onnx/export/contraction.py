@@ -11,23 +11,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from opgraph.io.onnx.export import EXPORT, Exporter
-from opgraph.io.onnx.export.common import AttrMap, Names, Types, simple
+from opgraph.io.onnx.export.common import AttrMap, Names, Types, elem_type
 
-EXPORT.rules_from({"matmul": "MatMul"}, simple)
+_MATMUL = frozenset({"float16", "float32", "float64", "int32", "int64", "uint32", "uint64"})
+"""The dtypes ONNX's MatMul takes (Einsum takes every numeric dtype, but no bool)."""
+
+
+def _in_int64(ex: Exporter, ins: Names, it: Types, ot: Types, ok: frozenset[str] | None, build: Callable[[Names], str]
+              ) -> str:
+    """``build(ins)``, or where ONNX's operator does not take the dtype (not in ``ok``; None: bools only), the same
+    computed in int64 and cast back: sums of products wrap as NumPy's do in the narrow type, and a bool result
+    is True where the count of true products is nonzero."""
+    dt = ot[0].dtype
+    if (dt.name in ok) if ok is not None else dt != np.bool_:
+        return build(ins)
+    wide = [ex.one("Cast", x, to=elem_type(np.int64)) for x in ins]
+    return ex.one("Cast", build(wide), to=elem_type(dt))
+
+
+@EXPORT.rule("matmul")
+def _matmul(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    return [_in_int64(ex, ins, it, ot, _MATMUL, lambda xs: ex.one("MatMul", *xs))]
 
 
 @EXPORT.rule("einsum")
 def _einsum(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("Einsum", *ins, equation=attrs["subscripts"])]
+    return [_in_int64(ex, ins, it, ot, None, lambda xs: ex.one("Einsum", *xs, equation=attrs["subscripts"]))]
 
 
 @EXPORT.rule("outer")
 def _outer(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
     flat = [x if len(t.shape or ()) == 1 else ex.one("Reshape", x, ex.ints([-1])) for x, t in zip(ins, it, strict=True)]
-    return [ex.one("Einsum", *flat, equation="i,j->ij")]
+    return [_in_int64(ex, flat, it, ot, None, lambda xs: ex.one("Einsum", *xs, equation="i,j->ij"))]
 
 
 @EXPORT.rule("tensordot")
@@ -44,4 +64,5 @@ def _tensordot(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -
         sb[j % rb] = sa[i % ra]
     contracted = {sa[i % ra] for i in axes[0]}
     out = [c for c in sa if c not in contracted] + [c for c in sb if c not in contracted]
-    return [ex.one("Einsum", *ins, equation=f"{''.join(sa)},{''.join(sb)}->{''.join(out)}")]
+    equation = f"{''.join(sa)},{''.join(sb)}->{''.join(out)}"
+    return [_in_int64(ex, ins, it, ot, None, lambda xs: ex.one("Einsum", *xs, equation=equation))]

@@ -21,9 +21,9 @@ from opgraph.io.onnx.export.common import AttrMap, Names, Types, elem_type, scal
 
 EXPORT.rules_from({
     "negative": "Neg", "abs": "Abs", "sign": "Sign", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
-    "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos", "tan": "Tan", "asin": "Asin", "acos": "Acos",
+    "sin": "Sin", "cos": "Cos", "tan": "Tan", "asin": "Asin", "acos": "Acos",
     "atan": "Atan", "sinh": "Sinh", "cosh": "Cosh", "tanh": "Tanh", "asinh": "Asinh", "acosh": "Acosh",
-    "atanh": "Atanh", "sigmoid": "Sigmoid", "erf": "Erf", "isnan": "IsNaN", "isinf": "IsInf", "logical_not": "Not",
+    "atanh": "Atanh", "sigmoid": "Sigmoid", "erf": "Erf", "logical_not": "Not",
     "bitwise_invert": "BitwiseNot", "positive": "Identity",
     "add": "Add", "subtract": "Sub", "multiply": "Mul", "power": "Pow", "maximum": "Max", "minimum": "Min",
     "equal": "Equal", "less": "Less", "less_equal": "LessOrEqual", "greater": "Greater",
@@ -77,9 +77,26 @@ def _trunc(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Na
     return [ex.one("Mul", ex.one("Sign", ins[0]), ex.one("Floor", ex.one("Abs", ins[0])))]
 
 
-@EXPORT.rule("isfinite")
-def _isfinite(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return [ex.one("Not", ex.one("Or", ex.one("IsNaN", ins[0]), ex.one("IsInf", ins[0])))]
+@EXPORT.rule("reciprocal")
+def _reciprocal(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if it[0].dtype.kind != "f":  # Reciprocal takes floats only; NumPy's of an integer is 1 // x truncated, as Div
+        return [ex.one("Div", scalar(ex, 1, it[0]), ins[0])]
+    return [ex.one("Reciprocal", ins[0])]
+
+
+@EXPORT.rule("isnan", "isinf", "isfinite")
+def _isnan(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    x, kind = ins[0], ex.current_kind
+    if it[0].dtype.kind != "f":  # IsNaN and IsInf take floats only; an integer or bool is always finite
+        same = ex.one("Equal", x, x)
+        return [same if kind == "isfinite" else ex.one("Not", same)]
+    if it[0].dtype == np.float16 and ex.opset < 20:  # IsInf takes float16 from opset 20 on
+        x = ex.one("Cast", x, to=elem_type(np.float32))
+    if kind == "isnan":
+        return [ex.one("IsNaN", x)]
+    if kind == "isinf":
+        return [ex.one("IsInf", x)]
+    return [ex.one("Not", ex.one("Or", ex.one("IsNaN", x), ex.one("IsInf", x)))]
 
 
 @EXPORT.rule("not_equal")

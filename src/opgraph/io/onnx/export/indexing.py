@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from opgraph.io.onnx.export import EXPORT, Exporter
-from opgraph.io.onnx.export.common import AttrMap, Names, Types, index_operand
+from opgraph.io.onnx.export.common import AttrMap, Names, Types, elem_type, index_operand
 
 
 @EXPORT.rule("gather_elements", "scatter_elements")
@@ -36,8 +36,12 @@ def _nd(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names
 
 @EXPORT.rule("topk")
 def _topk(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    return ex.node("TopK", [ins[0], ex.ints([attrs["k"]])], n_out=2, axis=int(attrs["axis"]),
-                   largest=int(attrs["largest"]), sorted=1)
+    x = ins[0]
+    if it[0].dtype == np.bool_:  # TopK takes no bools; False < True as 0 < 1
+        x = ex.one("Cast", x, to=elem_type(np.uint8))
+    vals, idx = ex.node("TopK", [x, ex.ints([attrs["k"]])], n_out=2, axis=int(attrs["axis"]),
+                        largest=int(attrs["largest"]), sorted=1)
+    return [ex.one("Cast", vals, to=elem_type(np.bool_)) if it[0].dtype == np.bool_ else vals, idx]
 
 
 @EXPORT.rule("trilu")

@@ -20,9 +20,18 @@ from onnx import TensorProto, helper
 
 from opgraph.core.types import TensorType
 from opgraph.io.onnx.export import EXPORT, Exporter, OnnxExportError
-from opgraph.io.onnx.export.common import AttrMap, Names, Types, elem_type, nan_wins, simple
+from opgraph.io.onnx.export.common import AttrMap, Names, Types, elem_type, nan_wins
 
-EXPORT.rules_from({"relu": "Relu"}, simple)
+
+@EXPORT.rule("relu")
+def _relu(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
+    if it[0].dtype.kind in "ub":  # Relu takes no unsigned ints: they are their own relu
+        return [ex.one("Identity", ins[0])]
+    return [ex.one("Relu", ins[0])]
+
+
+#: the float dtype that holds every value of an integer dtype MaxPool does not take (int8 and uint8 it does)
+_POOL_AS = {"int16": np.float32, "uint16": np.float32, "int32": np.float64, "uint32": np.float64}
 
 
 @EXPORT.rule("softmax", "log_softmax")
@@ -69,8 +78,14 @@ def _max_pool(ex: Exporter, x: str, t: TensorType, **attrs: Any) -> str:
     The plain MaxPool stays outside an ``If`` on one whole-tensor NaN test, so that ONNX Runtime keeps it in
     its blocked layout; the NaN-aware form pools the mask a second time. Measured on ResNet-18 in ONNX
     Runtime (1 thread): the fix-up in every call cost about 10% of the forward pass, this form about 5%.
+    With ``to_onnx(..., nan_semantics="onnx")`` it is the plain MaxPool.
     """
-    if t.dtype.kind != "f":
+    if t.dtype.name in _POOL_AS:  # exact: the float type holds every value
+        y = ex.one("MaxPool", ex.one("Cast", x, to=elem_type(_POOL_AS[t.dtype.name])), **attrs)
+        return ex.one("Cast", y, to=elem_type(t.dtype))
+    if t.dtype.kind in "iu" and t.dtype.itemsize == 8:
+        raise OnnxExportError(f"ONNX's MaxPool does not take {t.dtype}, and no float type holds all its values")
+    if t.dtype.kind != "f" or ex.nan_semantics == "onnx":
         return ex.one("MaxPool", x, **attrs)
     if attrs.get("ceil_mode"):  # ONNX Runtime's shape inference of a ceil_mode MaxPool inside If disagrees with its
         # kernel (it preallocates the wrong output shape), so ceil_mode keeps the single NaN-aware form
@@ -101,9 +116,15 @@ def _pool2d(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
     kernel = list(attrs["kernel_size"])
     is_max = ex.current_kind == "max_pool2d"
     spatial = {"kernel_shape": kernel, "strides": list(attrs["stride"] or kernel), "pads": [top, left, bottom, right]}
+    x, t = ins[0], it[0]
+    unbatched = len(t.shape or ()) == 3  # (C, H, W): ONNX's pools want (N, C, H, W)
+    if unbatched:
+        x, t = ex.one("Unsqueeze", x, ex.ints([0])), TensorType(t.dtype, (1, *(t.shape or ())))
     if is_max:
-        return [_max_pool(ex, ins[0], it[0], **spatial)]
-    return [ex.one("AveragePool", ins[0], count_include_pad=int(attrs["count_include_pad"]), **spatial)]
+        y = _max_pool(ex, x, t, **spatial)
+    else:
+        y = ex.one("AveragePool", x, count_include_pad=int(attrs["count_include_pad"]), **spatial)
+    return [ex.one("Squeeze", y, ex.ints([0])) if unbatched else y]
 
 
 @EXPORT.rule("max_pool", "avg_pool", "lp_pool")

@@ -78,8 +78,11 @@ def _argmax(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> N
     x, axis = flat_axis(ex, ins[0], attrs.get("axis"))
     flat = attrs.get("axis") is None
     k = 0 if flat else keep
+    if it[0].dtype == np.bool_:  # ArgMax and ArgMin take no bools; False < True as 0 < 1
+        x = ex.one("Cast", x, to=TensorProto.UINT8)
     y = ex.one(op_type, x, axis=axis, keepdims=k)
-    if it[0].dtype.kind == "f":  # opgraph's (NumPy's) argmax and argmin find the first NaN; ONNX Runtime's skip NaN
+    if it[0].dtype.kind == "f" and ex.nan_semantics == "numpy":
+        # opgraph's (NumPy's) argmax and argmin find the first NaN; ONNX Runtime's skip NaN
         nan = ex.one("Cast", ex.one("IsNaN", x), to=TensorProto.INT32)
         saw_nan = ex.one("Greater", ex.one("ReduceMax", nan, ex.ints([axis]), keepdims=k), ex.const(np.int32(0)))
         y = ex.one("Where", saw_nan, ex.one("ArgMax", nan, axis=axis, keepdims=k), y)
