@@ -428,7 +428,12 @@ class Importer:
     # ---------------------------------------------------------------- values and folding
     def const(self, arr: np.ndarray, name: str | None = None) -> Value:
         """A constant whose value is known to the importer (``name``: an initializer's, kept on the constant)."""
-        v = self.b.constant(arr, name=name)
+        try:
+            v = self.b.constant(arr, name=name)
+        except GraphError:  # the name is taken (a malformed model repeats it): the constant goes unnamed
+            if name is None:
+                raise
+            v = self.b.constant(arr)
         self.known[v.id] = self.b._constants[self.b._const_ops_index(v.id)]
         return v
 

@@ -239,15 +239,14 @@ def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[s
     for t in g.initializer:
         if t.name in weights:
             scope.names[t.name] = imp.add_input(t.name, TensorType.of(weights[t.name]))
-        else:  # named after the initializer, unless a malformed model repeats the name
-            scope.names[t.name] = imp.const(tensor_to_array(t, f"initializer {t.name!r}"),
-                                            None if t.name in scope.names else t.name)
+        else:
+            scope.names[t.name] = imp.const(tensor_to_array(t, f"initializer {t.name!r}"), t.name)
     for s in g.sparse_initializer:
         from opgraph.io.onnx._core import sparse_to_array
 
         name = s.values.name
         scope.names[name] = imp.const(sparse_to_array(s, f"sparse initializer {name!r}"),
-                                      None if name in scope.names or not isinstance(name, str) else name)
+                                      name if isinstance(name, str) else None)
     imp.scope = scope
     value_names: list[tuple[int, str]] = []
     for index, proto in enumerate(g.node):
@@ -307,8 +306,8 @@ def _name_node(imp: Importer, proto: onnx.NodeProto, scope: Scope, first_value: 
     An output the translation made (not a value it handed through, nor an
     earlier one hash-consing found) is to be named after the ONNX tensor
     (queued in ``value_names``: outputs are named first); the op computing
-    it takes the node's name, and the node's other new ops (a Conv's bias
-    ``add``, a Gemm's transpose) ``<node name>/<op kind>``. Names inside
+    it takes the node's name, and the node's other new ops (a Gemm's
+    ``matmul`` before its bias ``add``) ``<node name>/<op kind>``. Names inside
     function bodies and control-flow subgraphs are not kept: one ONNX name
     there stands for a value per call or per trip.
     """
