@@ -958,6 +958,22 @@ class GraphBuilder:
         finally:
             self._release()
 
+    def name_op(self, op: int, name: str) -> None:
+        """Give op ``op`` (its index) a name, shown in dumps and kept in files; op names need not be unique.
+
+        >>> b = GraphBuilder(); y = b.exp(b.input(("float32", (2,))))
+        >>> b.name_op(b.producer_of(y.id).id, "/act/Exp"); b.freeze().symbols.ops
+        {0: '/act/Exp'}
+        """
+        self._acquire()
+        try:
+            if not 0 <= op < len(self._op_sig):
+                raise GraphError(f"op {op} does not exist (the builder has {len(self._op_sig)} ops)")
+            self._touch()
+            self._op_names[int(op)] = name
+        finally:
+            self._release()
+
     def describe(self, kind: str, index: int, text: str) -> None:
         """Attach a description to a 'value', 'op' or 'constant' (the .cgs description)."""
         self._acquire()

@@ -82,7 +82,11 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
     module that calls :func:`opgraph.register_op`); otherwise the error names
     the op and says so. Never executes code, except that loading a pickle (``.dag.pkl``, ...,
     ``.pytensor.pkl``) runs whatever the pickle says, so it needs
-    ``allow_pickle=True``; drawings cannot be loaded.
+    ``allow_pickle=True``; drawings cannot be loaded. Other keywords go to
+    the format's reader: for an ``.onnx`` file those of
+    :func:`opgraph.io.onnx.from_onnx` (``input_shapes=``, ...), and with
+    ``weights_as_inputs=True`` the result is its ``(graph, weights)`` pair
+    (:class:`opgraph.io.onnx.GraphAndWeights`), not a Graph.
 
     >>> import os, tempfile, numpy as np, opgraph
     >>> b = opgraph.GraphBuilder(); x = b.input(("float64", (2,)), name="x"); b.output(b.exp(x))

@@ -380,6 +380,13 @@ class Emitter:
             if vm[v] != v and rep not in names:
                 del names[int(new_vid[v])]
                 names[rep] = nm
+        # An op keeps its name; a replaced op's name goes to the new op computing its first output, if unnamed.
+        op_names = {int(new_op[o]): nm for o, nm in old.symbols.ops.items()}
+        for o, nm in old.symbols.ops.items():
+            first = int(old.out_ids[old.out_ptr[o]]) if old.out_ptr[o + 1] > old.out_ptr[o] else -1
+            rep = int(vm[first]) if first >= 0 else first
+            if rep != first and rep >= 0 and vprod[rep] >= self.base_ops and int(new_op[vprod[rep]]) not in op_names:
+                op_names[int(new_op[vprod[rep]])] = nm
         upd = old.updates
         g = Graph(
             op_kind=np.asarray(self.kind)[op_order], op_attr=np.asarray(self.attr)[op_order],
@@ -388,7 +395,7 @@ class Emitter:
             value_index=np.asarray(self.vidx)[val_order], types=self.types, attrs=self.attrs,
             constants=self.constants, inputs=new_vid[old.inputs], outputs=new_vid[vm[old.outputs]],
             updates=np.stack([new_vid[vm[upd[:, 0]]], new_vid[upd[:, 1]]], axis=1) if len(upd) else upd,
-            symbols=Symbols(names, {}, dict(old.symbols.constants), {}, dict(old.symbols.io)),
+            symbols=Symbols(names, op_names, dict(old.symbols.constants), {}, dict(old.symbols.io)),
         )
         # Names of dead values go with them in DCE; keep only one name per value and per name.
         from opgraph.passes.dce import dce

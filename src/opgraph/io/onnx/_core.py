@@ -226,6 +226,11 @@ def sparse_to_array(s: onnx.SparseTensorProto, what: str) -> np.ndarray:
     return dense
 
 
+#: Op kinds that lay values out anew without computing new ones (a constant folded through one keeps its origin's
+#: name, see :meth:`Importer._derive`).
+_RELAYOUT = frozenset({"reshape", "permute_dims", "cast", "squeeze", "expand_dims", "copy", "flip"})
+
+
 @dataclass
 class Scope:
     """Names visible while translating one graph or function body (outer scopes chained)."""
@@ -397,6 +402,8 @@ class Importer:
         self.static_inputs = dict(static_inputs)
         self.constant_inputs = set(constant_inputs)
         self.known: dict[int, np.ndarray] = {}
+        #: constants folded from one named constant, laid out anew: value id -> name (see :meth:`_derive`)
+        self.derived: dict[int, str] = {}
         self.input_names: dict[int, str] = {}
         self.scope: Scope = Scope()
         #: labels of the nodes being translated, outermost first (a subgraph's nodes are inside its parent's)
@@ -419,9 +426,14 @@ class Importer:
         return sub
 
     # ---------------------------------------------------------------- values and folding
-    def const(self, arr: np.ndarray) -> Value:
-        """A constant whose value is known to the importer."""
-        v = self.b.constant(arr)
+    def const(self, arr: np.ndarray, name: str | None = None) -> Value:
+        """A constant whose value is known to the importer (``name``: an initializer's, kept on the constant)."""
+        try:
+            v = self.b.constant(arr, name=name)
+        except GraphError:  # the name is taken (a malformed model repeats it): the constant goes unnamed
+            if name is None:
+                raise
+            v = self.b.constant(arr)
         self.known[v.id] = self.b._constants[self.b._const_ops_index(v.id)]
         return v
 
@@ -485,16 +497,31 @@ class Importer:
             outs = fold(r.opdef, dict(r.attrs), r.version, arrays, r.out_types, limit=FOLD_ELEMENTS,
                         in_types=[v.type for v in vals], errstate=None, catch=False, cast=True)
             if outs is not None:
+                fresh = self.b.num_values
                 consts = [self.const(a) for a in outs]
+                if len(consts) == 1 and consts[0].id >= fresh:
+                    self._derive(kind, vals, consts[0])
                 return consts[0] if len(consts) == 1 else tuple(consts)
         return self.b.op(kind, *vals, **attrs)
+
+    def _derive(self, kind: str, inputs: Sequence[Value], out: Value) -> None:
+        """Name a new constant folded from one named constant of as many elements (a Gemm's transposed weight, a
+        Conv's reshaped bias) ``<name>/<op kind>``, in :attr:`derived`: it is that parameter, laid out anew."""
+        if kind not in _RELAYOUT:
+            return
+        size = out.type.size  # type: ignore[union-attr]
+        origins = [self.derived.get(v.id) or self.b.name_of(v.id) for v in inputs
+                   if v.id in self.known and self.known[v.id].size == size and size > 1]
+        named = [o for o in origins if o is not None]
+        if len(named) == 1 and len(origins) == 1:
+            self.derived[out.id] = f"{named[0]}/{kind}"
 
     # ---------------------------------------------------------------- graphs
     def add_input(self, name: str, t: TensorType) -> Value:
         """Declare a graph input (or a constant when it is specialised)."""
         if name in self.constant_inputs:
             arr = np.asarray(self.static_inputs[name], dtype=t.dtype)
-            return self.const(arr)
+            return self.const(arr, name)
         v = self.b.input(t, name=name)
         self.input_names[v.id] = name
         return v

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,8 @@ class OnnxImport:
     inputs: tuple[Port, ...]
     outputs: tuple[Port, ...]
     specialised: frozenset[str]
+    #: with ``weights_as_inputs``: the initializers that became graph inputs, name -> value, in input order
+    weights: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 def load_model(model: Any) -> onnx.ModelProto:
@@ -77,17 +79,19 @@ def load_model(model: Any) -> onnx.ModelProto:
 
 def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
                  input_shapes: Mapping[str, Any] | None = None,
-                 static_inputs: Mapping[str, Any] | None = None) -> OnnxImport:
+                 static_inputs: Mapping[str, Any] | None = None, weights_as_inputs: bool = False) -> OnnxImport:
     """Import an ONNX model; see :func:`opgraph.io.onnx.from_onnx` (this also returns the port mapping).
 
     Inputs named in ``static_inputs`` become constants only where the graph
     needs their values while building (a ``Reshape``'s shape, a ``Slice``'s
     starts); the rest stay inputs. ``specialised`` names those that became
-    constants.
+    constants. With ``weights_as_inputs``, floating-point initializers are
+    such inputs too, and ``weights`` holds the values of those that stayed
+    inputs.
     """
     proto = load_model(model)
     try:
-        return _import_model(proto, input_types, input_shapes, static_inputs)
+        return _import_model(proto, input_types, input_shapes, static_inputs, weights_as_inputs)
     except OnnxImportError:
         raise
     except GraphError as exc:
@@ -114,8 +118,21 @@ def _check_rank(vi: Any, given: tuple[Any, ...]) -> None:
 
 
 def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
-                  input_shapes: Mapping[str, Any] | None, static_inputs: Mapping[str, Any] | None) -> OnnxImport:
+                  input_shapes: Mapping[str, Any] | None, static_inputs: Mapping[str, Any] | None,
+                  weights_as_inputs: bool = False) -> OnnxImport:
     statics = dict(static_inputs or {})
+    weights: dict[str, np.ndarray] = {}
+    if weights_as_inputs:
+        # Floating-point initializers are the trainable ones; an integer one is a shape, an axis or an index the
+        # import needs as a constant. A float one the import needs (a Resize's scales) is specialised back into a
+        # constant by the static-input machinery below.
+        for t in proto.graph.initializer:
+            if t.name in statics or not isinstance(t.name, str):
+                continue
+            arr = tensor_to_array(t, f"initializer {t.name!r}")
+            if arr.dtype.kind in "fc":
+                weights[t.name] = arr
+        statics.update(weights)
     types = dict(input_types or {})
     for vi in proto.graph.input:  # a shape alone keeps the model's element type
         if vi.name in (input_shapes or {}):
@@ -129,7 +146,11 @@ def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
     constant: set[str] = set()
     while True:
         try:
-            return _import(proto, types, statics, constant)
+            result = _import(proto, types, statics, constant, weights)
+            if weights:
+                kept = {result.graph.name_of(int(v)) for v in result.graph.inputs}
+                result = replace(result, weights={n: a for n, a in weights.items() if n in kept})
+            return result
         except NeedStatic as need:
             if need.names <= constant:  # cannot happen unless a translator misbehaves
                 raise OnnxImportError(f"inputs {sorted(need.names)} are needed as constants but are already") from None
@@ -157,7 +178,7 @@ def _value_type(vi: onnx.ValueInfoProto, given: Any, static: Any) -> TensorType:
 
 
 def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[str, Any],
-            constant: set[str]) -> OnnxImport:
+            constant: set[str], weights: Mapping[str, np.ndarray]) -> OnnxImport:
     opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
     for domain, version in opsets.items():
         if not isinstance(domain, str) or not 0 <= version < 2**31:  # ONNX's schema lookups take a C int
@@ -214,16 +235,25 @@ def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[s
                 in_ports.append(Port(vi.name, "optional", (vi.name,)))
         else:
             raise OnnxImportError(f"graph input {vi.name!r}: opgraph cannot take {which} inputs")
+    b = imp.b
     for t in g.initializer:
-        scope.names[t.name] = imp.const(tensor_to_array(t, f"initializer {t.name!r}"))
+        if t.name in weights:
+            scope.names[t.name] = imp.add_input(t.name, TensorType.of(weights[t.name]))
+        else:
+            scope.names[t.name] = imp.const(tensor_to_array(t, f"initializer {t.name!r}"), t.name)
     for s in g.sparse_initializer:
         from opgraph.io.onnx._core import sparse_to_array
 
-        scope.names[s.values.name] = imp.const(sparse_to_array(s, f"sparse initializer {s.values.name!r}"))
+        name = s.values.name
+        scope.names[name] = imp.const(sparse_to_array(s, f"sparse initializer {name!r}"),
+                                      name if isinstance(name, str) else None)
     imp.scope = scope
-    imp.translate_nodes(g.node, scope, opsets)
+    value_names: list[tuple[int, str]] = []
+    for index, proto in enumerate(g.node):
+        first_value, first_op = b.num_values, b.num_ops
+        imp.translate_node(proto, scope, opsets, index=index)
+        _name_node(imp, proto, scope, first_value, first_op, value_names)
 
-    b = imp.b
     out_ports = []
     used: set[int] = set()
 
@@ -257,10 +287,46 @@ def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[s
         else:
             _check_declared(vo, v)
             out_ports.append(Port(vo.name, "tensor", (emit(v, vo.name),)))
+    for vid, name in [*value_names, *imp.derived.items()]:  # after the outputs, which take their ports' names first
+        if b.name_of(vid) is None:
+            try:
+                b.name(Value(b, vid), name)
+            except GraphError:  # an output's or an input's name already (a port of a sequence: "s[0]")
+                pass
     from opgraph.passes import dce
 
     graph = dce(b.freeze()).graph
     return OnnxImport(graph, tuple(in_ports), tuple(out_ports), frozenset(constant))
+
+
+def _name_node(imp: Importer, proto: onnx.NodeProto, scope: Scope, first_value: int, first_op: int,
+               value_names: list[tuple[int, str]]) -> None:
+    """Names for what one top-level node made (values from ``first_value`` on, ops from ``first_op`` on).
+
+    An output the translation made (not a value it handed through, nor an
+    earlier one hash-consing found) is to be named after the ONNX tensor
+    (queued in ``value_names``: outputs are named first); the op computing
+    it takes the node's name, and the node's other new ops (a Gemm's
+    ``matmul`` before its bias ``add``) ``<node name>/<op kind>``. Names inside
+    function bodies and control-flow subgraphs are not kept: one ONNX name
+    there stands for a value per call or per trip.
+    """
+    b = imp.b
+    producers: set[int] = set()
+    for out in proto.output:
+        v = scope.names.get(out) if out else None
+        if isinstance(v, Value) and v.id >= first_value:
+            value_names.append((v.id, out))
+            producer = b.producer_of(v.id)
+            if producer is not None:
+                producers.add(producer.id)
+    if not proto.name:
+        return
+    for op in range(first_op, b.num_ops):
+        if op in producers:
+            b.name_op(op, proto.name)
+        elif b.kind_of(op) != "const":
+            b.name_op(op, f"{proto.name}/{b.kind_of(op)}")
 
 
 def _check_declared(vo: onnx.ValueInfoProto, v: Value) -> None:

@@ -30,7 +30,7 @@ bodies are registered in :data:`BODY_EXPORT` (``export/control.py``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -89,6 +89,11 @@ class Exporter:
         #: the exporter of the enclosing graph, for a control-flow body: names are unique across the model (ONNX
         #: subgraphs may not reuse an outer name) and constants are the model's initializers, which bodies see
         self.parent = parent
+        #: tensor and node names given out so far (the model's root exporter keeps them; bodies ask it)
+        self.taken: set[str] = set()
+        self.node_names: set[str] = set()
+        #: values whose ONNX name is not theirs to take in :meth:`emit_graph` (graph outputs, named by to_onnx)
+        self.unnamed: set[int] = set()
 
     def fresh(self, hint: str = "t") -> str:
         """A new tensor name (unique in the whole model, bodies included).
@@ -100,8 +105,59 @@ class Exporter:
         """
         if self.parent is not None:
             return self.parent.fresh(hint)
-        self._counter += 1
-        return f"_{hint}{self._counter}"
+        while True:  # a user's name may look like one of these
+            self._counter += 1
+            name = f"_{hint}{self._counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def claim(self, name: str) -> str:
+        """``name`` as a tensor name of the model, made unique (``name_2``, ...) if it is taken already.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.claim("fc.weight"), ex.claim("fc.weight"), ex.claim("")
+        ('fc.weight', 'fc.weight_2', 'unnamed')
+        """
+        if self.parent is not None:
+            return self.parent.claim(name)
+        return _unique(name or "unnamed", self.taken)
+
+    def name_nodes(self, start: int, name: str, main: str | None) -> None:
+        """Name the nodes appended since ``self.nodes[start]`` for an op called ``name``: the node making tensor
+        ``main`` (else the last) takes ``name``, the others ``name/OpType``, each unique among the model's nodes.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> y = ex.one("Add", ex.one("MatMul", "x", "w"), "b")
+        >>> ex.name_nodes(0, "/fc/Gemm", y); [n.name for n in ex.nodes]
+        ['/fc/Gemm/MatMul', '/fc/Gemm']
+        """
+        root = self
+        while root.parent is not None:  # one namespace for the model's nodes, bodies' included
+            root = root.parent
+        nodes = self.nodes[start:]
+        head = next((n for n in reversed(nodes) if main in n.output), nodes[-1] if nodes else None)
+        if head is not None:
+            head.name = _unique(name, root.node_names)
+        for n in nodes:
+            if n is not head:
+                n.name = _unique(f"{name}/{n.op_type}", root.node_names)
+
+    def rename_output(self, start: int, old: str, new: str) -> str:
+        """Rename tensor ``old``, made by a node appended since ``self.nodes[start]``, to ``new`` (made unique);
+        the new name, or ``old`` when no such node makes it (an input handed through, an initializer)."""
+        nodes = self.nodes[start:]
+        if not any(old in n.output for n in nodes):
+            return old
+        new = self.claim(new)
+        for n in nodes:
+            for field in (n.input, n.output):
+                for i, x in enumerate(field):
+                    if x == old:
+                        field[i] = new
+        return new
 
     def node(self, op_type: str, inputs: list[str], n_out: int = 1, outputs: list[str] | None = None,
              **attrs: Any) -> list[str]:
@@ -144,6 +200,20 @@ class Exporter:
             self.initializers.append(numpy_helper.from_array(arr, name))
         return name
 
+    def named_const(self, value: Any, name: str) -> str:
+        """An initializer of its own for a named constant (a weight keeps its name), the name made unique.
+
+        >>> import opgraph
+        >>> ex = Exporter(opgraph.GraphBuilder().freeze())
+        >>> ex.named_const(np.zeros(2), "b"), ex.named_const(np.zeros(2), "b"), ex.const(np.zeros(2))
+        ('b', 'b_2', '_c1')
+        """
+        if self.parent is not None:
+            return self.parent.named_const(value, name)
+        name = self.claim(name)
+        self.initializers.append(numpy_helper.from_array(np.array(value, order="C"), name))
+        return name
+
     def ints(self, values: Any) -> str:
         """An int64 1-D initializer (axes, shapes, pads).
 
@@ -164,11 +234,14 @@ class Exporter:
         >>> ex.emit_graph(g, names); [n.op_type for n in ex.nodes], names[int(g.outputs[0])]
         (['Exp'], '_exp1')
         """
+        sym = graph.symbols
         for op in graph.topological_order().tolist():
             kind = graph.kind_of(op)
             outs = graph.op_outputs(op).tolist()
             if graph.op_kind[op] == CONST.id:
-                names[outs[0]] = self.const(graph.constant_of(op))
+                label = sym.values.get(outs[0]) or sym.constants.get(graph.attrs_of(op)["index"])
+                names[outs[0]] = (self.named_const(graph.constant_of(op), label) if label and outs[0] not in
+                                  self.unnamed else self.const(graph.constant_of(op)))
                 continue
             ins = graph.op_inputs(op).tolist()
             in_types = [graph.type_of(v) for v in ins]
@@ -177,14 +250,24 @@ class Exporter:
             if cplx:  # ONNX types complex tensors but hardly any operator takes them (none of those written here)
                 raise OnnxExportError(f"op {op} ({kind}) computes on complex numbers ({cplx[0]}), which ONNX's "
                                       "operators do not take")
+            start = len(self.nodes)
             try:
                 produced = export_op(self, kind, [names[v] for v in ins], in_types, graph.attrs_of(op), out_types)
             except _NoTranslation as exc:
                 raise OnnxExportError(f"op {op} ({kind}) has no ONNX translation: {exc}") from None
             except OnnxExportError as exc:
                 raise OnnxExportError(f"op {op} ({kind}): {exc}") from None
-            for v, n in zip(outs, produced, strict=True):
-                names[v] = n
+            produced = list(produced)
+            renamed: dict[str, str] = {}
+            for i, (v, n) in enumerate(zip(outs, produced, strict=True)):
+                label = sym.values.get(v)
+                if n in renamed:
+                    n = renamed[n]
+                elif label and v not in self.unnamed:  # the value's name on the tensor its nodes make
+                    n = renamed[n] = self.rename_output(start, n, label)
+                produced[i] = names[v] = n
+            if sym.ops.get(op):
+                self.name_nodes(start, sym.ops[op], produced[0] if produced else None)
 
     def inline(self, body: Subgraph, args: Names) -> Names:
         """Export ``body`` in place, its parameters bound to the tensors ``args``; the names of its results.
@@ -290,6 +373,20 @@ since opset 19: to_onnx(..., opset=19) writes it)
             raise OnnxExportError(f"ONNX's {op_type} has no attribute {k!r} at opset {opset}{hint}")
         out[k] = v
     return out
+
+
+def _unique(base: str, used: set[str]) -> str:
+    """``base``, or ``base_2``, ``base_3``, ... the first not in ``used``; added to ``used``.
+
+    >>> used = {"w"}; _unique("w", used), _unique("w", used), _unique("v", used)
+    ('w_2', 'w_3', 'v')
+    """
+    n, k = base, 1
+    while n in used:
+        k += 1
+        n = f"{base}_{k}"
+    used.add(n)
+    return n
 
 
 def _value_info(name: str, t: Any) -> onnx.ValueInfoProto:
@@ -404,11 +501,18 @@ class _Emit:
 
 
 def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates: str = "refuse",
-            nan_semantics: str = "numpy") -> onnx.ModelProto:
+            nan_semantics: str = "numpy", weights: Mapping[str, Any] | None = None) -> onnx.ModelProto:
     """Write ``graph`` as an ONNX model (see the module doc).
 
     Inputs and outputs keep their names (unnamed ones become ``input_<id>`` /
     ``output_<i>``); shapes with unknown dimensions are written as symbolic.
+    Other names are kept too, made unique where two collide: a named
+    constant is an initializer of that name, a named value the tensor of
+    that name, a named op's node that name (its other nodes, when it takes
+    several, ``<name>/<OpType>``). ``weights`` (input name -> array, as
+    ``from_onnx(..., weights_as_inputs=True)`` returns) writes those inputs
+    as initializers holding the arrays instead, so a model fine-tuned in
+    opgraph goes back to ONNX as it came.
     ONNX models have no state: a graph with update edges is refused, unless
     ``updates="outputs"``, which writes each update's new value as one more
     output, named after the input it updates (``w.next`` for input ``w``),
@@ -443,6 +547,11 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
     ['ReduceMax']
     >>> [n.op_type for n in to_onnx(b.freeze()).graph.node]
     ['ReduceMax', 'IsNaN', 'Cast', 'ReduceMax', 'Greater', 'Where']
+    >>> b = opgraph.GraphBuilder(); x = b.input(("float32", (2,)), name="x"); w = b.input(("float32", (2,)), name="w")
+    >>> b.output(b.name(b.multiply(x, w), "y"))
+    >>> model = to_onnx(b.freeze(), weights={"w": np.ones(2, np.float32)})
+    >>> [i.name for i in model.graph.input], [t.name for t in model.graph.initializer]
+    (['x'], ['w'])
     """
     if updates not in ("refuse", "outputs"):
         raise ValueError(f"updates must be 'refuse' or 'outputs', got {updates!r}")
@@ -457,15 +566,8 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
                               "outputs' on the command line)")
     ex = Exporter(graph, opset=opset, nan_semantics=nan_semantics)
     names: dict[int, str] = {}
-    used: set[str] = set()
-
-    def unique(base: str) -> str:
-        n, k = base, 1
-        while n in used:
-            k += 1
-            n = f"{base}_{k}"
-        used.add(n)
-        return n
+    ex.unnamed.update(graph.outputs.tolist())  # named by their Identity below, which _drop_identities folds away
+    unique = ex.claim
 
     def value_info(v: int, n: str) -> onnx.ValueInfoProto:
         t = graph.type_of(v)
@@ -474,9 +576,21 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
         dims = None if t.shape is None else [d if d is not None else f"d{v}_{i}" for i, d in enumerate(t.shape)]
         return helper.make_tensor_value_info(n, elem_type(t.dtype), dims)
 
+    weights = dict(weights or {})
+    unknown = set(weights) - {graph.name_of(v) for v in graph.inputs.tolist()}
+    if unknown:
+        raise OnnxExportError(f"weights= names no input of the graph: {sorted(unknown)[:5]}")
     inputs = []
     for v in graph.inputs.tolist():
-        names[v] = unique(graph.name_of(v) or f"input_{v}")
+        label = graph.name_of(v)
+        if label in weights:  # an initializer instead of an input
+            arr, t = np.asarray(weights[label]), graph.type_of(v)
+            if not isinstance(t, TensorType) or not t.accepts(arr):
+                raise OnnxExportError(f"weights[{label!r}] is {arr.dtype}{list(arr.shape)}, but input {label!r} of "
+                                      f"the graph is {t}")
+            names[v] = ex.named_const(arr, label)
+            continue
+        names[v] = unique(label or f"input_{v}")
         inputs.append(value_info(v, names[v]))
     out_ids = graph.outputs.tolist()
     ex.emit_graph(graph, names)
