@@ -194,12 +194,6 @@ def _biased_second_user(b: opgraph.GraphBuilder, rng: np.random.Generator) -> An
     return b.add(b.multiply(y, b.constant(rng.standard_normal((3, 1, 1)))), b.exp(y))
 
 
-def _shared_weight(b: opgraph.GraphBuilder, rng: np.random.Generator) -> Any:
-    x = b.input(("float64", (1, 2, 5, 5)), name="x")
-    w = b.constant(rng.standard_normal((3, 2, 3, 3)))
-    return b.add(b.multiply(b.op("conv", x, w), b.constant(rng.standard_normal((3, 1, 1)))), b.op("conv", x, w))
-
-
 def _divide_by_zero(b: opgraph.GraphBuilder, rng: np.random.Generator) -> Any:
     return b.divide(_conv(b, rng), b.constant(np.array([1.0, 0.0, 2.0]).reshape(3, 1, 1)))
 
@@ -221,7 +215,7 @@ def _float32_conv_float64_scale(b: opgraph.GraphBuilder, rng: np.random.Generato
 
 
 @pytest.mark.parametrize("build", [_scale_input, _scale_along_width, _scale_along_batch, _second_user,
-                                   _biased_second_user, _shared_weight, _divide_by_zero, _weights_not_constant,
+                                   _biased_second_user, _divide_by_zero, _weights_not_constant,
                                    _integer_matmul, _float32_conv_float64_scale])
 def test_does_not_fold(build: Any) -> None:
     rng = np.random.default_rng(6)
@@ -245,6 +239,18 @@ def test_scale_constant_along_other_axes_folds() -> None:
     b.output(b.multiply(y, b.constant(s)))
     opt, rep = check(b.freeze(), {"x": rng.standard_normal((1, 2, 5, 5))})
     assert rep.counts == {"fold_scale": 1} and kinds(opt) == Counter({"conv": 1})
+
+
+def test_shared_weight_gets_its_own() -> None:
+    """A weight two convs share (CSE merges equal weights): the folded conv gets its own, the other keeps it."""
+    rng = np.random.default_rng(10)
+    b = opgraph.GraphBuilder()
+    x = b.input(("float64", (1, 2, 5, 5)), name="x")
+    w = b.constant(rng.standard_normal((3, 2, 3, 3)))
+    b.output(b.add(b.multiply(b.op("conv", x, w), b.constant(rng.standard_normal((3, 1, 1)))), b.op("conv", x, w,
+                                                                                                  stride=(1, 1))))
+    opt, rep = check(b.freeze(), {"x": rng.standard_normal((1, 2, 5, 5))})
+    assert rep.counts == {"fold_scale": 1} and kinds(opt) == Counter({"conv": 2, "add": 1})
 
 
 def test_fixed_point_and_input_untouched() -> None:

@@ -994,8 +994,9 @@ FOLD_AFFINE = RuleSet()
 def _channel_of(e: Any, y: int) -> tuple[int, int, int, int] | None:
     """(operand x, weight w, the output's channel axis, the weight's) of the producer of ``y``, or None.
 
-    The weight is a constant used only there (so folding replaces it rather than adding one); the output's dtype is
-    the weight's and a float; the channel count is the weight's."""
+    The weight is a constant (used elsewhere too, as after CSE merged equal weights, the folded producer gets its
+    own: one more constant, as an export with a weight per layer has); the output's dtype is the weight's and a float;
+    the channel count is the weight's."""
     op = e.vprod[y]
     kind = get_op(e.kind[op]).name
     ins = e.inputs_of(op)
@@ -1023,7 +1024,7 @@ def _channel_of(e: Any, y: int) -> tuple[int, int, int, int] | None:
     else:
         return None
     wv = e.const_value(w)
-    if wv is None or e.uses[w] != 1 or wv.dtype != t.dtype or wv.ndim < 2 or not 0 <= axis < rank:
+    if wv is None or wv.dtype != t.dtype or wv.ndim < 2 or not 0 <= axis < rank:
         return None
     if t.shape[axis] != wv.shape[waxis] * (e.attrs_of_op(op)["groups"] if kind == "conv_transpose" else 1):
         return None
