@@ -888,7 +888,7 @@ class ProgramContext:
 
 def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
             schedule: str | np.ndarray = "best", example_inputs: Mapping[Any, Any] | None = None,
-            budget: float = 20.0, memory_limit: Any = "auto", result: str = "auto", **options: Any) -> Any:
+            budget: float = 5.0, memory_limit: Any = "auto", result: str = "auto", **options: Any) -> Any:
     """Compile ``graph`` for repeated evaluation on ``backend`` (see the module doc).
 
     * ``backend``: ``"numpy"`` (default: the arena runtime), ``"jax"``,
