@@ -29,10 +29,21 @@ How it decides, in three steps:
    the call-time comparison is skipped where the work is unknown (dynamic shapes) or the device is not the CPU
    the constants were measured on. Engines named in ``candidates=`` are all timed (no pre-ranking): naming them
    is asking for their timings. An engine without constants (a user's own) is timed.
-3. **Timing.** Each remaining engine compiles and runs once to warm up (JIT compilation happens there); then each
-   is timed in a block of consecutive calls (at least ``repeats``, more while its share of the budget lasts), in
-   two passes over the candidates so that a change of load on a shared machine falls on all of them. The smallest
-   median wins. Engines that fail to compile or run are left out, with the reason.
+3. **Lazy compiles within the first-call budget.** The remaining engines compile in the pre-ranking's order
+   (:func:`_rank_key`), each followed by its first call (JIT compilation happens there) and up to three warm-up
+   calls (:data:`WARMUP_SECONDS`). ``budget`` (:data:`BUDGET`, 5 s) starts once the first engine has warmed up;
+   then an engine is skipped, uncompiled, when the budget is spent, when its estimated compile exceeds what is
+   left, or when its estimated overhead / ``MARGIN`` exceeds the fastest warm-up call measured; a compiled engine
+   whose warm-up calls took more than ``MARGIN`` times the fastest one's is not timed.
+4. **Timing.** Up to :data:`ROUNDS` rounds over the candidates, each a block of consecutive calls (at most
+   :data:`BLOCK_CALLS`, sized to fill the budget left) through the program's own call with the same feeds and
+   targets, the user's call; the order rotates from round to round, so a change of load on a shared machine falls
+   on all of them; timing stops when the budget is spent (after one round at least). An engine's time is the median
+   of its blocks' medians (the warm-up calls after the first count as one block); the smallest wins. Engines that fail to compile or run are left out, with the error's
+   first line in :meth:`Choice.report` and :meth:`Choice.decision`, never silently.
+5. **The on-disk cache** (:mod:`opgraph.runtime.choice_cache`): the decision is kept in a file keyed by the graph's
+   content hash, the feeds' signature, the candidates, the engines' versions and the machine; the next
+   :func:`choose` with the same key (another process, say) compiles only the chosen engine and times nothing.
 
 :class:`Choice` records, per engine, "timed" (its median, its compile seconds) or "left out: <reason>" with the
 estimates; ``explain()`` prints it. Without example inputs the choice is made on the first call's feeds.
@@ -430,7 +441,7 @@ class Choice:
             st = status[name]
             if st == "timed":
                 blocks = self.calls.get(name)
-                how = f" ({blocks[0]} block(s) of {blocks[1]} call(s))" if blocks else ""
+                how = f" ({blocks[0]} block(s) of {blocks[1]} call(s) after the warm-up calls)" if blocks else ""
                 st = (f"timed: median {self.timings[name] * 1e3:.3f} ms{how}, "  # type: ignore[operator]
                       f"compile {self.compile_seconds.get(name, 0.0):.2g} s")
             est = self.estimates.get(name)
@@ -600,6 +611,7 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = BUDGET, re
     compiled: dict[str, Any] = {}
     compile_seconds: dict[str, float] = {}
     warm: dict[str, float] = {}  # per compiled engine: its fastest warm-up call after the first
+    warm_block: dict[str, float] = {}  # and their median: the warm-up calls after the first are its first block
     # After the first call the update destinations hold state on each engine: later calls feed the rest only, as
     # steady-state calls do (feeding the state every call would time its transfer, not the engine).
     dests = {int(d) for d in graph.updates[:, 1].tolist()}
@@ -639,7 +651,7 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = BUDGET, re
                 t1 = time.perf_counter()
                 c(dict(steady), **call)
                 seen.append(time.perf_counter() - t1)
-            compiled[name], warm[name] = c, min(seen)
+            compiled[name], warm[name], warm_block[name] = c, min(seen), float(np.median(seen))
         except Exception as exc:  # a backend that cannot compile or run this graph is left out, with the reason
             failed(name, exc)
         compile_seconds[name] = time.perf_counter() - t0
@@ -658,12 +670,13 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = BUDGET, re
     # The timing: rounds over the candidates, each a block of consecutive calls (a steady state: calls of other
     # engines in between slow every engine down through the caches and the allocator), the order rotating from
     # round to round so that a change of load on a shared machine falls on all of them; each engine's time is the
-    # median of its blocks' medians. Blocks are sized so that ROUNDS rounds fill what is left of the budget.
+    # median of its blocks' medians, the warm-up calls after the first counting as a block (where the budget allows
+    # one round only: a big model). Blocks are sized so that ROUNDS rounds fill what is left of the budget.
     assert deadline is not None
     per_round = sum(warm[n] for n in compiled)
     left = max(deadline - time.perf_counter(), 0.0)
     size = max(1, min(max(BLOCK_CALLS, repeats), int(left / (ROUNDS * per_round)) if per_round > 0 else BLOCK_CALLS))
-    blocks: dict[str, list[float]] = {n: [] for n in compiled}
+    blocks: dict[str, list[float]] = {n: [warm_block[n]] for n in compiled}
     fastest: dict[str, float] = dict(warm)
     rounds = 0
     while compiled and rounds < ROUNDS:
@@ -695,7 +708,7 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = BUDGET, re
     chosen = min(compiled, key=lambda n: timings[n])  # type: ignore[arg-type,return-value]
     choice = Choice(chosen, compiled[chosen], timings, failures, {n: fastest[n] for n in compiled}, excluded,
                     left_out, estimates, compile_seconds, time.perf_counter() - started, skipped, order,
-                    {n: (len(blocks[n]), size) for n in compiled}, budget)
+                    {n: (len(blocks[n]) - 1, size) for n in compiled}, budget)
     if folder is not None and key is not None:
         choice_cache.write(folder, key, choice.record())
     return choice
