@@ -39,8 +39,9 @@ How it decides, in three steps:
    :data:`BLOCK_CALLS`, sized to fill the budget left) through the program's own call with the same feeds and
    targets, the user's call; the order rotates from round to round, so a change of load on a shared machine falls
    on all of them; timing stops when the budget is spent (after one round at least). An engine's time is the median
-   of its blocks' medians (the warm-up calls after the first count as one block); the smallest wins. Engines that fail to compile or run are left out, with the error's
-   first line in :meth:`Choice.report` and :meth:`Choice.decision`, never silently.
+   of its blocks' medians (the warm-up calls after the first count as one block); the smallest wins. Engines that
+   fail to compile or run are left out, with the error's first line in :meth:`Choice.report` and
+   :meth:`Choice.decision`, never silently.
 5. **The on-disk cache** (:mod:`opgraph.runtime.choice_cache`): the decision is kept in a file keyed by the graph's
    content hash, the feeds' signature, the candidates, the engines' versions and the machine; the next
    :func:`choose` with the same key (another process, say) compiles only the chosen engine and times nothing.
