@@ -29,11 +29,14 @@ CALLS: dict[str, int] = {}
 
 class Fake(Backend):
     """An engine running ``exp`` with numpy, counting its compiles and calls: ``t_broken*`` fails to compile (an
-    invalid program, as onnxruntime refusing an exported model), ``t_sleepy*`` sleeps 0.1 s per call."""
+    invalid program, as onnxruntime refusing an exported model), ``t_sleepy*`` sleeps 0.1 s per call,
+    ``t_slowcompile*`` 0.05 s in its compile."""
 
     def compile_graph(self, graph: opgraph.Graph, *, device: str | None = None, donate: Sequence[int] = (),
                       **options: Any) -> Any:
         COMPILED.append(self.name)
+        if self.name.startswith("t_slowcompile"):
+            time.sleep(0.05)
         if self.name.startswith("t_broken"):
             raise BackendError("[ONNXRuntimeError] : 10 : INVALID_GRAPH : Unrecognized attribute: dilations\nmore")
 
@@ -122,6 +125,16 @@ def test_the_budget_stops_compiling(engines: Any) -> None:
     assert choice.skipped["t_late"] == "not compiled: the budget (0.1 s after the first compile) ran out"
     assert "budget 0.1 s after the first compile" in choice.decision().splitlines()[0]
     np.testing.assert_array_equal(choice.compiled(FEEDS)[0], np.exp(FEEDS["x"]))
+
+
+def test_the_first_compile_scales_the_compile_estimates(engines: Any) -> None:
+    engines(t_slowcompile=EngineCost(0.001, 0.0, 0.0, 0.0, 0.0),  # measured >= 50x its estimate
+            t_next=EngineCost(0.004, 0.0, 0.0, 0.0, 0.0))  # so estimated at >= 0.2 s: more than the 0.1 s budget
+    choice = choose(_exp_graph(), FEEDS, budget=0.1, cache=False)
+    assert COMPILED == ["t_slowcompile"] and choice.backend == "t_slowcompile"
+    why = choice.skipped["t_next"]
+    assert why.startswith("not compiled: compile estimated at ") and why.endswith(" of the budget left")
+    assert "(0.004 s by the cost model, times " in why
 
 
 def test_the_choice_is_cached_on_disk(engines: Any, tmp_path: Path) -> None:
