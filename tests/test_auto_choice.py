@@ -166,7 +166,9 @@ def test_a_corrupted_cache_file_is_ignored_with_a_warning(engines: Any, tmp_path
     monkeypatch.setenv("OPGRAPH_AUTO_CACHE", "1")
     choose(_exp_graph(), FEEDS)  # the default cache: $OPGRAPH_CACHE_DIR/auto
     (path,) = (tmp_path / "auto").glob("*.json")
-    for bad in ('{"backend": "t_fir', '{"format": 1, "key": "other", "backend": "t_first"}'):
+    key = path.stem
+    for bad in ('{"backend": "t_fir', '{"format": 1, "key": "other", "backend": "t_first"}',
+                json.dumps({"format": 1, "key": key, "backend": "t_first", "timings": [1, 2]})):
         path.write_text(bad)
         COMPILED.clear()
         with pytest.warns(RuntimeWarning, match=r"auto: ignoring the choice cache file .*\.json"):

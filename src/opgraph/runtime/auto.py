@@ -589,16 +589,22 @@ def choose(graph: Graph, feeds: Mapping[Any, Any], *, budget: float = BUDGET, re
             allow_numerics=allow_numerics, options=sorted(options.items()), candidates=candidates is not None,
             costs=(sorted(COSTS.items()), MARGIN, TRANSFER_SECONDS, FLOP_SECONDS, ELEMENT_SECONDS))
         rec = choice_cache.read(folder, key)
-        if rec is not None and rec["backend"] in names:
-            path = f"{folder}/{key}.json"
+        path = choice_cache.path_of(folder, key)
+        got: Choice | None = None
+        if rec is not None:
             try:
-                program = build(rec["backend"])
+                got = Choice.from_record(rec, None, path)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+                warnings.warn(f"auto: ignoring the choice cache file {path} (not a choice record: "
+                              f"{type(exc).__name__}: {exc}); choosing again", RuntimeWarning, stacklevel=2)
+        if got is not None and got.backend in names:
+            try:
+                got.compiled = build(got.backend)
             except Exception as exc:  # the engine changed under the same versions (or the file was edited)
-                warnings.warn(f"auto: the cached choice {rec['backend']} ({path}) does not compile now "
+                warnings.warn(f"auto: the cached choice {got.backend} ({path}) does not compile now "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                               "choosing again", RuntimeWarning, stacklevel=2)
             else:
-                got = Choice.from_record(rec, program, path)
                 got.seconds = time.perf_counter() - started
                 return got
 

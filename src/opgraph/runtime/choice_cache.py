@@ -177,6 +177,15 @@ def choice_key(graph: Graph, feeds: Mapping[Any, Any], names: Sequence[str], **c
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()[:40]
 
 
+def path_of(folder: str, key: str) -> str:
+    """The file a choice of ``key`` is kept in.
+
+    >>> path_of("/c", "k")
+    '/c/k.json'
+    """
+    return os.path.join(folder, f"{key}.json")
+
+
 def read(folder: str, key: str) -> dict[str, Any] | None:
     """The record stored under ``key`` in ``folder``, or None: a miss, or a file that cannot be read or is not a
     record of this format (then with a ``RuntimeWarning`` naming the file; it is rewritten by the next choice).
@@ -184,7 +193,7 @@ def read(folder: str, key: str) -> dict[str, Any] | None:
     >>> read("/nonexistent/opgraph-cache", "k") is None
     True
     """
-    path = os.path.join(folder, f"{key}.json")
+    path = path_of(folder, key)
     try:
         with open(path, encoding="utf-8") as f:
             rec = json.load(f)
@@ -212,7 +221,7 @@ def write(folder: str, key: str, record: Mapping[str, Any]) -> str | None:
     ...     read(d, "k")["backend"]
     'numpy'
     """
-    path = os.path.join(folder, f"{key}.json")
+    path = path_of(folder, key)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
