@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# backend="auto" keeps its choices on disk by default: tests neither read a choice an earlier test (or run) made nor
+# write to the user's cache; the cache's own tests (tests/test_auto_choice.py) pass cache= a folder of their own
+os.environ.setdefault("OPGRAPH_AUTO_CACHE", "0")
 
 from opcheck import RNG_SEED
 

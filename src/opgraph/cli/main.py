@@ -633,8 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="numpy",
                    help="backend to run on: numpy (default), jax, torch, onnxruntime or auto (the fastest installed; "
                         "the choice is reported on stderr)")
-    p.add_argument("--budget", type=float, default=20.0, metavar="SECONDS",
-                   help="with --backend auto: seconds to spend timing the engines that can win (default 20)")
+    p.add_argument("--budget", type=float, default=5.0, metavar="SECONDS",
+                   help="with --backend auto: seconds to spend, after the first engine's compile, compiling and "
+                        "timing the others that can win (default 5)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("dump", parents=[common], help="print the graph as text")

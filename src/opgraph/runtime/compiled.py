@@ -888,14 +888,18 @@ class ProgramContext:
 
 def compile(graph: Graph, backend: str = "numpy", *, device: str | None = None, partition: bool = True,
             schedule: str | np.ndarray = "best", example_inputs: Mapping[Any, Any] | None = None,
-            budget: float = 20.0, memory_limit: Any = "auto", result: str = "auto", **options: Any) -> Any:
+            budget: float = 5.0, memory_limit: Any = "auto", result: str = "auto", **options: Any) -> Any:
     """Compile ``graph`` for repeated evaluation on ``backend`` (see the module doc).
 
     * ``backend``: ``"numpy"`` (default: the arena runtime), ``"jax"``,
-      ``"torch"``, ``"onnxruntime"``, or ``"auto"``, which times the installed
-      backends on ``example_inputs`` (or on the first call's feeds) within
-      ``budget`` seconds and keeps the fastest; its ``explain()`` gives the
-      choice and the timings (:mod:`opgraph.runtime.auto`). It leaves out an engine whose results differ
+      ``"torch"``, ``"onnxruntime"``, or ``"auto"``, which ranks the installed
+      backends from the graph, compiles and times those that can win on
+      ``example_inputs`` (or on the first call's feeds) within ``budget``
+      seconds after the first one's compile (default 5) and keeps the fastest;
+      its ``explain()`` gives the ranking, the choice, the timings and what
+      failed or was skipped and why (:mod:`opgraph.runtime.auto`). The choice is
+      cached on disk by graph hash (``cache=False`` or ``OPGRAPH_AUTO_CACHE=0``
+      turns that off: :mod:`opgraph.runtime.choice_cache`). It leaves out an engine whose results differ
       from NumPy's on an op of the graph (``Backend.numerics``: jax on CPU flushes subnormals to zero)
       unless ``allow_numerics=("ftz",)`` (the tags to accept, or True) allows it.
     * ``device``: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``) where the backend has it.
