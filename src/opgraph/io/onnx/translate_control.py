@@ -816,10 +816,9 @@ def _concat_from_sequence(node: Node, seq: Any) -> Any:
 
 @translates("SplitToSequence")
 def _split_to_sequence(node: Node, x: Any, split: Any = None) -> Any:
-    shape = node.shape(x)
-    r = len(shape)
+    r = node.rank(x)
     axis = node.axis(int(node.attr("axis", 0)), r)
-    dim = shape[axis]
+    dim = node.shape(x, (axis,), "the sequence has one part per slice of the split axis")[axis]
     if split is None:
         sizes = [1] * dim
     else:
@@ -839,7 +838,7 @@ def _split_to_sequence(node: Node, x: Any, split: Any = None) -> Any:
         parts.append(node.op("getitem", x, index=index))
         start += size
     if split is None and not node.attr("keepdims", 1):
-        parts = [node.op("reshape", p, shape=shape[:axis] + shape[axis + 1:]) for p in parts]
+        parts = [node.op("squeeze", p, axis=(axis,)) for p in parts]
     return Seq(parts, node.dtype(x))
 
 
