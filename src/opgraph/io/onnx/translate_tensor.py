@@ -323,8 +323,7 @@ def _gather(node: Node, x: Any, idx: Any) -> Any:
 
 @translates("Expand")
 def _expand(node: Node, x: Any, shape: Any) -> Any:
-    if None in node.dims(x) or (node.known(shape) is None and node.imp.sym.values.get(getattr(shape, "id", -1))
-                                is not None):
+    if None in node.dims(x) or node.imp.static_value(shape) is None:
         return _symbolic_expand(node, x, shape)
     target = node.static_ints(1, "shape")
     if any(d < 0 for d in target):
@@ -342,8 +341,15 @@ def _symbolic_expand(node: Node, x: Any, shape: Any) -> Any:
     has every symbolic size of the result, else ``alloc`` to the run-time shape."""
     from opgraph.io.onnx._symbolic import SymDim
 
-    target = _target(node, 1, "shape")
     src = _symbolic_shape(node, x)
+    known = node.imp.static_value(shape) is not None or node.imp.sym.values.get(shape.id) is not None
+    if not known:  # a shape no symbol describes (a Where on the batch size): broadcast at run time
+        n = node.dims(shape)
+        if len(n) != 1 or n[0] is None:
+            raise node.error(f"shape (input 1) must be a vector of known length, it is {shape.type}")
+        target: list[Any] = [node.imp.sym.symbol(None) for _ in range(n[0])]
+    else:
+        target = _target(node, 1, "shape")
     k = max(len(src), len(target))
     a = [1] * (k - len(src)) + list(src)
     t = [1] * (k - len(target)) + list(target)
@@ -353,6 +359,9 @@ def _symbolic_expand(node: Node, x: Any, shape: Any) -> Any:
             out.append(d)
         elif d == w or (isinstance(d, int) and d != 1 and isinstance(w, SymDim)):
             out.append(d)
+        elif isinstance(d, SymDim) and isinstance(w, SymDim):  # the larger of the two, which only the run knows
+            out.append(node.imp.sym.symbol(None))
+            grow = True
         elif isinstance(d, int) and d == 1:
             out.append(w)
             grow = grow or isinstance(w, SymDim)
@@ -372,8 +381,7 @@ def _symbolic_expand(node: Node, x: Any, shape: Any) -> Any:
         return y
     ones = tuple(1 if isinstance(d, SymDim) else int(d) for d in out)
     if len(a) != len(src):
-        x = node.op("reshape", x, shape=tuple(-1 if isinstance(d, SymDim) else int(d) for d in a)) \
-            if sum(isinstance(d, SymDim) for d in a) <= 1 else node.op("expand_dims", x, axis=tuple(range(k - len(src))))
+        x = node.op("expand_dims", x, axis=tuple(range(k - len(src))))
     if all(o == 1 or o == d for o, d in zip(ones, a, strict=True)):
         return x
     return node.op("where", node.const(np.ones(ones, dtype=bool)), x, x)
