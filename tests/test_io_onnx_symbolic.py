@@ -198,3 +198,43 @@ def test_a_size_compared_with_one_is_not_taken_for_a_constant() -> None:
     g = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     for n, want in ((1, 2), (4, 4)):
         assert g.run(x=np.ones(n, np.float32))[0].shape == (want,)
+
+
+def test_light_model_with_its_batch_made_symbolic() -> None:
+    """DenseNet-121 from the onnx package, its batch dim renamed N: it imports with ``?`` and agrees with
+    onnxruntime on the same model at batch 2."""
+    ort = pytest.importorskip("onnxruntime")
+    from pathlib import Path
+
+    model = onnx.load(Path(onnx.__file__).parent / "backend/test/data/light/light_densenet121.onnx")
+    inits = {t.name for t in model.graph.initializer}
+    (inp,) = [vi for vi in model.graph.input if vi.name not in inits]
+    for vi in (inp, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"  # replaces the dim_value: one field of a oneof
+    g = from_onnx(model)
+    assert g.type_of(g.inputs[0]).shape == (None, 3, 224, 224)
+    x = np.random.default_rng(0).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {inp.name: x})[0]
+    np.testing.assert_allclose(opgraph.compile(g)(x)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_recipe_from_pytorch(tmp_path: object) -> None:
+    """docs/from-pytorch.md end to end: torch's default (dynamo) export with a dynamic batch -> opgraph.load ->
+    opgraph.optimize -> compile -> save as .cg and JSON -> load -> the same results as torch at any batch."""
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    model = _randomise_bn(SmallCNN())
+    path = f"{tmp_path}/net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 1, 16, 16),), path, dynamo=True, input_names=["x"],
+                          output_names=["y"], dynamic_shapes={"x": {0: torch.export.Dim("batch")}}, verbose=False)
+    g = opgraph.optimize(opgraph.load(path))
+    assert g.type_of(g.inputs[0]).shape == (None, 1, 16, 16)
+    opgraph.save(g, f"{tmp_path}/net.cg")
+    opgraph.save(g, f"{tmp_path}/net.json")
+    for saved in (opgraph.load(f"{tmp_path}/net.cg"), opgraph.load(f"{tmp_path}/net.json")):
+        assert saved == g
+    check_batches(opgraph.load(f"{tmp_path}/net.json"), model, lambda n: torch.randn(n, 1, 16, 16),
+                  ["numpy", "onnxruntime"])

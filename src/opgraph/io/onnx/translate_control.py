@@ -906,6 +906,9 @@ def _dropout(node: Node, x: Any, ratio: Any = None, training_mode: Any = None) -
                          "import; use the model in inference mode (training_mode false)")
     # the mask is bool from opset 10, the input's type before
     mask_dtype = np.dtype(bool) if node.opset >= 10 else node.dtype(x)
-    mask = (node.op("broadcast_to", node.const(np.ones((), mask_dtype)), shape=node.shape(x))
-            if len(node.proto.output) > 1 else None)
-    return x, mask
+    if len(node.proto.output) < 2 or not node.proto.output[1]:
+        return x, None
+    if None not in node.dims(x):
+        return x, node.op("broadcast_to", node.const(np.ones((), mask_dtype)), shape=node.shape(x))
+    nan = node.op("isnan", x)  # all true, of x's run-time shape (a dynamic batch)
+    return x, node.cast(node.op("logical_or", nan, node.op("logical_not", nan)), mask_dtype)

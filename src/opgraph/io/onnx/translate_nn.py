@@ -59,16 +59,16 @@ def _leaky_relu(node: Node, x: Any) -> Any:
 
 @translates("PRelu")
 def _prelu(node: Node, x: Any, slope: Any) -> Any:
-    xs, ss = node.shape(x), node.shape(slope)
-    try:
-        np.broadcast_shapes(xs, ss)
+    xs, ss = node.dims(x), node.shape(slope)
+    try:  # a run-time dim (a batch) broadcasts as the slope's 1 would
+        np.broadcast_shapes(tuple(1 if d is None else d for d in xs), ss)
     except ValueError:
         # Models converted from PyTorch give one slope per channel as a 1-D tensor; like ONNX's reference,
         # put it on the only axis of that length.
         hits = [i for i, d in enumerate(xs) if len(ss) == 1 and d == ss[0]]
         if len(hits) != 1:
             raise node.error(f"slope of shape {ss} does not broadcast to the input's {xs}") from None
-        slope = node.op("reshape", slope, shape=tuple(d if i == hits[0] else 1 for i, d in enumerate(xs)))
+        slope = node.op("reshape", slope, shape=tuple(ss[0] if i == hits[0] else 1 for i in range(len(xs))))
     return node.op("where", node.op("less", x, _scalar(node, 0, x)), node.op("multiply", x, slope), x)
 
 
