@@ -238,3 +238,44 @@ def test_recipe_from_pytorch(tmp_path: object) -> None:
         assert saved == g
     check_batches(opgraph.load(f"{tmp_path}/net.json"), model, lambda n: torch.randn(n, 1, 16, 16),
                   ["numpy", "onnxruntime"])
+
+
+def _model(nodes: list, inputs: list, inits: list, opset: int = 18) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_size_lost_by_a_run_time_reshape_is_still_known() -> None:
+    """[N, T, 12] -> [N, T, 3, 4] needs ``reshape_to`` (two run-time sizes), whose type forgets the 3; an
+    equal Split along that axis still knows it from the symbols."""
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"], end=2),
+             helper.make_node("Concat", ["s", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Split", ["r"], ["a", "b", "c"], axis=2, num_outputs=3),
+             helper.make_node("Sub", ["a", "c"], ["y"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 12])],
+               [helper.make_tensor("heads", i64, (2,), [3, 4])])
+    g = from_onnx(m)
+    for n, t in ((1, 2), (3, 5)):
+        x = np.random.default_rng(n).standard_normal((n, t, 12)).astype(np.float32)
+        r = x.reshape(n, t, 3, 4)
+        np.testing.assert_array_equal(g.run(x=x)[0], r[:, :, :1] - r[:, :, 2:])
+
+
+def test_range_over_the_batch() -> None:
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Squeeze", ["s", "zero1"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["rf", "x"], ["y"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+               [helper.make_tensor("zero1", i64, (1,), [0]), helper.make_tensor("zero", i64, (), [0]),
+                helper.make_tensor("one", i64, (), [1])])
+    g = from_onnx(m)
+    assert g.type_of(g.inputs[0]).shape == (None,)
+    for n in (1, 4):
+        x = np.arange(1, n + 1, dtype=np.float32)
+        np.testing.assert_array_equal(g.run(x=x)[0], np.arange(n) * x)

@@ -375,7 +375,10 @@ class Node:
         t = v.type
         if not isinstance(t, TensorType) or t.shape is None:
             raise self.error(f"needs an input of known rank, its input is {t}")
-        return tuple(None if d is None else int(d) for d in t.shape)
+        if None in t.shape:  # a size the type lost (after a run-time reshape) that the symbols still know
+            sym = self.imp.sym.shape_of(v) or t.shape
+            return tuple(d if isinstance(d, int) else None for d in sym)
+        return tuple(int(d) for d in t.shape)
 
     def rank(self, v: Value) -> int:
         """The rank of a value (its dims may be symbolic)."""

@@ -7,7 +7,7 @@ shape folds to a constant. Of a value with a symbolic dim (a dynamic batch
 symbolically: a ``Reshape`` to ``[N, 8, 4]`` of an ``f32[?,32]`` becomes
 ``reshape(shape=(-1, 8, 4))``. A target with two sizes only the run knows
 (``[N, T, 4, 8]``) becomes the ``reshape_to`` op (run on NumPy), an ``Expand``
-along a symbolic size ``alloc``. A ``Slice`` whose starts, ends or steps only the
+along a symbolic size ``alloc``, a ``Range`` to one ``arange``. A ``Slice`` whose starts, ends or steps only the
 run knows (a loop's iteration number) becomes the ``slice`` op, whose sliced
 dims are unknown until then. Ops whose output shape depends on
 their values (``NonZero``, ``Unique``, ``Compress``'s condition) fold to
@@ -416,6 +416,8 @@ def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
     # the bounds are scalars, but tolerate one-element vectors
     from opgraph.io.onnx._core import FOLD_LIMIT
 
+    if any(node.imp.static_value(v) is None for v in (start, limit, delta)):
+        return _run_time_range(node, start, limit, delta)
     bounds = [np.asarray(node.static(i)).reshape(-1) for i in range(3)]
     if any(b.size != 1 for b in bounds):
         raise node.error(f"start, limit and delta must be scalars, they have {[b.size for b in bounds]} elements")
@@ -427,6 +429,26 @@ def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
     if n * dt.itemsize > FOLD_LIMIT:
         raise node.error(f"a range of {n} elements is more than opgraph computes while importing")
     return node.const((s + np.arange(n) * d).astype(dt))
+
+
+def _run_time_range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
+    """A Range whose bounds only the run knows (``range(N)`` over a dynamic batch): the ``arange`` op, of the
+    inputs' dtype; from 0 by 1 to a symbolic N its length is N."""
+    from opgraph.io.onnx._symbolic import SymDim
+
+    scalars = []
+    for v in (start, limit, delta):
+        if node.dims(v) not in ((), (1,)):
+            raise node.error(f"start, limit and delta must be scalars, they have shapes "
+                             f"{[node.dims(u) for u in (start, limit, delta)]}")
+        scalars.append(node.op("reshape", v, shape=()) if node.dims(v) else v)
+    y = node.op("arange", *scalars, dtype=node.dtype(start).name)
+    first, step = node.known(start), node.known(delta)
+    top = node.imp.sym.values.get(limit.id)
+    if first is not None and step is not None and top is not None and int(np.asarray(first).reshape(-1)[0]) == 0 \
+            and int(np.asarray(step).reshape(-1)[0]) == 1 and isinstance(top.reshape(-1)[0], SymDim):
+        node.imp.sym.shapes[y.id] = (top.reshape(-1)[0],)
+    return y
 
 
 @translates("EyeLike")
