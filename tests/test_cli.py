@@ -408,7 +408,8 @@ def test_cli_doc_examples_run_as_written(capsys: pytest.CaptureFixture[str], dem
         load_json("mlp2.json").symbols.values == load_json("mlp.json").symbols.values
 
 
-def test_convert_onnx_with_symbolic_dims_needs_input_shape(tmp_path: Path) -> None:
+def test_convert_onnx_with_symbolic_dims(tmp_path: Path) -> None:
+    """A symbolic dim stays symbolic; --input-shape fixes it, and is needed where a translation needs a size."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -420,14 +421,29 @@ def test_convert_onnx_with_symbolic_dims_needs_input_shape(tmp_path: Path) -> No
                               opset_imports=[helper.make_opsetid("", 18)])
     src, dst = tmp_path / "m.onnx", tmp_path / "m.json"
     onnx.save(model, str(src))
-    assert main(["convert", str(src), str(dst)]) == 1
-    assert not dst.exists()
+    assert main(["convert", str(src), str(dst)]) == 0
+    g = opgraph.io.load(str(dst))
+    assert g.type_of(g.inputs[0]).shape == (None, 3)
+    for n in (1, 5):
+        feeds = np.arange(3 * n, dtype=np.float32).reshape(n, 3)
+        np.testing.assert_array_equal(g.run({"x": feeds})[0], feeds.sum(axis=1))
     assert main(["convert", str(src), str(dst), "--input-shape", "x=4,3"]) == 0
     g = opgraph.io.load(str(dst))
+    assert g.type_of(g.inputs[0]).shape == (4, 3)
     feeds = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(g.run({"x": feeds})[0], feeds.sum(axis=1))
     assert main(["convert", str(src), str(dst), "--input-shape", "x=4,a"]) == 2
     assert main(["convert", str(dst), str(tmp_path / "n.cg"), "--input-shape", "x=4,3"]) == 2
+    # auto_pad SAME pads by the spatial size: that dim must be given
+    img = helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 1, "H", 5])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 3, 3], [1.0] * 9)
+    conv = helper.make_node("Conv", ["img", "w"], ["out"], auto_pad="SAME_UPPER")
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    onnx.save(helper.make_model(helper.make_graph([conv], "c", [img], [out], initializer=[w]),
+                                opset_imports=[helper.make_opsetid("", 18)]), str(tmp_path / "c.onnx"))
+    assert main(["convert", str(tmp_path / "c.onnx"), str(tmp_path / "c.json")]) == 1
+    assert not (tmp_path / "c.json").exists()
+    assert main(["convert", str(tmp_path / "c.onnx"), str(tmp_path / "c.json"), "--input-shape", "img=2,1,4,5"]) == 0
 
 
 # ----------------------------------------------------------------------------- backends

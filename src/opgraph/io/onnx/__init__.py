@@ -55,9 +55,12 @@ def from_onnx(model: Any, *, input_types: Mapping[str, Any] | None = None,
               weights_as_inputs: bool = False) -> Graph | GraphAndWeights:
     """Import an ONNX model as an opgraph Graph.
 
-    ``input_types`` overrides the types of graph inputs (``{"x": ("float32",
-    (8, 3))}``), for models with symbolic dimensions; ``input_shapes``
-    (``{"x": (8, 3)}``) fixes only the shapes. ``static_inputs`` gives
+    Symbolic dimensions (a dynamic batch) stay symbolic, ``None`` in the
+    types, wherever the op's type rule allows. ``input_types`` overrides the
+    types of graph inputs (``{"x": ("float32", (8, 3))}``); ``input_shapes``
+    (``{"x": (8, 3)}``, ``None`` for a dim to keep symbolic) fixes only the
+    shapes, needed only where a translation needs a size (the error names the
+    dim). ``static_inputs`` gives
     values for inputs the graph needs while it is built (a shape fed as an
     input, say): those inputs become constants; the others stay inputs.
     Initializers become constants. Unsupported ops or dtypes raise

@@ -6,9 +6,12 @@ receives a :class:`Node` and the node's inputs (opgraph ``Value`` handles,
 ``None`` for omitted optional inputs, :class:`Seq` for sequences) and returns
 the node's outputs. It builds opgraph ops with ``node.op(kind, ...)``, which
 folds the op into a constant when every input is known: ONNX graphs compute
-shapes at run time (``Shape`` -> ``Gather`` -> ``Reshape``), while opgraph
-graphs have static shapes, so those computations must be finished while
-importing.
+shapes at run time (``Shape`` -> ``Gather`` -> ``Reshape``), while opgraph's
+shape ops take their target shapes as attributes, so those computations are
+finished while importing. A dim only the run knows (a dynamic batch) stays
+``?`` in the types; the shape arithmetic on it is followed symbolically
+(:mod:`opgraph.io.onnx._symbolic`), so a ``Reshape`` to ``[N, -1]`` still
+becomes a static ``reshape`` with one ``-1``.
 
     >>> from opgraph.io.onnx._core import TRANSLATORS
     >>> ("", "Add") in TRANSLATORS
@@ -33,6 +36,7 @@ from opgraph.core.graph import Value
 from opgraph.core.registry import resolve
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
+from opgraph.io.onnx._symbolic import Symbols
 from opgraph.ops.fold import fold
 
 Translator = Callable[..., Any]
@@ -305,8 +309,14 @@ class Node:
         if arr is None:
             label = what or (f"input {index_or_value} ({self.proto.input[index_or_value]!r})"
                              if isinstance(index_or_value, int) else "an input")
-            raise self.error(f"{label} must be known when the graph is built (opgraph graphs have static "
-                             "shapes); make it an initializer or a Constant, or pass it in static_inputs=")
+            symbolic = self.imp.sym.values.get(v.id) if isinstance(v, Value) else None
+            if symbolic is not None:
+                dims = [d for d in symbolic.reshape(-1) if not isinstance(d, (int, np.integer))]
+                raise self.error(f"{label} is {self.imp.sym.describe(list(symbolic.reshape(-1)))}, computed from "
+                                 f"symbolic dims ({self.imp.sym.where(dims[0])}), and opgraph needs its value when "
+                                 "the graph is built; fix those dims with input_shapes=")
+            raise self.error(f"{label} must be known when the graph is built (its value sets a shape or an "
+                             "attribute); make it an initializer or a Constant, or pass it in static_inputs=")
         return arr
 
     def has_input(self, index: int) -> bool:
@@ -343,21 +353,41 @@ class Node:
             raise self.error(f"{label} must be integers, it is {arr.dtype} {arr[:8].tolist()}")
         return tuple(int(i) for i in arr)
 
-    def shape(self, v: Value) -> tuple[int, ...]:
-        """The static shape of a value (opgraph shapes are known after import)."""
+    def shape(self, v: Value, axes: Iterable[int] | None = None, why: str = "") -> tuple[int, ...]:
+        """The static shape of a value; with ``axes``, only those dims must be static (the others may be None).
+
+        A dim that is still symbolic is an error naming it, the graph input it comes from and ``why`` the
+        translation needs its size.
+        """
+        dims = self.dims(v)
+        need = range(len(dims)) if axes is None else [a % max(len(dims), 1) for a in axes]
+        missing = [a for a in need if dims[a] is None]
+        if missing:
+            sym = self.imp.sym.shape_of(v) or (None,) * len(dims)
+            which = ", ".join(f"dim {a} ({sym[a]})" for a in missing)
+            origin = "; ".join(dict.fromkeys(self.imp.sym.where(sym[a]) for a in missing if sym[a] is not None))
+            raise self.error(f"needs the static size of {which} of its input, which is {v.type}"
+                             f"{f' ({why})' if why else ''}; fix {origin or 'those dims'} with input_shapes= "
+                             "(None keeps a dim symbolic; opgraph convert --input-shape NAME=D1,D2,...)")
+        return tuple(dims)  # type: ignore[return-value]
+
+    def dims(self, v: Value) -> tuple[int | None, ...]:
+        """The shape of a value with None for dims known only at run time; its rank must be known."""
         if v is None:  # an optional input left out (an empty name) where the translation needs one
             raise self.error("an input it needs is left out (its name is empty)")
         if not isinstance(v, Value):
             raise self.error(f"needs a tensor input, got {type(v).__name__.lower()}")
         t = v.type
-        if not isinstance(t, TensorType) or t.shape is None or any(d is None for d in t.shape):
-            raise self.error(f"needs the static shape of its input, which is {t}; fix the model's symbolic "
-                             "dimensions with input_shapes= (opgraph convert --input-shape NAME=D1,D2,...)")
+        if not isinstance(t, TensorType) or t.shape is None:
+            raise self.error(f"needs an input of known rank, its input is {t}")
+        if None in t.shape:  # a size the type lost (after a run-time reshape) that the symbols still know
+            sym = self.imp.sym.shape_of(v) or t.shape
+            return tuple(d if isinstance(d, int) else None for d in sym)
         return tuple(int(d) for d in t.shape)
 
     def rank(self, v: Value) -> int:
-        """The rank of a value."""
-        return len(self.shape(v))
+        """The rank of a value (its dims may be symbolic)."""
+        return len(self.dims(v))
 
     def dtype(self, v: Value) -> np.dtype:
         """The dtype of a value."""
@@ -412,6 +442,8 @@ class Importer:
         #: parameters standing for values of the enclosing graph (parameter id -> the enclosing graph's value)
         self.parent: Importer | None = None
         self.captured: dict[int, Value] = {}
+        #: the symbolic shapes and shape values of what this builder holds (a dynamic batch: _symbolic)
+        self.sym = Symbols(self.b)
 
     def child(self) -> Importer:
         """An importer for a control-flow body: its own builder, the same model, opsets and static inputs.
@@ -502,6 +534,19 @@ class Importer:
                 if len(consts) == 1 and consts[0].id >= fresh:
                     self._derive(kind, vals, consts[0])
                 return consts[0] if len(consts) == 1 else tuple(consts)
+        elif vals and self.sym.values and any(v.id in self.sym.values for v in vals):
+            # shape arithmetic on a symbolic dim (Shape(x)[0] * 4): the op stays, its value is tracked
+            symbolic = self.sym.fold(kind, vals, attrs, self.known)
+            if symbolic is not None and all(a.dtype != object for a in symbolic):
+                consts = [self.const(a) for a in symbolic]
+                return consts[0] if len(consts) == 1 else tuple(consts)
+            res = self.b.op(kind, *vals, **attrs)
+            for v, a in zip(res if isinstance(res, tuple) else (res,), symbolic or (), strict=False):
+                if a.dtype == object:
+                    self.sym.values[v.id] = a
+                else:
+                    self.known.setdefault(v.id, a)
+            return res
         return self.b.op(kind, *vals, **attrs)
 
     def _derive(self, kind: str, inputs: Sequence[Value], out: Value) -> None:

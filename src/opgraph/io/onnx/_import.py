@@ -201,6 +201,8 @@ def _import(model: onnx.ModelProto, input_types: dict[str, Any], statics: dict[s
         which = vi.type.WhichOneof("value")
         if which == "tensor_type":
             v = imp.add_input(vi.name, _value_type(vi, input_types.get(vi.name), statics.get(vi.name)))
+            if isinstance(v, Value) and vi.name not in constant:  # a dim the model names N is one symbol N
+                imp.sym.declare_input(v, [d.dim_param for d in vi.type.tensor_type.shape.dim])
             scope.names[vi.name] = v
             in_ports.append(Port(vi.name, "tensor", () if vi.name in constant else (vi.name,)))
         elif which == "sequence_type":

@@ -816,10 +816,9 @@ def _concat_from_sequence(node: Node, seq: Any) -> Any:
 
 @translates("SplitToSequence")
 def _split_to_sequence(node: Node, x: Any, split: Any = None) -> Any:
-    shape = node.shape(x)
-    r = len(shape)
+    r = node.rank(x)
     axis = node.axis(int(node.attr("axis", 0)), r)
-    dim = shape[axis]
+    dim = node.shape(x, (axis,), "the sequence has one part per slice of the split axis")[axis]
     if split is None:
         sizes = [1] * dim
     else:
@@ -839,7 +838,7 @@ def _split_to_sequence(node: Node, x: Any, split: Any = None) -> Any:
         parts.append(node.op("getitem", x, index=index))
         start += size
     if split is None and not node.attr("keepdims", 1):
-        parts = [node.op("reshape", p, shape=shape[:axis] + shape[axis + 1:]) for p in parts]
+        parts = [node.op("squeeze", p, axis=(axis,)) for p in parts]
     return Seq(parts, node.dtype(x))
 
 
@@ -907,6 +906,9 @@ def _dropout(node: Node, x: Any, ratio: Any = None, training_mode: Any = None) -
                          "import; use the model in inference mode (training_mode false)")
     # the mask is bool from opset 10, the input's type before
     mask_dtype = np.dtype(bool) if node.opset >= 10 else node.dtype(x)
-    mask = (node.op("broadcast_to", node.const(np.ones((), mask_dtype)), shape=node.shape(x))
-            if len(node.proto.output) > 1 else None)
-    return x, mask
+    if len(node.proto.output) < 2 or not node.proto.output[1]:
+        return x, None
+    if None not in node.dims(x):
+        return x, node.op("broadcast_to", node.const(np.ones((), mask_dtype)), shape=node.shape(x))
+    nan = node.op("isnan", x)  # all true, of x's run-time shape (a dynamic batch)
+    return x, node.cast(node.op("logical_or", nan, node.op("logical_not", nan)), mask_dtype)

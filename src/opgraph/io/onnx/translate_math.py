@@ -180,7 +180,7 @@ def _axes(node: Node, axes_input: Any, rank: int) -> tuple[int, ...] | None:
 def _reduce(kind: str, pre: str | None = None, post: str | None = None) -> Any:
     def translate(node: Node, x: Any, axes_input: Any = None) -> Any:
         dt = node.dtype(x)
-        shape = node.shape(x)
+        shape = node.dims(x)
         axes = _axes(node, axes_input, len(shape))
         keep = bool(node.attr("keepdims", 1))
         if pre == "abs":
@@ -193,6 +193,7 @@ def _reduce(kind: str, pre: str | None = None, post: str | None = None) -> Any:
             y = x
         elif kind in ("max", "min", "logsumexp") and 0 in [shape[a] for a in (axes or range(len(shape)))]:
             # NumPy refuses these over nothing; ONNX gives the identity of the reduction
+            shape = node.shape(x, why="a reduction over an empty axis is a constant of the result's shape")
             out_shape = _reduced_shape(shape, axes, keep)
             if math.prod(out_shape) * np.dtype(dt).itemsize > FOLD_LIMIT:
                 raise node.error(f"its result {list(out_shape)}, a reduction over nothing, would take "
@@ -238,7 +239,7 @@ translates("ReduceLogSumExp")(_reduce("logsumexp"))
 
 def _arg(kind: str) -> Any:
     def translate(node: Node, x: Any) -> Any:
-        shape = node.shape(x)
+        shape = node.dims(x)
         axis = node.axis(node.attr("axis", 0), len(shape))
         if shape and shape[axis] == 0:
             # opgraph's argmax, like NumPy's, would fail only when run; ONNX has no index to give either
@@ -246,7 +247,7 @@ def _arg(kind: str) -> Any:
         keep = bool(node.attr("keepdims", 1))
         if node.attr("select_last_index", 0):
             x = node.op("flip", x, axis=axis)
-            n = node.shape(x)[axis]
+            n = node.shape(x, (axis,), "select_last_index counts from the end of the axis")[axis]
             idx = node.op(kind, x, axis=axis, keepdims=keep)
             return node.op("subtract", node.const(n - 1, np.int64), idx)
         return node.op(kind, x, axis=axis, keepdims=keep)

@@ -23,14 +23,17 @@ from opgraph.io.onnx._core import Node, OnnxImportError, np_dtype, translates
 # ================================================================ activations
 def _softmax(kind: str) -> Any:
     def translate(node: Node, x: Any) -> Any:
-        shape = node.shape(x)
-        r = len(shape)
+        r = node.rank(x)
         if node.opset >= 13:
             return node.op(kind, x, axis=node.axis(node.attr("axis", -1), r))
         # before opset 13 the input is flattened to 2-D at ``axis``
         axis = node.axis(node.attr("axis", 1), r)
-        flat = node.op("reshape", x, shape=(int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
-        return node.op("reshape", node.op(kind, flat, axis=1), shape=shape)
+        dims = node.dims(x)
+        if None in dims[axis:] or sum(d is None for d in dims) > 1:
+            dims = node.shape(x, why=f"Softmax before opset 13 flattens its input to 2-D at axis {axis}")
+        outer = -1 if None in dims[:axis] else int(np.prod(dims[:axis]))
+        flat = node.op("reshape", x, shape=(outer, int(np.prod(dims[axis:]))))
+        return node.op("reshape", node.op(kind, flat, axis=1), shape=tuple(-1 if d is None else d for d in dims))
     return translate
 
 
@@ -56,16 +59,16 @@ def _leaky_relu(node: Node, x: Any) -> Any:
 
 @translates("PRelu")
 def _prelu(node: Node, x: Any, slope: Any) -> Any:
-    xs, ss = node.shape(x), node.shape(slope)
-    try:
-        np.broadcast_shapes(xs, ss)
+    xs, ss = node.dims(x), node.shape(slope)
+    try:  # a run-time dim (a batch) broadcasts as the slope's 1 would
+        np.broadcast_shapes(tuple(1 if d is None else d for d in xs), ss)
     except ValueError:
         # Models converted from PyTorch give one slope per channel as a 1-D tensor; like ONNX's reference,
         # put it on the only axis of that length.
         hits = [i for i, d in enumerate(xs) if len(ss) == 1 and d == ss[0]]
         if len(hits) != 1:
             raise node.error(f"slope of shape {ss} does not broadcast to the input's {xs}") from None
-        slope = node.op("reshape", slope, shape=tuple(d if i == hits[0] else 1 for i, d in enumerate(xs)))
+        slope = node.op("reshape", slope, shape=tuple(ss[0] if i == hits[0] else 1 for i in range(len(xs))))
     return node.op("where", node.op("less", x, _scalar(node, 0, x)), node.op("multiply", x, slope), x)
 
 
@@ -159,7 +162,15 @@ def _gelu(node: Node, x: Any) -> Any:
 
 
 # ================================================================ convolution and pooling
-def _spatial_attrs(node: Node, xs: tuple[int, ...], kernel: tuple[int, ...]
+def _spatial_dims(node: Node, x: Any) -> tuple[Any, ...]:
+    """A conv or pool input's shape: its batch and channel dims may be symbolic; its spatial dims too, except
+    where ``auto_pad`` SAME derives the padding from them."""
+    if node.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        return node.shape(x, range(2, node.rank(x)), "auto_pad SAME pads by the input's spatial size")
+    return node.dims(x)
+
+
+def _spatial_attrs(node: Node, xs: tuple[Any, ...], kernel: tuple[int, ...]
                    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
     """(strides, dilations, per-axis (begin, end) pads) of a conv or pool node over input shape ``xs``."""
     n = len(xs) - 2
@@ -200,7 +211,7 @@ def _bias_nd(node: Node, y: Any, bias: Any) -> Any:
 
 @translates("Conv")
 def _conv(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
-    xs, ws = node.shape(x), node.shape(w)
+    xs, ws = _spatial_dims(node, x), node.shape(w, why="its kernel sizes are the weights' shape")
     kernel = tuple(node.attr("kernel_shape", ()) or ws[2:])
     strides, dilations, pads = _spatial_attrs(node, xs, kernel)
     y = node.op("conv", x, w, stride=strides, padding=pads, dilation=dilations, groups=node.attr("group", 1))
@@ -209,7 +220,7 @@ def _conv(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
 
 @translates("ConvTranspose")
 def _conv_transpose(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
-    xs, ws = node.shape(x), node.shape(w)
+    xs, ws = node.dims(x), node.shape(w, why="its kernel sizes are the weights' shape")
     n = len(xs) - 2
     kernel = tuple(node.attr("kernel_shape", ()) or ws[2:])
     strides = tuple(int(s) for s in node.attr("strides", ()) or (1,) * n)
@@ -221,6 +232,7 @@ def _conv_transpose(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
         target = target[2:]
     extra = [0] * n
     if target or auto in ("SAME_UPPER", "SAME_LOWER"):
+        xs = node.shape(x, range(2, len(xs)), "an output_shape or auto_pad SAME derives the pads from it")
         # The output size is given (or SAME: input * stride); ONNX derives the pads from it. A negative total
         # means the output is longer than the full transposed convolution: the extra cells get no
         # contribution, so they are zeros appended at the end.
@@ -243,7 +255,7 @@ def _conv_transpose(node: Node, x: Any, w: Any, bias: Any = None) -> Any:
 
 
 def _pool_geometry(node: Node, x: Any) -> dict[str, Any]:
-    xs = node.shape(x)
+    xs = _spatial_dims(node, x)
     kernel = tuple(int(k) for k in node.attr("kernel_shape"))
     strides, dilations, pads = _spatial_attrs(node, xs, kernel)
     # auto_pad SAME fixes the output size at ceil(in / stride); ceil_mode does not apply then.
@@ -258,7 +270,7 @@ def _max_pool(node: Node, x: Any) -> Any:
     if len(node.proto.output) < 2 or not node.proto.output[1]:
         return y
     # ONNX's Indices count over the whole (N, C, *spatial) tensor; opgraph's within each (n, c) plane.
-    xs = node.shape(x)
+    xs = node.shape(x, why="MaxPool's Indices output counts over the whole tensor")
     plane = int(np.prod(xs[2:]))
     idx = node.op("max_pool_argmax", x, **geo)
     if node.attr("storage_order", 0) and len(xs) == 4:

@@ -2,7 +2,12 @@
 
 Shape arguments (``Reshape``'s shape, ``Expand``'s shape) must be known
 while importing; they usually are, since ``Shape`` of a value with a static
-shape folds to a constant. A ``Slice`` whose starts, ends or steps only the
+shape folds to a constant. Of a value with a symbolic dim (a dynamic batch
+``N``), ``Shape`` is the ``shape`` op, and the arithmetic on it is followed
+symbolically: a ``Reshape`` to ``[N, 8, 4]`` of an ``f32[?,32]`` becomes
+``reshape(shape=(-1, 8, 4))``. A target with two sizes only the run knows
+(``[N, T, 4, 8]``) becomes the ``reshape_to`` op (run on NumPy), an ``Expand``
+along a symbolic size ``alloc``, a ``Range`` to one ``arange``. A ``Slice`` whose starts, ends or steps only the
 run knows (a loop's iteration number) becomes the ``slice`` op, whose sliced
 dims are unknown until then. Ops whose output shape depends on
 their values (``NonZero``, ``Unique``, ``Compress``'s condition) fold to
@@ -39,40 +44,125 @@ def _constant(node: Node) -> Any:
     raise node.error("has no value attribute")
 
 
+def _symbolic_shape(node: Node, x: Any) -> tuple[Any, ...]:
+    """``x``'s shape, its run-time dims as symbols (:mod:`opgraph.io.onnx._symbolic`)."""
+    node.rank(x)
+    return node.imp.sym.shape_of(x)  # type: ignore[return-value]
+
+
 @translates("Shape")
 def _shape(node: Node, x: Any) -> Any:
-    shape = node.shape(x)
-    r = len(shape)
+    dims = node.dims(x)
+    r = len(dims)
     start, end = node.attr("start", 0), node.attr("end", r)
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
-    return node.const(np.asarray(shape[start:end], dtype=np.int64))
+    if None not in dims[start:end]:
+        return node.const(np.asarray(dims[start:end], dtype=np.int64))
+    # a run-time dim: the shape op, whose value is followed symbolically ([N, 1, 28, 28])
+    full = node.op("shape", x)
+    node.imp.sym.set_value(full, _symbolic_shape(node, x), (r,))
+    return full if (start, end) == (0, r) else node.op("getitem", full, index=(slice(start, end),))
+
+
+def _shape_value(node: Node, x: Any) -> Any:
+    """``x``'s shape as a value: a constant when static, else the ``shape`` op with its symbolic value."""
+    if None not in node.dims(x):
+        return node.const(np.asarray(node.dims(x), dtype=np.int64))
+    full = node.op("shape", x)
+    node.imp.sym.set_value(full, _symbolic_shape(node, x), (node.rank(x),))
+    return full
 
 
 @translates("Size")
 def _size(node: Node, x: Any) -> Any:
-    return node.const(np.int64(np.prod(node.shape(x), dtype=np.int64)))
+    if None not in node.dims(x):
+        return node.const(np.int64(np.prod(node.dims(x), dtype=np.int64)))
+    full = node.op("shape", x)
+    node.imp.sym.set_value(full, _symbolic_shape(node, x), (node.rank(x),))
+    return node.op("prod", full)
+
+
+def _target(node: Node, index: int, what: str) -> list[Any]:
+    """A shape input's entries: ints, and symbolic dims where its value is computed from run-time dims."""
+    v = node.inputs[index]
+    sym = node.imp.sym.values.get(v.id) if isinstance(v, Value) and node.known(v) is None else None
+    if sym is not None:
+        return [d if not isinstance(d, (int, np.integer)) else int(d) for d in sym.reshape(-1)]
+    return list(node.static_ints(index, what))
+
+
+def _resolve_target(node: Node, x: Any, target: list[Any], allowzero: bool) -> list[Any]:
+    """ONNX's Reshape target made explicit: 0 copied from ``x`` (unless ``allowzero``), the -1 worked out when
+    the other sizes determine it, symbols where only the run knows a size."""
+    from opgraph.io.onnx._symbolic import SymDim, product, quotient
+
+    src = _symbolic_shape(node, x)
+    names = tuple(node.imp.sym.names)
+    if not allowzero:
+        if any(isinstance(d, int) and d == 0 for d in target[len(src):]):
+            raise node.error(f"shape {tuple(str(d) for d in target)}: a 0 (copy the input's dimension) past the "
+                             f"input's rank {len(src)}")
+        target = [src[i] if isinstance(d, int) and d == 0 else d for i, d in enumerate(target)]
+    if -1 in target and any(isinstance(d, SymDim) for d in target):
+        rest = product([d for d in target if not (isinstance(d, int) and d == -1)], names)
+        size = quotient(product(list(src), names), rest, names)
+        if size is not None and (isinstance(size, SymDim) or size >= 0):
+            target = [size if isinstance(d, int) and d == -1 else d for d in target]
+    return target
+
+
+def _static_or_minus_one(target: list[Any]) -> tuple[int, ...] | None:
+    """The target as opgraph's static ``reshape`` shape (one symbolic size or -1 becomes the -1), or None when two
+    sizes are known only at run time."""
+    from opgraph.io.onnx._symbolic import SymDim
+
+    open_ = [i for i, d in enumerate(target) if isinstance(d, SymDim) or d == -1]
+    if len(open_) > 1:
+        return None
+    return tuple(-1 if i in open_ else int(d) for i, d in enumerate(target))
+
+
+def _run_time_reshape(node: Node, x: Any, shape: Any, target: list[Any], allowzero: bool) -> Any:
+    """``reshape_to`` with the target computed at run time (ONNX's 0 entries copied from ``x``'s shape)."""
+    r = node.rank(x)
+    k = len(target)
+    if not allowzero and k <= r and node.known(shape) is None:
+        shape = node.cast(shape, np.int64)
+        dims = node.op("getitem", node.op("shape", x), index=(slice(0, k),))
+        shape = node.op("where", node.op("equal", shape, node.const(np.int64(0))), dims, shape)
+    y = node.op("reshape_to", x, node.cast(shape, np.int64))
+    node.imp.sym.shapes[y.id] = tuple(node.imp.sym.symbol(None) if isinstance(d, int) and d == -1 else d
+                                      for d in target)
+    return y
 
 
 @translates("Reshape")
 def _reshape(node: Node, x: Any, shape: Any = None) -> Any:
-    target = list(node.static_ints(1, "shape") if node.has_input(1) else node.attr("shape"))
-    src = node.shape(x)
-    if not node.attr("allowzero", 0):
-        if any(d == 0 for d in target[len(src):]):
-            raise node.error(f"shape {tuple(target)}: a 0 (copy the input's dimension) past the input's rank "
-                             f"{len(src)}")
-        target = [src[i] if d == 0 else d for i, d in enumerate(target)]
-    return node.op("reshape", x, shape=tuple(target))
+    allowzero = bool(node.attr("allowzero", 0))
+    raw = _target(node, 1, "shape") if node.has_input(1) else list(node.attr("shape"))
+    target = _resolve_target(node, x, raw, allowzero)
+    static = _static_or_minus_one(target)
+    if static is not None:
+        return node.op("reshape", x, shape=static)
+    if not node.has_input(1):
+        raise node.error(f"shape {raw} has two sizes only the run knows")
+    return _run_time_reshape(node, x, shape, target, allowzero)
 
 
 @translates("Flatten")
 def _flatten(node: Node, x: Any) -> Any:
-    shape = node.shape(x)
+    from opgraph.io.onnx._symbolic import product
+
+    shape = _symbolic_shape(node, x)
     axis = node.attr("axis", 1)
     axis = axis + len(shape) if axis < 0 else axis
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    return node.op("reshape", x, shape=(outer, int(np.prod(shape[axis:], dtype=np.int64))))
+    target = [product(list(shape[:axis])), product(list(shape[axis:]))]
+    static = _static_or_minus_one(target)
+    if static is None:
+        raise node.error(f"flattens {node.imp.sym.describe(shape)} at axis {axis}: both sides have sizes only the "
+                         "run knows; fix them with input_shapes=")
+    return node.op("reshape", x, shape=static)
 
 
 @translates("Transpose")
@@ -88,20 +178,29 @@ def _axes_arg(node: Node, index: int) -> tuple[int, ...]:
 
 @translates("Squeeze")
 def _squeeze(node: Node, x: Any, axes: Any = None) -> Any:
-    shape = node.shape(x)
     ax = _axes_arg(node, 1)
-    ax = tuple(i for i, d in enumerate(shape) if d == 1) if not ax else node.axes(ax, len(shape))
+    if ax:
+        shape = node.dims(x)
+        ax = node.axes(ax, len(shape))
+        for a in ax:
+            if shape[a] not in (1, None):
+                raise node.error(f"cannot squeeze axis {a} of size {shape[a]} (shape {x.type})")
+        return node.op("squeeze", x, axis=ax) if ax else x
+    shape = node.shape(x, why="Squeeze without axes removes the dims of size 1")
+    ax = tuple(i for i, d in enumerate(shape) if d == 1)
     return node.op("reshape", x, shape=tuple(d for i, d in enumerate(shape) if i not in ax))
 
 
 @translates("Unsqueeze")
 def _unsqueeze(node: Node, x: Any, axes: Any = None) -> Any:
-    shape = list(node.shape(x))
+    shape: list[int | None] = list(node.dims(x))
     ax = _axes_arg(node, 1)
     out_rank = len(shape) + len(ax)
     for a in sorted(node.axes(ax, out_rank)):
         shape.insert(a, 1)
-    return node.op("reshape", x, shape=tuple(shape))
+    if sum(d is None for d in shape) > 1:
+        return node.op("expand_dims", x, axis=tuple(sorted(node.axes(ax, out_rank))))
+    return node.op("reshape", x, shape=tuple(-1 if d is None else d for d in shape))
 
 
 @translates("Concat")
@@ -111,19 +210,20 @@ def _concat(node: Node, *xs: Any) -> Any:
         raise node.error("has no inputs to concatenate")
     axis = node.axis(node.attr("axis"), node.rank(xs[0]))
     if len({node.rank(x) for x in xs}) > 1 or node.rank(xs[0]) == 0:
-        raise node.error(f"inputs must have one rank of at least 1, they have shapes {[node.shape(x) for x in xs]}")
-    xs = tuple(x for x in xs if node.shape(x)[axis] != 0) or xs[:1]
+        raise node.error(f"inputs must have one rank of at least 1, they have shapes {[node.dims(x) for x in xs]}")
+    xs = tuple(x for x in xs if node.dims(x)[axis] != 0) or xs[:1]
     return xs[0] if len(xs) == 1 else node.op("concat", *xs, axis=axis)
 
 
 @translates("Split")
 def _split(node: Node, x: Any, split: Any = None) -> Any:
-    shape = node.shape(x)
+    shape = node.dims(x)
     axis = node.axis(node.attr("axis", 0), len(shape))
     sizes = node.static_ints(1, "split") if node.has_input(1) else tuple(node.attr("split", ()))
     n_out = len(node.proto.output)
     if not sizes:
         parts = node.attr("num_outputs", n_out)
+        shape = node.shape(x, (axis,), "the split axis is cut into equal parts")
         chunk = -(-shape[axis] // parts)
         sizes = tuple(min(chunk, shape[axis] - i * chunk) for i in range(parts))
     return _split_sizes(node, x, axis, sizes)
@@ -143,7 +243,7 @@ def _split_sizes(node: Node, x: Any, axis: int, sizes: tuple[int, ...]) -> tuple
 def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
     if node.has_input(1) and any(node.imp.static_value(v) is None for v in (starts, ends, steps) if v is not None):
         return _run_time_slice(node, x, starts, ends, steps)
-    shape = node.shape(x)
+    shape = node.dims(x)
     r = len(shape)
     if node.has_input(1):
         st, en = node.static_ints(1, "starts"), node.static_ints(2, "ends")
@@ -161,6 +261,11 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
     for s, e, a, step in zip(st, en, ax, sp, strict=True):
         a = node.axis(a, r)
         n = shape[a]
+        if n is None:  # a run-time size: the bounds ONNX clamps are clamped by Python's slicing alike
+            if step > 0 or (s < 0 and e < 0):
+                index[a] = slice(_python_bound(s), _python_bound(e), step)
+                continue
+            n = node.shape(x, (a,), "a negative step's bounds are clamped to the axis size")[a]
         # clamp the way ONNX does (it clamps before NumPy would, so huge sentinels work)
         s = s + n if s < 0 else s
         e = e + n if e < 0 else e
@@ -170,6 +275,11 @@ def _slice(node: Node, x: Any, starts: Any = None, ends: Any = None, axes: Any =
             s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
         index[a] = slice(s, None if e < 0 else e, step)
     return node.op("getitem", x, index=tuple(index))
+
+
+def _python_bound(b: int) -> int | None:
+    """An ONNX slice bound as a Python one on an axis of unknown size (INT64_MAX-style sentinels: to the end)."""
+    return None if b >= 2**62 else max(b, -(2**62))
 
 
 def _run_time_slice(node: Node, x: Any, starts: Any, ends: Any, steps: Any) -> Any:
@@ -204,14 +314,17 @@ def _run_time_slice(node: Node, x: Any, starts: Any, ends: Any, steps: Any) -> A
 @translates("Gather")
 def _gather(node: Node, x: Any, idx: Any) -> Any:
     # take counts negative indices from the end, as ONNX does
-    shape = node.shape(x)
+    shape = node.dims(x)
     axis = node.axis(node.attr("axis", 0), len(shape))
-    _check_indices(node, node.known(idx), shape, axis)
+    if shape[axis] is not None:
+        _check_indices(node, node.known(idx), shape, axis)  # type: ignore[arg-type]
     return node.op("take", x, idx, axis=axis)
 
 
 @translates("Expand")
 def _expand(node: Node, x: Any, shape: Any) -> Any:
+    if None in node.dims(x) or node.imp.static_value(shape) is None:
+        return _symbolic_expand(node, x, shape)
     target = node.static_ints(1, "shape")
     if any(d < 0 for d in target):
         raise node.error(f"shape {target} has a negative dimension")
@@ -223,6 +336,57 @@ def _expand(node: Node, x: Any, shape: Any) -> Any:
     return node.op("broadcast_to", x, shape=out)
 
 
+def _symbolic_expand(node: Node, x: Any, shape: Any) -> Any:
+    """Expand where a size is symbolic: broadcasting against a constant of the static sizes when ``x`` already
+    has every symbolic size of the result, else ``alloc`` to the run-time shape."""
+    from opgraph.io.onnx._symbolic import SymDim
+
+    src = _symbolic_shape(node, x)
+    known = node.imp.static_value(shape) is not None or node.imp.sym.values.get(shape.id) is not None
+    if not known:  # a shape no symbol describes (a Where on the batch size): broadcast at run time
+        n = node.dims(shape)
+        if len(n) != 1 or n[0] is None:
+            raise node.error(f"shape (input 1) must be a vector of known length, it is {shape.type}")
+        target: list[Any] = [node.imp.sym.symbol(None) for _ in range(n[0])]
+    else:
+        target = _target(node, 1, "shape")
+    k = max(len(src), len(target))
+    a = [1] * (k - len(src)) + list(src)
+    t = [1] * (k - len(target)) + list(target)
+    out, grow = [], False
+    for d, w in zip(a, t, strict=True):
+        if isinstance(w, int) and w == 1:
+            out.append(d)
+        elif d == w or (isinstance(d, int) and d != 1 and isinstance(w, SymDim)):
+            out.append(d)
+        elif isinstance(d, SymDim) and isinstance(w, SymDim):  # the larger of the two, which only the run knows
+            out.append(node.imp.sym.symbol(None))
+            grow = True
+        elif isinstance(d, int) and d == 1:
+            out.append(w)
+            grow = grow or isinstance(w, SymDim)
+        elif isinstance(d, SymDim) and isinstance(w, int):
+            out.append(w)  # x's run-time size must be 1 there
+            grow = True
+        else:
+            raise node.error(f"cannot expand {node.imp.sym.describe(src)} to {node.imp.sym.describe(target)}")
+    if grow:  # ONNX's Expand broadcasts the two shapes: the larger of each pair (1 or equal) is the result's
+        ones = node.const(np.ones(k - len(target), np.int64))
+        want = node.op("concat", ones, node.cast(shape, np.int64), axis=0) if k > len(target) else \
+            node.cast(shape, np.int64)
+        have = node.op("concat", node.const(np.ones(k - len(src), np.int64)), _shape_value(node, x), axis=0) \
+            if k > len(src) else _shape_value(node, x)
+        y = node.op("alloc", x, node.op("maximum", want, have))
+        node.imp.sym.shapes[y.id] = tuple(out)
+        return y
+    ones = tuple(1 if isinstance(d, SymDim) else int(d) for d in out)
+    if len(a) != len(src):
+        x = node.op("expand_dims", x, axis=tuple(range(k - len(src))))
+    if all(o == 1 or o == d for o, d in zip(ones, a, strict=True)):
+        return x
+    return node.op("where", node.const(np.ones(ones, dtype=bool)), x, x)
+
+
 @translates("Tile")
 def _tile(node: Node, x: Any, repeats: Any) -> Any:
     return node.op("tile", x, reps=node.static_ints(1, "repeats"))
@@ -230,6 +394,13 @@ def _tile(node: Node, x: Any, repeats: Any) -> Any:
 
 @translates("ConstantOfShape")
 def _constant_of_shape(node: Node, shape: Any) -> Any:
+    if node.known(shape) is None and node.imp.sym.values.get(getattr(shape, "id", -1)) is not None:
+        value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
+        if value.size != 1:
+            raise node.error(f"attribute 'value' must have one element, it has shape {value.shape}")
+        y = node.op("alloc", node.const(value.reshape(())), node.cast(shape, np.int64))
+        node.imp.sym.shapes[y.id] = tuple(_target(node, 0, "shape"))
+        return y
     dims = node.static_ints(0, "shape")
     if any(d < 0 for d in dims):
         raise node.error(f"shape {dims} has a negative dimension")
@@ -245,6 +416,8 @@ def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
     # the bounds are scalars, but tolerate one-element vectors
     from opgraph.io.onnx._core import FOLD_LIMIT
 
+    if any(node.imp.static_value(v) is None for v in (start, limit, delta)):
+        return _run_time_range(node, start, limit, delta)
     bounds = [np.asarray(node.static(i)).reshape(-1) for i in range(3)]
     if any(b.size != 1 for b in bounds):
         raise node.error(f"start, limit and delta must be scalars, they have {[b.size for b in bounds]} elements")
@@ -256,6 +429,26 @@ def _range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
     if n * dt.itemsize > FOLD_LIMIT:
         raise node.error(f"a range of {n} elements is more than opgraph computes while importing")
     return node.const((s + np.arange(n) * d).astype(dt))
+
+
+def _run_time_range(node: Node, start: Any, limit: Any, delta: Any) -> Any:
+    """A Range whose bounds only the run knows (``range(N)`` over a dynamic batch): the ``arange`` op, of the
+    inputs' dtype; from 0 by 1 to a symbolic N its length is N."""
+    from opgraph.io.onnx._symbolic import SymDim
+
+    scalars = []
+    for v in (start, limit, delta):
+        if node.dims(v) not in ((), (1,)):
+            raise node.error(f"start, limit and delta must be scalars, they have shapes "
+                             f"{[node.dims(u) for u in (start, limit, delta)]}")
+        scalars.append(node.op("reshape", v, shape=()) if node.dims(v) else v)
+    y = node.op("arange", *scalars, dtype=node.dtype(start).name)
+    first, step = node.known(start), node.known(delta)
+    top = node.imp.sym.values.get(limit.id)
+    if first is not None and step is not None and top is not None and int(np.asarray(first).reshape(-1)[0]) == 0 \
+            and int(np.asarray(step).reshape(-1)[0]) == 1 and isinstance(top.reshape(-1)[0], SymDim):
+        node.imp.sym.shapes[y.id] = (top.reshape(-1)[0],)
+    return y
 
 
 @translates("EyeLike")
