@@ -204,3 +204,10 @@ def test_program_releases_intermediates_and_keeps_what_is_read_later() -> None:
     source = backends.get("torch").compile_graph(g).source
     assert "del " in source
     assert source.rstrip().splitlines()[-1].startswith("    return (")
+
+
+def test_pad_of_nothing() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for pw in (((0, 0), (0, 0)), ((0, 0),), ((1, 0), (0, 2))):
+        np.testing.assert_array_equal(run_torch("pad", x, pad_width=pw, constant_value=-1.0),
+                                      np.pad(x, pw, constant_values=-1.0))
