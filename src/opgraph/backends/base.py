@@ -604,7 +604,7 @@ def unsupported_ops(graph: Graph, backend: Backend) -> dict[int, str]:
 
 def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]], *,
                   fix: Callable[[Any, ValueType], Any] | None = None, fix_ops: Any = None,
-                  name: str = "program") -> tuple[Callable[..., Any], list[np.ndarray], str]:
+                  name: str = "program", release: bool = False) -> tuple[Callable[..., Any], list[np.ndarray], str]:
     """Generate one Python function computing ``graph``: ``fn(consts, *inputs) -> outputs``.
 
     Each op becomes one line calling the callable its rule made; constants
@@ -612,7 +612,21 @@ def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]]
     convert once). With ``fix``, the result of every op in ``fix_ops``
     (default: every op) is passed through ``fix(result, declared_type)``,
     which backends use to match the declared dtype where their promotion
-    rules differ from NumPy's. Returns ``(fn, consts, source)``.
+    rules differ from NumPy's. With ``release``, a ``del`` drops each
+    intermediate after its last use, so an eager engine frees (and its
+    allocator reuses) the memory of dead values during the call instead of
+    holding every intermediate until it returns. Returns ``(fn, consts, source)``.
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", (2,)), name="x")
+    >>> b.output(b.op("sin", b.op("exp", x)))
+    >>> print(straight_line(b.freeze(), lambda op: getattr(np, op.kind), release=True)[2])
+    def program(c, a0):
+        v1 = f0(a0)
+        v2 = f1(v1)
+        del v1
+        return (v2,)
     """
     # under opgraph's name, so the tests' error::DeprecationWarning:opgraph.* filter covers the generated code
     env: dict[str, Any] = {"__name__": "opgraph.backends.generated"}
@@ -625,7 +639,15 @@ def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]]
     lines = [f"def {name}(c{''.join(', ' + p for p in params)}):"]
     if fix is not None:
         env["fix"] = fix
-    for op in graph.topological_order().tolist():
+    order = graph.topological_order().tolist()
+    last_use: dict[int, int] = {}  # value -> the position in ``order`` of its last reader
+    if release:
+        for pos, op in enumerate(order):
+            for v in graph.op_inputs(op).tolist():
+                last_use[v] = pos
+        for v in graph.outputs.tolist():
+            last_use[v] = len(order)  # returned: never released
+    for pos, op in enumerate(order):
         outs = graph.op_outputs(op).tolist()
         if graph.op_kind[op] == CONST.id:
             names[outs[0]] = f"c[{len(consts)}]"
@@ -652,6 +674,15 @@ def straight_line(graph: Graph, rule_for: Callable[[OpInfo], Callable[..., Any]]
                     lines.append(f"    v{v} = fix(r{op}[{k}], t{v})")
                 else:
                     lines.append(f"    v{v} = r{op}[{k}]")
+            if release:
+                lines.append(f"    del r{op}")
+        if release:
+            # this op's inputs read for the last time, and its results nothing reads
+            dead = [names[v] for v in dict.fromkeys(graph.op_inputs(op).tolist()) if last_use.get(v) == pos
+                    and names[v][0] == "v"]
+            dead += [names[v] for v in outs if v not in last_use]
+            if dead:
+                lines.append(f"    del {', '.join(dead)}")
     rets = "".join(names[int(v)] + ", " for v in graph.outputs.tolist())
     lines.append(f"    return ({rets.rstrip(' ')})" if rets else "    return ()")
     source = "\n".join(lines)

@@ -93,7 +93,7 @@ class _TorchExecutable(Executable):
         self._needs_fix: set[int] = set()
         self._lock = threading.Lock()
         self._seen: set[tuple[Any, ...]] = set()
-        checking, consts, self.source = straight_line(graph, self._checked_rule)
+        checking, consts, self.source = straight_line(graph, self._checked_rule, release=True)
         self._checking = checking
         with torch.inference_mode():
             self._consts = [from_numpy(c, device) for c in consts]
@@ -134,7 +134,8 @@ class _TorchExecutable(Executable):
         return checked
 
     def _generate(self) -> Fn:
-        fn, _consts, self.source = straight_line(self.graph, self._rule, fix=fix, fix_ops=frozenset(self._needs_fix))
+        fn, _consts, self.source = straight_line(self.graph, self._rule, fix=fix, fix_ops=frozenset(self._needs_fix),
+                                                 release=True)
         if self._compile:
             fn = torch.compile(fn, mode=self._mode, dynamic=False)
         return fn  # type: ignore[no-any-return]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from opgraph.backends.base import Limit, OpInfo, RuleFactory
 from opgraph.backends.torch import BACKEND
@@ -35,6 +36,7 @@ from opgraph.backends.torch.dtypes import (
     td,
     unkey,
     with_casts,
+    work_dtype,
 )
 from opgraph.core.types import TensorType
 
@@ -342,6 +344,50 @@ def _clip_rule(info: OpInfo) -> Fn:
 
     calc = calc_dtype(out)
     return with_casts(clip_complex if out.kind == "c" else clip, info.in_dtypes, (calc, calc, calc))
+
+
+# ---------------------------------------------------------------- activations
+# One torch kernel each (one pass over memory, as torch eager runs them), not the decomposition into three to
+# six elementwise ops that lowering would run; float16 is computed in float32 and rounded once, as the NumPy
+# kernels do. The formulas are the ones the op docs quote as torch's (gelu's erf and tanh forms, x * sigmoid(x),
+# x * relu6(x + 3) / 6), within the tolerance the op suite allows of the NumPy kernels.
+def _in_work(fn: Fn, dt: np.dtype) -> Fn:
+    """``fn`` computed in :func:`~opgraph.backends.torch.dtypes.work_dtype` of ``dt``, the result in ``dt``."""
+    work, t = td(work_dtype(dt)), td(dt)
+    if work == t:
+        return fn
+    return lambda x: fn(x.to(work)).to(t)
+
+
+@BACKEND.rule("gelu")
+def _gelu_rule(info: OpInfo) -> Fn:
+    """torch's gelu (erf form or ``approximate="tanh"``).
+
+    >>> t = TensorType("float16", (2,))
+    >>> BACKEND.rules["gelu"](OpInfo("gelu", {"approximate": "none"}, (t,), (t,)))(torch.tensor([-1.0, 2.0],
+    ...     dtype=torch.float16))
+    tensor([-0.1587,  1.9541], dtype=torch.float16)
+    """
+    approximate = str(info.attrs["approximate"])
+    return _in_work(lambda x: F.gelu(x, approximate=approximate), info.out_dtype)
+
+
+@BACKEND.rule("silu")
+def _silu_rule(info: OpInfo) -> Fn:
+    return _in_work(F.silu, info.out_dtype)
+
+
+@BACKEND.rule("hard_swish")
+def _hard_swish_rule(info: OpInfo) -> Fn:
+    return _in_work(F.hardswish, info.out_dtype)
+
+
+@BACKEND.rule("hard_sigmoid")
+def _hard_sigmoid_rule(info: OpInfo) -> Fn:
+    """ONNX's clip(alpha * x + beta, 0, 1): the line then the clip in place on its own result (two passes)."""
+    work = work_dtype(info.out_dtype)
+    alpha, beta = (float(np.asarray(info.attrs[k], work)) for k in ("alpha", "beta"))
+    return _in_work(lambda x: torch.mul(x, alpha).add_(beta).clamp_(0.0, 1.0), info.out_dtype)
 
 
 # ================================================================ limits

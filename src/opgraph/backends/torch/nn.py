@@ -30,21 +30,75 @@ def _softmax_rule(info: OpInfo) -> Fn:
     work, t_out = td(work_dtype(out)), td(out)
     log = info.kind == "log_softmax"
 
-    def softmax(x: torch.Tensor) -> torch.Tensor:
+    def exact(x: torch.Tensor) -> torch.Tensor:
         # The NumPy kernel's arithmetic: shift by the max (0 where it is not finite), then normalise.
-        x = x.to(work)
-        if x.numel() == 0:
-            return x.to(t_out)
         m = torch.amax(x, axis, keepdim=True)
         s = x - torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         if log:
-            r = s - torch.log(torch.sum(torch.exp(s), axis, keepdim=True))
-        else:
-            e = torch.exp(s)
-            r = e / torch.sum(e, axis, keepdim=True)
+            return s - torch.log(torch.sum(torch.exp(s), axis, keepdim=True))
+        e = torch.exp(s)
+        return e / torch.sum(e, axis, keepdim=True)
+
+    fast = torch.log_softmax if log else torch.softmax
+
+    def softmax(x: torch.Tensor) -> torch.Tensor:
+        # torch's one-kernel (log_)softmax shifts by the row's max too, so it agrees with the NumPy kernel
+        # wherever that max is finite; a row whose max is +-inf or NaN comes out all NaN from torch (inf - inf),
+        # and only then is the kernel's arithmetic run (the test is one pass that reads the result once).
+        # torch.compile traces the kernel's arithmetic instead, which it fuses, without a data-dependent branch.
+        x = x.to(work)
+        if x.numel() == 0:
+            return x.to(t_out)
+        if torch.compiler.is_compiling():
+            return exact(x).to(t_out)
+        r = fast(x, axis)
+        if bool(torch.isnan(r).any()):
+            r = exact(x)
         return r.to(t_out)
 
     return softmax
+
+
+@BACKEND.rule("layer_norm")
+def _layer_norm_rule(info: OpInfo) -> Fn:
+    """torch's layer_norm over axes ``axis`` .. last, the scale and bias applied by it where they have exactly
+    the normalised shape (after leading 1s), else multiplied and added after; float16 computes in float32.
+
+    >>> from opgraph.core.types import TensorType
+    >>> t, s = TensorType("float32", (2, 3)), TensorType("float32", (3,))
+    >>> ln = BACKEND.rules["layer_norm"](OpInfo("layer_norm", {"axis": -1, "epsilon": 0.0}, (t, s), (t,)))
+    >>> ln(torch.tensor([[1.0, 2.0, 3.0], [2.0, 2.0, 6.0]]), torch.tensor([1.0, 2.0, 1.0]))
+    tensor([[-1.2247,  0.0000,  1.2247],
+            [-0.7071, -1.4142,  1.4142]])
+    """
+    axis, eps = int(info.attrs["axis"]), float(info.attrs["epsilon"])
+    out = info.out_dtype
+    work, t_out = td(work_dtype(out)), td(out)
+
+    def affine(p: torch.Tensor | None, dims: torch.Size) -> tuple[torch.Tensor | None, bool]:
+        """(p as layer_norm's weight or bias, True) when it has the normalised shape, else (p, False)."""
+        if p is None:
+            return None, True
+        lead = p.ndim - len(dims)
+        if lead >= 0 and p.shape[lead:] == dims and all(n == 1 for n in p.shape[:lead]):
+            return p.reshape(dims).to(work), True
+        return p.to(work), False
+
+    def layer_norm(x: torch.Tensor, scale: torch.Tensor | None = None,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+        dims = x.shape[axis % x.ndim:]
+        w, w_in = affine(scale, dims)
+        b, b_in = affine(bias, dims)
+        if w_in and b_in:
+            return F.layer_norm(x.to(work), dims, w, b, eps).to(t_out)
+        y = F.layer_norm(x.to(work), dims, w if w_in else None, None, eps)
+        if not w_in:
+            y = y * w
+        if b is not None:
+            y = y + b
+        return y.to(t_out)
+
+    return layer_norm
 
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -215,6 +269,49 @@ def _pool_windows(x: torch.Tensor, p: Any, fill: Any) -> torch.Tensor:
     return _windows(xp, p.spans, p.geo.stride, p.geo.dilation, p.outs)
 
 
+_MAX_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def _torch_pool(info: OpInfo, avg: bool) -> Fn | None:
+    """``torch.nn.functional``'s max or avg pool for the op, where its geometry is one torch takes: symmetric
+    padding of at most half the (dilated) window, and no dilation for avg; else None.
+
+    torch's ceil_mode drops a last window that starts in the end padding, as opgraph's does, and its
+    count_include_pad never counts ceil_mode's extension, as opgraph's; the output size is checked against the
+    op's all the same, and a disagreement runs the windows (:func:`_windows`). Max pooling propagates NaN as
+    NumPy's max does and never picks its padding.
+    """
+    kernel = tuple(info.attrs["kernel_size"])
+    geo = _geometry(info, len(kernel))
+    table = _AVG_POOL if avg else _MAX_POOL
+    if len(kernel) not in table or any(b != e for b, e in geo.pads) or any(
+            b > span // 2 for (b, _), span in zip(geo.pads, geo.spans(kernel), strict=True)):
+        return None
+    if avg and any(d != 1 for d in geo.dilation):
+        return None
+    pool, stride, pads = table[len(kernel)], tuple(geo.stride), tuple(b for b, _ in geo.pads)
+    ceil = bool(info.attrs["ceil_mode"])
+    if avg:
+        include = bool(info.attrs["count_include_pad"])
+        return lambda x: pool(x, kernel, stride, pads, ceil, include)
+    dilation = tuple(geo.dilation)
+    return lambda x: pool(x, kernel, stride, pads, dilation, ceil)
+
+
+def _with_torch_pool(info: OpInfo, plan: Callable[[tuple[int, ...]], Any], avg: bool, windows: Fn) -> Fn:
+    """:func:`_torch_pool` where it applies and gives the op's output size, else ``windows``."""
+    fast = _torch_pool(info, avg)
+    if fast is None:
+        return windows
+
+    def pool(x: torch.Tensor) -> torch.Tensor:
+        y = fast(x)
+        return y if tuple(y.shape[2:]) == plan(tuple(x.shape[2:])).outs else windows(x)
+
+    return pool
+
+
 @BACKEND.rule("max_pool")
 def _max_pool_rule(info: OpInfo) -> Fn:
     if np.dtype(info.in_dtypes[0]) == U64:
@@ -223,7 +320,13 @@ def _max_pool_rule(info: OpInfo) -> Fn:
     fill = fill_min(info.in_dtypes[0])
     if np.dtype(info.in_dtypes[0]) in WIDE:
         return lambda x: torch.amax(_pool_windows(x.to(torch.int64), plan(tuple(x.shape[2:])), fill), -1)
-    return lambda x: torch.amax(_pool_windows(x, plan(tuple(x.shape[2:])), fill), -1)
+
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(_pool_windows(x, plan(tuple(x.shape[2:])), fill), -1)
+
+    if dtype_kind(info.in_dtypes[0]) != "f":
+        return windows
+    return _with_torch_pool(info, plan, False, windows)
 
 
 @BACKEND.rule("max_pool_argmax")
@@ -274,7 +377,10 @@ def _avg_pool_rule(info: OpInfo) -> Fn:
             d = divisors[(sizes, x.device)] = torch.from_numpy(np.maximum(p.counts(include), 1)).to(x.device, work)
         return (total / d).to(t_out)
 
-    return avg_pool
+    fast = _with_torch_pool(info, plan, True, avg_pool)
+    if fast is avg_pool:
+        return avg_pool
+    return lambda x: fast(x.to(work)).to(t_out)
 
 
 @BACKEND.rule("lp_pool")

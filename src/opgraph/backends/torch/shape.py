@@ -252,6 +252,11 @@ def _pad_rule(info: OpInfo) -> Fn:
         warnings.simplefilter("ignore")
         fill = np.array(info.attrs["constant_value"]).astype(dt).item()
 
+    if not any(b or a for b, a in pw):
+        # nothing added (models pad to a multiple that the input already is): the input itself, as reshape's
+        # views are (no rule writes into a tensor it is given)
+        return lambda x: x
+
     def pad(x: torch.Tensor) -> torch.Tensor:
         pairs = pw * x.ndim if len(pw) == 1 else pw
         if mode == "constant":
