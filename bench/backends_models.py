@@ -472,7 +472,7 @@ def main() -> None:
             result["choose"] = time.perf_counter() - t1
             choice = fn.choice
             result.update(choice=choice.backend, timings=choice.timings, failures=choice.failures,
-                          report=choice.report(), first_error=float(np.max(np.abs(
+                          report=choice.report(), status=choice.status(), first_error=float(np.max(np.abs(
                               np.asarray(first, np.float64) - saved["__ref__"]))))
 
             def call() -> Any:

@@ -51,6 +51,10 @@ ARCHS = (("tv_resnet18", "ResNet-18"), ("tv_shufflenet_v2_x1_0", "ShuffleNetV2 (
          ("tv_mobilenet_v3_small", "MobileNetV3-S"), ("tv_vit_b_16", "ViT-B/16"), ("gpt2", "GPT-2 (4x256)"),
          ("tv_densenet121", "DenseNet-121"))
 """(bench/backends_models.py name, label) in the issue's order."""
+COST_ORDER = ("tv_squeezenet1_1", "tv_mobilenet_v3_small", "tv_shufflenet_v2_x1_0", "bert", "gpt2",
+              "tv_regnet_y_400mf", "tv_efficientnet_b0", "tv_resnet18", "tv_densenet121", "tv_convnext_tiny",
+              "tv_swin_t", "tv_vit_b_16")
+"""The order the models are measured in: cheapest first."""
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "NUMBA_NUM_THREADS")
 LIBS = ("torch", "onnxruntime", "opgraph-auto")
@@ -97,6 +101,16 @@ def _ms(seconds: float | None) -> str:
 
 def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _auto_summary(og: dict[str, Any]) -> str:
+    """auto's choice and each engine's median (or why it was not timed, cut short) in one line."""
+    timed = sorted((t, n) for n, t in og["timings"].items() if t is not None)
+    parts = [f"{n} {_ms(t)}" for t, n in timed]
+    for n, st in og.get("status", {}).items():
+        if st != "timed":
+            parts.append(f"{n} {st[:90]}{'...' if len(st) > 90 else ''}")
+    return f"auto chose {og['choice']} (ms: " + "; ".join(parts) + ")"
 
 
 def measure(name: str, threads: int, passes: int, progress: Console, reuse: bool = False) -> dict[str, Any]:
@@ -152,16 +166,37 @@ def table(console: Console, run: Callable[..., Any] | None = None, *, threads: i
         raise SystemExit(f"unknown model(s) {unknown}; choose from {[m for m, _ in ARCHS]}")
     names = chosen or [m for m, _ in ARCHS]
     progress = Console(stderr=True)
-    rows, notes, records = [], [], []
-    ratios, ratios_ort, firsts = [], [], []
-    for name in names:
-        label = labels[name]
+    RESULTS.mkdir(exist_ok=True)
+    raw = RESULTS / "backends_models.json"
+    raw.write_text("")
+    records = []
+    for name in sorted(names, key=COST_ORDER.index):  # the cheap ones first: an interrupted run has the most rows
         why = missing(name)
-        if why:
-            rows.append([label, why, *["-"] * 9])
-            continue
-        record = measure(name, threads, passes, progress, reuse)
+        record = {"model": name, "threads": threads, "missing": why} if why else measure(
+            name, threads, passes, progress, reuse)
         records.append(record)
+        with raw.open("a") as f:  # line by line: an interrupted run keeps what it measured (see --from-json)
+            f.write(json.dumps(record) + "\n")
+    render(console, records, threads, passes)
+
+
+def render(console: Console, records: list[dict[str, Any]], threads: int, passes: int,
+           expected: list[str] | None = None) -> None:
+    """Print the table of ``records`` (:func:`measure`'s) in the issue's order and write it to
+    bench/results/backends_models.md; a model of ``expected`` without a record is "not measured"."""
+    labels = dict(ARCHS)
+    order = [m for m, _ in ARCHS]
+    by_name = {r["model"]: r for r in records}
+    for name in expected or []:
+        by_name.setdefault(name, {"model": name, "missing": "not measured (run cut short)"})
+    rows, notes = [], []
+    ratios, ratios_ort, firsts = [], [], []
+    for record in sorted(by_name.values(), key=lambda r: order.index(r["model"])):
+        name = record["model"]
+        label = labels[name]
+        if record.get("missing"):
+            rows.append([label, record["missing"], *["-"] * 9])
+            continue
         ex = record["export"]
         if ex is None:
             rows.append([label, f"export failed: {record['export_error'][:60]}", *["-"] * 9])
@@ -195,7 +230,7 @@ def table(console: Console, run: Callable[..., Any] | None = None, *, threads: i
             notes.append(f"{label}: {lib} failed: {err}")
         if og:
             n = s["opgraph-auto_processes"]
-            line = (f"{label}: {og['report']}; first call {og['first_call']:.1f} s = load {og['import']:.1f} + "
+            line = (f"{label}: {_auto_summary(og)}; first call {og['first_call']:.1f} s = load {og['import']:.1f} + "
                     f"optimize {og['optimize']:.1f} + compile and choose {og['choose']:.1f}")
             if n > 1:
                 line += " (first pass; later passes " + ", ".join(
@@ -235,8 +270,7 @@ def table(console: Console, run: Callable[..., Any] | None = None, *, threads: i
           "auto / fastest", "auto / ORT", "export ok", "rel err"], rows, base + notes)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "backends_models.md").write_text("\n".join(md))
-    (RESULTS / "backends_models.json").write_text("".join(json.dumps(r) + "\n" for r in records))
-    console.print(f"written: {RESULTS / 'backends_models.md'}, {RESULTS / 'backends_models.json'}")
+    console.print(f"written: {RESULTS / 'backends_models.md'} (raw: {RESULTS / 'backends_models.json'})")
 
 
 def main() -> None:
@@ -246,8 +280,15 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=None, help=f"passes for the small models (default {SMALL_PASSES})")
     ap.add_argument("--reuse", action="store_true", help="keep the exports an earlier run left in the cache")
     ap.add_argument("--export-only", action="store_true", help="only export the models (to the cache)")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="print the table of a backends_models.json written by an earlier (perhaps interrupted) run")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m] or None
+    if args.from_json:
+        records = [json.loads(line) for line in args.from_json.read_text().splitlines() if line.strip()]
+        render(Console(width=160), records, records[0]["threads"] if records else 1, args.passes or SMALL_PASSES,
+               expected=models or [m for m, _ in ARCHS])
+        return
     if args.export_only:
         for name in models or [m for m, _ in ARCHS]:
             threads = args.threads or 1
