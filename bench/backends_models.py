@@ -243,6 +243,8 @@ def torchvision_model(name: str) -> Any:
     from torch import nn
 
     model = getattr(torchvision_models(), name)(weights=None)
+    if name.startswith("vit_"):  # torchvision zeroes the classifier head: every output would be 0, any error hidden
+        nn.init.normal_(model.heads.head.weight, std=0.02)
     if any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
         cnn_archs.calibrate_batch_norm(model)
     return model.eval()
