@@ -23,6 +23,14 @@ $(VENV)/.installed-torch: | $(BIN)/python
 	-$(BIN)/python -m pip install -q "torch==2.13.0+cpu" || echo "note: PyTorch CPU build not available here"
 	touch $@
 
+# torchvision builds the architectures of bench/table_backends_models.py. The registry's wheel depends on a CUDA
+# torch, so it is installed without dependencies next to the CPU torch (the benchmark stubs its
+# `_meta_registrations` module, built for a newer torch); where it does not install, those rows say
+# "torchvision not installed".
+$(VENV)/.installed-torchvision: $(VENV)/.installed-torch | $(BIN)/python
+	-$(BIN)/python -m pip install -q --no-deps "torchvision==0.29.1" pillow || echo "note: torchvision not available here; the architectures table leaves its models out"
+	touch $@
+
 # Graphviz's `dot` is a system package: installed where this user may (root with apt-get);
 # elsewhere opgraph.draw says clearly that it is missing and the tests that render say why they skip.
 $(VENV)/.installed-graphviz: | $(BIN)/python
@@ -51,7 +59,7 @@ test: $(VENV)/.installed-test $(VENV)/.installed-torch $(VENV)/.installed-graphv
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests bench examples tools
 
-bench: $(VENV)/.installed-bench $(VENV)/.installed-torch
+bench: $(VENV)/.installed-bench $(VENV)/.installed-torch $(VENV)/.installed-torchvision
 	$(THREADS) $(BIN)/python bench/run.py
 
 # Fuzzes the file loaders for longer than `make test` does: FUZZ_N mutated files per format (tools/fuzz.py;
