@@ -392,3 +392,26 @@ def test_optimised_transformer_block_exports_and_matches() -> None:
     feeds = {"x": rng.standard_normal((6, 8)).astype(np.float32),
              "w1": rng.standard_normal((16, 8)).astype(np.float32) / 3}
     np.testing.assert_allclose(_ort_run(model, feeds)[0], g.run(feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_hard_swish_keeps_numpy_overflow_unless_onnx_semantics_are_asked() -> None:
+    """NumPy's x * (x + 3) / 6 overflows to inf at 3.4e38 where ONNX's HardSwish stays finite: by default the
+    export is the arithmetic form, bit for bit opgraph's result; nan_semantics="onnx" writes HardSwish."""
+    import onnxruntime
+
+    b = opgraph.GraphBuilder()
+    b.output(b.op("hard_swish", b.input(("float32", (64,)), name="x")))
+    g = b.freeze()
+    xv = np.concatenate([np.array([3.4e38, -3.4e38, np.inf, -np.inf, np.nan, 3, -3, 0, -0.0], np.float32),
+                         np.random.default_rng(0).standard_normal(55).astype(np.float32) * 5])
+    model = to_onnx(g)
+    assert "HardSwish" not in {n.op_type for n in model.graph.node}
+    got = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": xv})[0]
+    ref = g.run({"x": xv})[0]
+    assert np.isinf(ref[0]) and np.array_equal(got.view(np.int32), ref.view(np.int32))
+    assert [n.op_type for n in to_onnx(g, nan_semantics="onnx").graph.node] == ["HardSwish"]
+    # so the onnxruntime engine declares no difference from NumPy for it, and auto may pick it
+    from opgraph.runtime.auto import numerics_exclusions
+
+    assert "onnxruntime" not in numerics_exclusions(g, ["numpy", "onnxruntime"])

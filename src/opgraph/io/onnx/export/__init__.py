@@ -528,7 +528,9 @@ def to_onnx(graph: Graph, *, name: str = "opgraph", opset: int = OPSET, updates:
     propagation where ONNX Runtime's operators skip NaN: max and min
     reductions, argmax and argmin (the first NaN wins) and max pools get
     guards (``IsNaN``, ``Where``, and an ``If`` around a max pool's NaN-aware
-    form). ``nan_semantics="onnx"`` writes ONNX's operators alone, with no
+    form), and ``hard_swish`` is written as ``x * min(max(x + 3, 0), 6) / 6``
+    (which overflows at huge ``x`` as NumPy's does; ``HardSwish`` does not).
+    ``nan_semantics="onnx"`` writes ONNX's operators alone, with no
     guards and no control flow: the same values wherever the input holds no
     NaN, and what the original model computes when ``graph`` was imported
     from ONNX (``opgraph convert --onnx-nan-semantics onnx`` on the command

@@ -188,6 +188,8 @@ def _hard_sigmoid(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types
 
 @EXPORT.rule("hard_swish")
 def _hard_swish(ex: Exporter, ins: Names, attrs: AttrMap, it: Types, ot: Types) -> Names:
-    if it[0].dtype == np.float64:  # ONNX Runtime's HardSwish multiplies by 1/6 in float32 (measured: 5e-9 off)
+    # float64: ONNX Runtime's HardSwish multiplies by 1/6 in float32 (measured: 5e-9 off). NumPy's semantics:
+    # HardSwish(3.4e38) is finite where x * (x + 3) / 6 overflows to inf as NumPy's does
+    if it[0].dtype == np.float64 or ex.nan_semantics == "numpy":
         return decomposed(ex, "hard_swish", ins, it, attrs)
     return [ex.one("HardSwish", ins[0])]
