@@ -137,6 +137,19 @@ def test_the_first_compile_scales_the_compile_estimates(engines: Any) -> None:
     assert "(0.004 s by the cost model, times " in why
 
 
+def test_an_engine_s_one_off_first_compile_counts_in_its_estimate(engines: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba's interpreter takes ~30 s to compile where no cached copy is on disk: auto must not start that."""
+    engines(numpy=None, t_cold=EngineCost(0.001, 0.0, 0.0, 0.0, 0.0))
+    monkeypatch.setattr(backends.get("t_cold"), "first_compile_seconds", lambda: 30.0)
+    choice = choose(_exp_graph(), FEEDS, budget=5.0, cache=False)
+    assert "t_cold" not in COMPILED and choice.backend == "numpy"
+    assert choice.status()["t_cold"].startswith("left out: compile estimated at 30 s")
+    monkeypatch.setattr(backends.get("t_cold"), "first_compile_seconds", lambda: 0.0)  # paid already
+    COMPILED.clear()
+    assert "t_cold" in COMPILED or "t_cold" in choose(_exp_graph(), FEEDS, budget=5.0, cache=False).compile_seconds
+
+
 def test_the_choice_is_cached_on_disk(engines: Any, tmp_path: Path) -> None:
     engines(t_first=EngineCost(0.001, 0.0, 0.0, 0.0, 0.0), t_sleepy=EngineCost(0.002, 0.0, 0.0, 0.0, 0.0))
     first = choose(_exp_graph(), FEEDS, cache=tmp_path)

@@ -343,6 +343,16 @@ class Backend(RuleTable):
         """
         return False
 
+    def first_compile_seconds(self) -> float:
+        """Seconds of one-off work this engine's next compile would do before any graph's own (numba compiling
+        its interpreter where no cached copy is on disk): ``backend="auto"`` adds them to its compile estimate,
+        so a first use that would overrun the budget is not started. 0.0 for engines without such a cost.
+
+        >>> get_numpy().first_compile_seconds()
+        0.0
+        """
+        return 0.0
+
     def supports(self, kind: str, in_types: Sequence[Any] | None = None, out_types: Sequence[Any] | None = None,
                  attrs: Mapping[str, Any] | None = None) -> bool:
         """True when this backend runs ``kind``; with types (and attrs), for those types.

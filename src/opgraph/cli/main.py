@@ -633,9 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="numpy",
                    help="backend to run on: numpy (default), jax, torch, onnxruntime or auto (the fastest installed; "
                         "the choice is reported on stderr)")
-    p.add_argument("--budget", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--budget", type=float, default=2.0, metavar="SECONDS",
                    help="with --backend auto: seconds to spend, after the first engine's compile, compiling and "
-                        "timing the others that can win (default 5)")
+                        "timing the others that can win (default 2)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("dump", parents=[common], help="print the graph as text")

@@ -125,7 +125,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="with --backend: the device (cpu, cuda)")
     p.add_argument("--set", action="append", metavar="NAME=FILE.npy",
                    help="with --backend auto: an example input to time on (repeatable; others are seeded random)")
-    p.add_argument("--budget", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--budget", type=float, default=2.0, metavar="SECONDS",
                    help="with --backend auto: seconds to spend, after the first engine's compile, compiling and "
                         "timing the others that can win (default 5)")
     p.set_defaults(func=_cmd_plan)

@@ -31,7 +31,7 @@ How it decides, in three steps:
    is asking for their timings. An engine without constants (a user's own) is timed.
 3. **Lazy compiles within the first-call budget.** The remaining engines compile in the pre-ranking's order
    (:func:`_rank_key`), each followed by its first call (JIT compilation happens there) and up to three warm-up
-   calls (:data:`WARMUP_SECONDS`). ``budget`` (:data:`BUDGET`, 5 s) starts once the first engine has warmed up;
+   calls (:data:`WARMUP_SECONDS`). ``budget`` (:data:`BUDGET`, 2 s) starts once the first engine has warmed up;
    then an engine is skipped, uncompiled, when the budget is spent, when its estimated compile (scaled by the
    first compile's measured / estimated seconds where that is above 1) exceeds what is left, or when its estimated
    overhead / ``MARGIN`` exceeds the fastest warm-up call measured; a compiled engine whose warm-up calls took
@@ -311,6 +311,8 @@ def estimate(graph: Graph, name: str, prof: Profile | None = None) -> Estimate:
     own_regions = (regions + 1) // 2 if numpy_ops else 1
     numpy = COSTS["numpy"]
     compile_s = cost.compile_seconds(engine_ops, own_regions) + (numpy.compile_per_op * numpy_ops if numpy_ops else 0)
+    if engine_ops and name in backends.available():  # a one-off cost not yet paid (numba's interpreter)
+        compile_s += backends.get(name).first_compile_seconds()
     overhead = (cost.call_seconds(engine_ops, own_regions)
                 + (numpy.call_seconds(numpy_ops, regions - own_regions) if numpy_ops else 0.0)
                 + TRANSFER_SECONDS * transfers)
@@ -533,11 +535,12 @@ def numerics_exclusions(graph: Graph, names: Sequence[str], device: str | None =
     return out
 
 
-BUDGET = 5.0
+BUDGET = 2.0
 """The default first-call budget: seconds ``auto`` may spend after the first candidate's compile and warm-up (the
 candidate the pre-ranking puts first, or the next where it fails) on compiling and timing the others; when they
 run out it stops and takes the best so far (``budget=`` of ``opgraph.compile``, ``Graph.run``'s auto and the
-command line's ``--budget``)."""
+command line's ``--budget``). 2 s keeps a real model's first call near 5 s (load, optimise, the first engine's
+compile, 2 s) and the choice is cached on disk for later processes; ``budget=10`` times more engines for longer."""
 WARMUP_SECONDS = 0.2
 """After a candidate's first call (where JIT compilation happens), more untimed warm-up calls while this many
 seconds last (at least one, at most three): their fastest is its first measured time, used to skip candidates."""

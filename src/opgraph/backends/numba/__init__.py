@@ -219,6 +219,18 @@ class NumbaBackend(Backend):
         b.output(*(out if isinstance(out, tuple) else (out,)))
         return fused.elementwise_region(b.freeze())
 
+    def first_compile_seconds(self) -> float:
+        """About 30 s where numba has not compiled the interpreter in this process and has no cached copy on disk
+        (its first use on a machine, or after an upgrade of numba or of this package); else 0.
+
+        >>> from opgraph.backends.numba import machine
+        >>> BACKEND.first_compile_seconds() in (0.0, machine.INTERPRETER_COMPILE_SECONDS)
+        True
+        """
+        from opgraph.backends.numba import machine
+
+        return 0.0 if machine.interpreter_ready() else machine.INTERPRETER_COMPILE_SECONDS
+
     def claims(self, graph: Graph) -> bool:
         """True when this engine runs every op of ``graph``, decided per kind and per type (vectorised), so a
         graph of 10^6 ops is not asked op by op; kinds with limits are asked op by op.
