@@ -139,7 +139,7 @@ def measure(name: str, threads: int, passes: int, progress: Console, reuse: bool
         order = order[1:] + order[:1]
     if record["runs"]["opgraph-auto"]:  # a second process finds auto's choice in the on-disk cache
         progress.print(f"[dim]backends_models: {name} opgraph-auto (cached choice) ...[/dim]")
-        r, err = run_lib(threads, "--model", name, "--lib", "opgraph-auto", "--blocks", "1")
+        r, err = run_lib(threads, "--model", name, "--lib", "opgraph-auto", "--blocks", "5")
         record["cached"] = r
         if r is None:
             record["errors"]["opgraph-auto (cached)"] = err
