@@ -101,7 +101,8 @@ def _resolve_target(node: Node, x: Any, target: list[Any], allowzero: bool) -> l
     names = tuple(node.imp.sym.names)
     if not allowzero:
         if any(isinstance(d, int) and d == 0 for d in target[len(src):]):
-            raise node.error(f"shape {tuple(str(d) for d in target)}: a 0 (copy the input's dimension) past the "
+            shown = "(" + ", ".join(str(d) for d in target) + ("," if len(target) == 1 else "") + ")"
+            raise node.error(f"shape {shown}: a 0 (copy the input's dimension) past the "
                              f"input's rank {len(src)}")
         target = [src[i] if isinstance(d, int) and d == 0 else d for i, d in enumerate(target)]
     if -1 in target and any(isinstance(d, SymDim) for d in target):
