@@ -222,14 +222,36 @@ def dag_to_unidag(dag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Job, tuple[
     return {job: forward.get(job, ()) for job in back}
 
 
+def _jobs(unidag: Mapping[Job, Sequence[Job]]) -> list[Job]:
+    """Every job of a unidag: the keys, then the jobs that appear only in their tuples (first seen first)."""
+    jobs = dict.fromkeys(unidag)
+    for linked in unidag.values():
+        jobs.update(dict.fromkeys(linked))
+    for job in jobs:
+        if not (isinstance(job, tuple) and len(job) == 3):
+            raise GraphError(f"unidag job {job!r} is not an (args, fn, out) triple")
+    return list(jobs)
+
+
 def backward_unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
-    """Inverse of :func:`dag_to_backward_unidag`."""
-    return {out: {"fn": fn, "args": tuple(args)} for (args, fn, out) in unidag}
+    """Inverse of :func:`dag_to_backward_unidag`; a job named only as needed is kept too.
+
+    >>> a, b = (("x",), "exp", "a"), (("a",), "negative", "b")
+    >>> backward_unidag_to_dag({b: (a,)})
+    {'b': {'fn': 'negative', 'args': ('a',)}, 'a': {'fn': 'exp', 'args': ('x',)}}
+    """
+    return {out: {"fn": fn, "args": tuple(args)} for (args, fn, out) in _jobs(unidag)}
 
 
 def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
-    """Inverse of :func:`dag_to_unidag` (the jobs carry the whole dag).
+    """Inverse of :func:`dag_to_unidag`: every job, as a key or only as a later job, is a dag entry.
 
+    The seed's ``{a: (b, c), b: (c,)}`` keeps the terminal job ``c``:
+
+    >>> a, b, c = (("x",), "exp", "a"), (("a",), "negative", "b"), (("a", "b"), "add", "c")
+    >>> unidag_to_dag({a: (b, c), b: (c,)})
+    {'a': {'fn': 'exp', 'args': ('x',)}, 'b': {'fn': 'negative', 'args': ('a',)}, 'c': {'fn': 'add', \
+'args': ('a', 'b')}}
     >>> dag = {"b": {"fn": "exp", "args": ("a",)}, "c": {"fn": "add", "args": ("a", "b")}}
     >>> unidag_to_dag(dag_to_unidag(dag)) == dag
     True
