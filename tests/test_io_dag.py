@@ -15,6 +15,7 @@ from opgraph.errors import GraphError
 from opgraph.io.dag import (
     INDEX,
     Constant,
+    GeneratedName,
     backward_unidag_to_dag,
     dag_to_backward_unidag,
     dag_to_tuple_dag,
@@ -221,6 +222,103 @@ def test_random_graphs_round_trip(g: Graph):
         back = frm(*to(g))
         assert back == g
         assert back.symbols.values == g.symbols.values
+
+
+# Theano's give_variables_names names unnamed variables _0, _1, ... (dicdag's theano tests run it);
+# dicdag's complex_example with x[:2] left out: a = x + y*z; b = dot(a, z); c = a + a + b; d = x + y + c
+THEANO_NAMED = {"_0": {"fn": "multiply", "args": ("y", "z")},
+                "_1": {"fn": "add", "args": ("x", "_0")},
+                "_2": {"fn": "matmul", "args": ("_1", "z")},
+                "_3": {"fn": "add", "args": ("_1", "_1")},
+                "_4": {"fn": "add", "args": ("_3", "_2")},
+                "_5": {"fn": "add", "args": ("x", "y")},
+                "_6": {"fn": "add", "args": ("_5", "_4")}}
+
+
+def test_user_underscore_names_survive_round_trips(tmp_path: Any):
+    import opgraph
+
+    types = {v: ("float64", (3, 3)) for v in "xyz"}
+    g = from_dag(THEANO_NAMED, ("x", "y", "z"), ("_6", "_4"), types)
+    assert sorted(g.symbols.values.values()) == sorted(["x", "y", "z", *THEANO_NAMED])
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal((3, 3)) for _ in range(3))
+    a = x + y * z
+    c = a + a + a @ z
+    d, c_got = g.run({"x": x, "y": y, "z": z})
+    np.testing.assert_allclose(d, x + y + c)
+    np.testing.assert_allclose(c_got, c)
+    form = to_dag(g)
+    assert form.dag == THEANO_NAMED and form.inputs == ("x", "y", "z") and form.outputs == ("_6", "_4")
+    assert not any(isinstance(k, GeneratedName) for k in form.dag)
+    for fmt in ("dag", "tuple-dag", "index-dag", "unidag"):
+        path = tmp_path / f"g.{ {'dag': 'dag', 'tuple-dag': 'tdag', 'index-dag': 'idag', 'unidag': 'unidag'}[fmt]}.pkl"
+        opgraph.io.save(g, path)
+        back = opgraph.io.load(path, allow_pickle=True)
+        assert back == g and back.symbols.values == g.symbols.values
+
+
+def test_generated_names_are_marked_not_patterned():
+    b = GraphBuilder()
+    x = b.input(("float64", (2,)), name="_0")
+    e = b.exp(x)  # value 1: unnamed
+    b.output(b.add(e, b.negative(x, name="n"), name="_1"), e)
+    g = b.freeze()
+    form = to_dag(g)
+    gen = [k for k in form.dag if isinstance(k, GeneratedName)]
+    assert gen == ["_1_"]  # the made-up name steps aside from the user's _1
+    back = from_dag(*form)
+    assert back.symbols.values == g.symbols.values == {0: "_0", 2: "n", 3: "_1"}
+    # the same dag typed by hand (plain strings): every name is the user's and is kept
+    plain = from_dag({str(k): v for k, v in form.dag.items()}, ["_0"], ["_1", "_1_"], form.types)
+    assert plain == g and sorted(plain.symbols.values.values()) == ["_0", "_1", "_1_", "n"]
+
+
+@st.composite
+def underscore_named_graphs(draw: Any) -> Graph:
+    """Graphs whose values carry Theano-style names (_3, _3_) or none, so made-up names clash with real ones."""
+    b = GraphBuilder()
+    names = draw(st.lists(st.sampled_from([None, *(f"_{i}" for i in range(8)), "_1_", "_2__"]), min_size=16,
+                          max_size=16))
+    taken: set[str] = set()
+
+    def name() -> str | None:
+        n = names.pop()
+        if n is None or n in taken:
+            return None
+        taken.add(n)
+        return n
+
+    pool = [b.input(("float64", (2, 4)), name=name()) for _ in range(draw(st.integers(1, 2)))]
+    for _ in range(draw(st.integers(1, 8))):
+        x = draw(st.sampled_from(pool))
+        kind = draw(st.sampled_from(["exp", "add", "split"]))
+        if kind == "split":
+            for v in b.op("split", x, sections=2, axis=1):
+                n = name()
+                if n is not None:
+                    b.name(v, n)
+            continue
+        args = (x,) if kind == "exp" else (x, draw(st.sampled_from([v for v in pool if v.type == x.type])))
+        pool.append(b.op(kind, *args, name=name()))
+    b.output(*draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)))
+    return b.freeze()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(underscore_named_graphs())
+def test_underscore_names_round_trip(g: Graph):
+    for to, frm in ((to_tuple_dag, from_tuple_dag), (to_index_dag, from_index_dag), (to_dag, from_dag),
+                    (to_unidag, from_unidag)):
+        form = to(g)
+        back = frm(*form)
+        assert back == g
+        assert back.symbols.values == g.symbols.values
+        # a dag written out by hand: from_dag names every value, to_dag gives the same dag back
+        if to is to_dag:
+            hand = {str(k) if isinstance(k, str) else tuple(map(str, k)): v for k, v in form.dag.items()}
+            named = from_dag(hand, form.inputs, form.outputs, form.types)
+            assert named == g and to_dag(named).dag == form.dag
 
 
 # ---------------------------------------------------------------- unidags written as dicdag's users write them

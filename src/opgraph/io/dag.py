@@ -17,9 +17,12 @@ An op's ``fn`` is its kind name (``'exp'``) when it has no attributes, else
 ``('sum', (('axis', (1,)), ('keepdims', False)))``; on import
 ``(kind, {'axis': 1})`` is accepted too. A constant is
 ``('const', (('value', Constant(array)),))``. Values are named by the
-graph's names, or ``_<id>`` when unnamed. Graph inputs are not dag keys: a
-graph converts to a :class:`DagForm` ``(dag, inputs, outputs, types)``
-where ``types`` maps each input name to its type.
+graph's names, or ``_<id>`` when unnamed: such a made-up name is a
+:class:`GeneratedName` (a ``str`` that marks it), which ``from_*`` does not
+keep, while every string a user gave, ``'_0'`` included, becomes the value's
+name. Graph inputs are not dag keys: a graph converts to a :class:`DagForm`
+``(dag, inputs, outputs, types)`` where ``types`` maps each input name to
+its type.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -37,7 +40,6 @@ where ``types`` maps each input name to its type.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -53,7 +55,20 @@ INDEX = "_index"
 """The ``fn`` of index entries (dicdag's ``index`` keyword)."""
 
 Dag = dict[Hashable, dict[str, Any]]
-_GENERATED = re.compile(r"_\d+_*")
+
+
+class GeneratedName(str):
+    """The name ``to_*`` makes up for an unnamed value (``_<id>``); ``from_*`` leaves such values unnamed.
+
+    It is a ``str`` (equal to and hashing as the plain string, so dicts and
+    hand-added entries find it) whose type alone marks it: a plain string,
+    ``'_0'`` included, is a name the user gave and is kept.
+
+    >>> GeneratedName("_3") == "_3", kept_name(GeneratedName("_3")), kept_name("_3")
+    (True, None, '_3')
+    """
+
+    __slots__ = ()
 
 
 class Constant:
@@ -261,16 +276,26 @@ def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
 
 # ---------------------------------------------------------------- Graph <-> tuple-dag
 def value_names(graph: Graph) -> list[str]:
-    """A unique name per value: the graph's name, else ``_<id>`` (with ``_`` appended on a clash)."""
+    """A unique name per value: the graph's name, else a :class:`GeneratedName` ``_<id>`` (``_`` appended on a clash).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", ()), name="_1")
+    >>> b.output(b.exp(x))
+    >>> names = value_names(b.freeze())
+    >>> names, [type(n).__name__ for n in names]
+    (['_1', '_1_'], ['str', 'GeneratedName'])
+    """
     taken = set(graph.symbols.values.values())
-    names = []
+    names: list[str] = []
     for v in range(graph.num_values):
         name = graph.symbols.values.get(v)
         if name is None:
-            name = f"_{v}"
-            while name in taken:
-                name += "_"
-            taken.add(name)
+            made = f"_{v}"
+            while made in taken:
+                made += "_"
+            taken.add(made)
+            name = GeneratedName(made)
         names.append(name)
     return names
 
@@ -318,9 +343,13 @@ def to_tuple_dag(graph: Graph) -> DagForm:
     {('_1', '_2'): {'fn': ('split', (('sections', 2), ('axis', 0))), 'args': ('x',)}, ('s',): {'fn': 'add', \
 'args': ('_1', '_2')}}
     """
+    return _tuple_dag(graph, value_names(graph))
+
+
+def _tuple_dag(graph: Graph, names: Sequence[Hashable]) -> DagForm:
+    # names[v] keys value v (io.dask passes plain strings: Dask keys must be exact str)
     if len(graph.updates):
         raise GraphError("dict DAG formats cannot express update edges")
-    names = value_names(graph)
     tdag: Dag = {}
     for op in graph.topological_order().tolist():
         outs = tuple(names[v] for v in graph.op_outputs(op).tolist())
@@ -368,13 +397,13 @@ def _topo_keys(tdag: Mapping[Hashable, Mapping[str, Any]]) -> list[Hashable]:
 
 
 def kept_name(name: Hashable) -> str | None:
-    """The name a graph keeps for a DAG key: the key when it is a string the converters did not generate, else None.
+    """The name a graph keeps for a DAG key: any string but a :class:`GeneratedName`, else None.
 
-    >>> kept_name("loss"), kept_name(("x", 0))
-    ('loss', None)
+    >>> kept_name("loss"), kept_name("_0"), kept_name(GeneratedName("_0")), kept_name(("x", 0))
+    ('loss', '_0', None, None)
     """
-    if isinstance(name, str) and not _GENERATED.fullmatch(name):
-        return name
+    if isinstance(name, str) and not isinstance(name, GeneratedName):
+        return str(name)
     return None
 
 
@@ -383,7 +412,8 @@ def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[
     """Build a :class:`Graph` from a tuple-dag; ``types`` gives each input's type.
 
     Inputs come first, then ops in dependency order. String variable names
-    become value names (generated ``_<id>`` names are dropped).
+    become value names, except the :class:`GeneratedName` keys ``to_*`` made
+    up for unnamed values.
 
     >>> g = from_tuple_dag({("y",): {"fn": "exp", "args": ("x",)}}, ["x"], ["y"], {"x": ("float32", (2,))})
     >>> print(g)
@@ -473,9 +503,9 @@ def from_unidag(unidag: Mapping[Job, Sequence[Job]], inputs: Iterable[Hashable],
 
 
 __all__ = [
-    "INDEX", "Constant", "DagForm", "backward_unidag_to_dag", "dag_to_backward_unidag", "dag_to_index_dag",
-    "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag", "from_unidag",
-    "index_dag_to_dag", "index_dag_to_tuple_dag", "insert_single_indices", "op_fn", "parse_fn",
-    "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag", "tuple_dag_to_dag",
-    "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
+    "INDEX", "Constant", "DagForm", "GeneratedName", "backward_unidag_to_dag", "dag_to_backward_unidag",
+    "dag_to_index_dag", "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag",
+    "from_unidag", "index_dag_to_dag", "index_dag_to_tuple_dag", "insert_single_indices", "op_fn",
+    "parse_fn", "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag",
+    "tuple_dag_to_dag", "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
 ]
