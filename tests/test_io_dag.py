@@ -25,7 +25,9 @@ from opgraph.io.dag import (
     from_tuple_dag,
     from_unidag,
     index_dag_to_tuple_dag,
+    inputs_of,
     insert_single_indices,
+    outputs_of,
     remove_singleton_indices,
     to_dag,
     to_index_dag,
@@ -34,6 +36,7 @@ from opgraph.io.dag import (
     tuple_dag_to_dag,
     tuple_dag_to_index_dag,
     unidag_to_dag,
+    value_names,
 )
 
 # Fixtures in the style of dicdag's tests: one single-output op fed by a two-output op.
@@ -224,6 +227,71 @@ def test_random_graphs_round_trip(g: Graph):
         assert back.symbols.values == g.symbols.values
 
 
+# ---------------------------------------------------------------- dicdag's own examples
+# mrocklin/dicdag, dicdag/tests/test_dag.py (fns are opaque ints there)
+DICDAG_TUPLE = {("a",): {"fn": 1, "args": ("b", "c")},
+                ("b", "d"): {"fn": 2, "args": ("e",)},
+                ("f",): {"fn": 3, "args": ("d", "a")}}
+DICDAG_INDEX = {("a",): {"fn": 1, "args": ("b", "c")},
+                "a": {"fn": INDEX, "args": (("a",), 0)},
+                "b": {"fn": INDEX, "args": (("b", "d"), 0)},
+                "d": {"fn": INDEX, "args": (("b", "d"), 1)},
+                ("b", "d"): {"fn": 2, "args": ("e",)},
+                ("f",): {"fn": 3, "args": ("d", "a")},
+                "f": {"fn": INDEX, "args": (("f",), 0)}}
+DICDAG_REDUCED = {"a": {"fn": 1, "args": ("b", "c")},
+                  "b": {"fn": INDEX, "args": (("b", "d"), 0)},
+                  "d": {"fn": INDEX, "args": (("b", "d"), 1)},
+                  ("b", "d"): {"fn": 2, "args": ("e",)},
+                  "f": {"fn": 3, "args": ("d", "a")}}
+
+
+def test_dicdag_conversions():
+    assert tuple_dag_to_index_dag(DICDAG_TUPLE) == DICDAG_INDEX
+    assert remove_singleton_indices(DICDAG_INDEX) == DICDAG_REDUCED
+    assert insert_single_indices(DICDAG_REDUCED) == DICDAG_INDEX
+    assert index_dag_to_tuple_dag(DICDAG_INDEX) == DICDAG_TUPLE
+    assert dag_to_tuple_dag(DICDAG_REDUCED) == DICDAG_TUPLE
+
+
+@pytest.mark.parametrize("dag", [DICDAG_TUPLE, DICDAG_INDEX, DICDAG_REDUCED, dag_to_unidag(DICDAG_REDUCED)],
+                         ids=["tuple-dag", "index-dag", "dag", "unidag"])
+def test_inputs_outputs_of_dicdag_example(dag: dict[Any, Any]):
+    # dicdag's test_inputs_of / test_outputs_of, on every form of the same dag
+    assert inputs_of(dag) == {"c", "e"}
+    assert outputs_of(dag) == {"f"}
+
+
+def test_inputs_outputs_of_edge_cases():
+    assert inputs_of({}) == set() and outputs_of({}) == set()
+    assert inputs_of(SMALL_UNI) == {"k"} and outputs_of(SMALL_UNI) == {"m"}
+    # an entry whose args are literal values (dicdag's test_remove_singleton_indices2 dag)
+    dag = {"a": {"fn": "stuff", "args": (1, 2, 3)}, "b": {"fn": "blah", "args": ()}}
+    assert inputs_of(dag) == {1, 2, 3} and outputs_of(dag) == {"a", "b"}
+    with pytest.raises(GraphError, match="expected"):
+        inputs_of({"a": {"fn": "exp"}})
+    with pytest.raises(GraphError, match="triple"):
+        outputs_of({"a": ("b", "c")})
+
+
+def _reads_and_unread(g: Graph) -> tuple[set[str], set[str]]:
+    """From the graph's own arrays: inputs some op reads, and op results no op reads."""
+    names = value_names(g)
+    read = {int(v) for op in range(g.num_ops) for v in g.op_inputs(op).tolist()}
+    computed = {int(v) for op in range(g.num_ops) for v in g.op_outputs(op).tolist()}
+    return {names[v] for v in g.inputs.tolist() if v in read}, {names[v] for v in computed - read}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_inputs_outputs_of_match_the_graph(g: Graph):
+    reads, unread = _reads_and_unread(g)
+    for to in (to_tuple_dag, to_index_dag, to_dag, to_unidag):
+        dag = to(g).dag
+        assert inputs_of(dag) == reads
+        assert outputs_of(dag) == unread
+
+
 # Theano's give_variables_names names unnamed variables _0, _1, ... (dicdag's theano tests run it);
 # dicdag's complex_example with x[:2] left out: a = x + y*z; b = dot(a, z); c = a + a + b; d = x + y + c
 THEANO_NAMED = {"_0": {"fn": "multiply", "args": ("y", "z")},
@@ -251,6 +319,7 @@ def test_user_underscore_names_survive_round_trips(tmp_path: Any):
     form = to_dag(g)
     assert form.dag == THEANO_NAMED and form.inputs == ("x", "y", "z") and form.outputs == ("_6", "_4")
     assert not any(isinstance(k, GeneratedName) for k in form.dag)
+    assert inputs_of(THEANO_NAMED) == {"x", "y", "z"} and outputs_of(THEANO_NAMED) == {"_6"}
     for fmt in ("dag", "tuple-dag", "index-dag", "unidag"):
         path = tmp_path / f"g.{ {'dag': 'dag', 'tuple-dag': 'tdag', 'index-dag': 'idag', 'unidag': 'unidag'}[fmt]}.pkl"
         opgraph.io.save(g, path)
@@ -334,6 +403,7 @@ def test_seed_unidag_keeps_its_terminal_job():
     np.testing.assert_allclose(g.run({"x": x})[0], np.exp(x) - np.exp(x))
     # and backwards: a job named only as needed
     assert backward_unidag_to_dag({c: (a, b), b: (a,)}) == dag
+    assert inputs_of({a: (b, c), b: (c,)}) == {"x"} and outputs_of({a: (b, c), b: (c,)}) == {"c"}
 
 
 def _sparse(unidag: dict[Any, tuple[Any, ...]]) -> dict[Any, tuple[Any, ...]]:

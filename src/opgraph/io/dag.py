@@ -22,7 +22,8 @@ graph's names, or ``_<id>`` when unnamed: such a made-up name is a
 keep, while every string a user gave, ``'_0'`` included, becomes the value's
 name. Graph inputs are not dag keys: a graph converts to a :class:`DagForm`
 ``(dag, inputs, outputs, types)`` where ``types`` maps each input name to
-its type.
+its type. :func:`inputs_of` and :func:`outputs_of` tell, from a bare dict,
+which variables it reads without computing and computes without reading.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -274,6 +275,61 @@ def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
     return backward_unidag_to_dag(unidag)
 
 
+def _as_tuple_dag(dag: Mapping[Hashable, Any]) -> Mapping[Hashable, Mapping[str, Any]]:
+    """Any of the four formats as a tuple-dag (for :func:`inputs_of` / :func:`outputs_of`)."""
+    if dag and not any(isinstance(v, Mapping) for v in dag.values()):
+        dag = unidag_to_dag(dag)
+    for key, entry in dag.items():
+        if not (isinstance(entry, Mapping) and "fn" in entry and "args" in entry):
+            raise GraphError(f"dag entry {key!r} is {entry!r}: expected {{'fn': ..., 'args': (...)}}")
+    if not any(_is_index(v) for v in dag.values()) and all(isinstance(k, tuple) for k in dag):
+        return dag  # keys all tuples and no '_index' entry: a tuple-dag, as dicdag reads it
+    return dag_to_tuple_dag(dag)
+
+
+def _reads(tdag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Hashable, None]:
+    return {a: None for entry in tdag.values() for a in entry["args"] if is_hashable(a)}
+
+
+def inputs_of(dag: Mapping[Hashable, Any]) -> set[Hashable]:
+    """The variables ``dag`` reads but does not compute (dicdag's ``inputs_of``), as a set.
+
+    ``dag`` is a dag, tuple-dag, index-dag or unidag; a dict whose keys are
+    all tuples and which has no ``'_index'`` entry reads as a tuple-dag, as
+    in dicdag. A graph input no op reads is not among them (:class:`DagForm`
+    keeps the graph's inputs).
+
+    >>> inputs_of({("a",): {"fn": 1, "args": ("b", "c")}, ("b", "d"): {"fn": 2, "args": ("e",)},
+    ...            ("f",): {"fn": 3, "args": ("d", "a")}}) == {"c", "e"}
+    True
+    >>> inputs_of({"y": {"fn": "add", "args": ("x", "z")}, "z": {"fn": "exp", "args": ("x",)}})
+    {'x'}
+    """
+    tdag = _as_tuple_dag(dag)
+    computed = {var for outs in tdag for var in outs}
+    return {a for a in _reads(tdag) if a not in computed}
+
+
+def outputs_of(dag: Mapping[Hashable, Any]) -> set[Hashable]:
+    """The variables ``dag`` computes but no entry reads (dicdag's ``outputs_of``), as a set.
+
+    ``dag`` is in any of the four formats, read as by :func:`inputs_of`. A
+    graph output that also feeds another op is not among them
+    (:class:`DagForm` keeps the graph's outputs).
+
+    >>> outputs_of({("a",): {"fn": 1, "args": ("b", "c")}, ("b", "d"): {"fn": 2, "args": ("e",)},
+    ...             ("f",): {"fn": 3, "args": ("d", "a")}})
+    {'f'}
+    >>> sorted(outputs_of({"y": {"fn": "add", "args": ("x", "z")}, ("z", "w"): {"fn": "split", "args": ("x",)},
+    ...                    "z": {"fn": "_index", "args": (("z", "w"), 0)},
+    ...                    "w": {"fn": "_index", "args": (("z", "w"), 1)}}))
+    ['w', 'y']
+    """
+    tdag = _as_tuple_dag(dag)
+    reads = _reads(tdag)
+    return {var for outs in tdag for var in outs if var not in reads}
+
+
 # ---------------------------------------------------------------- Graph <-> tuple-dag
 def value_names(graph: Graph) -> list[str]:
     """A unique name per value: the graph's name, else a :class:`GeneratedName` ``_<id>`` (``_`` appended on a clash).
@@ -505,7 +561,7 @@ def from_unidag(unidag: Mapping[Job, Sequence[Job]], inputs: Iterable[Hashable],
 __all__ = [
     "INDEX", "Constant", "DagForm", "GeneratedName", "backward_unidag_to_dag", "dag_to_backward_unidag",
     "dag_to_index_dag", "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag",
-    "from_unidag", "index_dag_to_dag", "index_dag_to_tuple_dag", "insert_single_indices", "op_fn",
-    "parse_fn", "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag",
+    "from_unidag", "index_dag_to_dag", "index_dag_to_tuple_dag", "inputs_of", "insert_single_indices", "op_fn",
+    "outputs_of", "parse_fn", "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag",
     "tuple_dag_to_dag", "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
 ]
