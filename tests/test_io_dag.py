@@ -15,6 +15,7 @@ from opgraph.errors import GraphError
 from opgraph.io.dag import (
     INDEX,
     Constant,
+    GeneratedName,
     backward_unidag_to_dag,
     dag_to_backward_unidag,
     dag_to_tuple_dag,
@@ -24,7 +25,9 @@ from opgraph.io.dag import (
     from_tuple_dag,
     from_unidag,
     index_dag_to_tuple_dag,
+    inputs_of,
     insert_single_indices,
+    outputs_of,
     remove_singleton_indices,
     to_dag,
     to_index_dag,
@@ -33,6 +36,7 @@ from opgraph.io.dag import (
     tuple_dag_to_dag,
     tuple_dag_to_index_dag,
     unidag_to_dag,
+    value_names,
 )
 
 # Fixtures in the style of dicdag's tests: one single-output op fed by a two-output op.
@@ -221,6 +225,210 @@ def test_random_graphs_round_trip(g: Graph):
         back = frm(*to(g))
         assert back == g
         assert back.symbols.values == g.symbols.values
+
+
+# ---------------------------------------------------------------- dicdag's own examples
+# mrocklin/dicdag, dicdag/tests/test_dag.py (fns are opaque ints there)
+DICDAG_TUPLE = {("a",): {"fn": 1, "args": ("b", "c")},
+                ("b", "d"): {"fn": 2, "args": ("e",)},
+                ("f",): {"fn": 3, "args": ("d", "a")}}
+DICDAG_INDEX = {("a",): {"fn": 1, "args": ("b", "c")},
+                "a": {"fn": INDEX, "args": (("a",), 0)},
+                "b": {"fn": INDEX, "args": (("b", "d"), 0)},
+                "d": {"fn": INDEX, "args": (("b", "d"), 1)},
+                ("b", "d"): {"fn": 2, "args": ("e",)},
+                ("f",): {"fn": 3, "args": ("d", "a")},
+                "f": {"fn": INDEX, "args": (("f",), 0)}}
+DICDAG_REDUCED = {"a": {"fn": 1, "args": ("b", "c")},
+                  "b": {"fn": INDEX, "args": (("b", "d"), 0)},
+                  "d": {"fn": INDEX, "args": (("b", "d"), 1)},
+                  ("b", "d"): {"fn": 2, "args": ("e",)},
+                  "f": {"fn": 3, "args": ("d", "a")}}
+
+
+def test_dicdag_conversions():
+    assert tuple_dag_to_index_dag(DICDAG_TUPLE) == DICDAG_INDEX
+    assert remove_singleton_indices(DICDAG_INDEX) == DICDAG_REDUCED
+    assert insert_single_indices(DICDAG_REDUCED) == DICDAG_INDEX
+    assert index_dag_to_tuple_dag(DICDAG_INDEX) == DICDAG_TUPLE
+    assert dag_to_tuple_dag(DICDAG_REDUCED) == DICDAG_TUPLE
+
+
+@pytest.mark.parametrize("dag", [DICDAG_TUPLE, DICDAG_INDEX, DICDAG_REDUCED, dag_to_unidag(DICDAG_REDUCED)],
+                         ids=["tuple-dag", "index-dag", "dag", "unidag"])
+def test_inputs_outputs_of_dicdag_example(dag: dict[Any, Any]):
+    # dicdag's test_inputs_of / test_outputs_of, on every form of the same dag
+    assert inputs_of(dag) == {"c", "e"}
+    assert outputs_of(dag) == {"f"}
+
+
+def test_inputs_outputs_of_edge_cases():
+    assert inputs_of({}) == set() and outputs_of({}) == set()
+    assert inputs_of(SMALL_UNI) == {"k"} and outputs_of(SMALL_UNI) == {"m"}
+    # an entry whose args are literal values (dicdag's test_remove_singleton_indices2 dag)
+    dag = {"a": {"fn": "stuff", "args": (1, 2, 3)}, "b": {"fn": "blah", "args": ()}}
+    assert inputs_of(dag) == {1, 2, 3} and outputs_of(dag) == {"a", "b"}
+    with pytest.raises(GraphError, match="expected"):
+        inputs_of({"a": {"fn": "exp"}})
+    with pytest.raises(GraphError, match="triple"):
+        outputs_of({"a": ("b", "c")})
+
+
+def _reads_and_unread(g: Graph) -> tuple[set[str], set[str]]:
+    """From the graph's own arrays: inputs some op reads, and op results no op reads."""
+    names = value_names(g)
+    read = {int(v) for op in range(g.num_ops) for v in g.op_inputs(op).tolist()}
+    computed = {int(v) for op in range(g.num_ops) for v in g.op_outputs(op).tolist()}
+    return {names[v] for v in g.inputs.tolist() if v in read}, {names[v] for v in computed - read}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_inputs_outputs_of_match_the_graph(g: Graph):
+    reads, unread = _reads_and_unread(g)
+    for to in (to_tuple_dag, to_index_dag, to_dag, to_unidag):
+        dag = to(g).dag
+        assert inputs_of(dag) == reads
+        assert outputs_of(dag) == unread
+
+
+# Theano's give_variables_names names unnamed variables _0, _1, ... (dicdag's theano tests run it);
+# dicdag's complex_example with x[:2] left out: a = x + y*z; b = dot(a, z); c = a + a + b; d = x + y + c
+THEANO_NAMED = {"_0": {"fn": "multiply", "args": ("y", "z")},
+                "_1": {"fn": "add", "args": ("x", "_0")},
+                "_2": {"fn": "matmul", "args": ("_1", "z")},
+                "_3": {"fn": "add", "args": ("_1", "_1")},
+                "_4": {"fn": "add", "args": ("_3", "_2")},
+                "_5": {"fn": "add", "args": ("x", "y")},
+                "_6": {"fn": "add", "args": ("_5", "_4")}}
+
+
+def test_user_underscore_names_survive_round_trips(tmp_path: Any):
+    import opgraph
+
+    types = {v: ("float64", (3, 3)) for v in "xyz"}
+    g = from_dag(THEANO_NAMED, ("x", "y", "z"), ("_6", "_4"), types)
+    assert sorted(g.symbols.values.values()) == sorted(["x", "y", "z", *THEANO_NAMED])
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal((3, 3)) for _ in range(3))
+    a = x + y * z
+    c = a + a + a @ z
+    d, c_got = g.run({"x": x, "y": y, "z": z})
+    np.testing.assert_allclose(d, x + y + c)
+    np.testing.assert_allclose(c_got, c)
+    form = to_dag(g)
+    assert form.dag == THEANO_NAMED and form.inputs == ("x", "y", "z") and form.outputs == ("_6", "_4")
+    assert not any(isinstance(k, GeneratedName) for k in form.dag)
+    assert inputs_of(THEANO_NAMED) == {"x", "y", "z"} and outputs_of(THEANO_NAMED) == {"_6"}
+    for fmt in ("dag", "tuple-dag", "index-dag", "unidag"):
+        path = tmp_path / f"g.{ {'dag': 'dag', 'tuple-dag': 'tdag', 'index-dag': 'idag', 'unidag': 'unidag'}[fmt]}.pkl"
+        opgraph.io.save(g, path)
+        back = opgraph.io.load(path, allow_pickle=True)
+        assert back == g and back.symbols.values == g.symbols.values
+
+
+def test_generated_names_are_marked_not_patterned():
+    b = GraphBuilder()
+    x = b.input(("float64", (2,)), name="_0")
+    e = b.exp(x)  # value 1: unnamed
+    b.output(b.add(e, b.negative(x, name="n"), name="_1"), e)
+    g = b.freeze()
+    form = to_dag(g)
+    gen = [k for k in form.dag if isinstance(k, GeneratedName)]
+    assert gen == ["_1_"]  # the made-up name steps aside from the user's _1
+    back = from_dag(*form)
+    assert back.symbols.values == g.symbols.values == {0: "_0", 2: "n", 3: "_1"}
+    # the same dag typed by hand (plain strings): every name is the user's and is kept
+    plain = from_dag({str(k): v for k, v in form.dag.items()}, ["_0"], ["_1", "_1_"], form.types)
+    assert plain == g and sorted(plain.symbols.values.values()) == ["_0", "_1", "_1_", "n"]
+
+
+@st.composite
+def underscore_named_graphs(draw: Any) -> Graph:
+    """Graphs whose values carry Theano-style names (_3, _3_) or none, so made-up names clash with real ones."""
+    b = GraphBuilder()
+    names = draw(st.lists(st.sampled_from([None, *(f"_{i}" for i in range(8)), "_1_", "_2__"]), min_size=16,
+                          max_size=16))
+    taken: set[str] = set()
+
+    def name() -> str | None:
+        n = names.pop()
+        if n is None or n in taken:
+            return None
+        taken.add(n)
+        return n
+
+    pool = [b.input(("float64", (2, 4)), name=name()) for _ in range(draw(st.integers(1, 2)))]
+    for _ in range(draw(st.integers(1, 8))):
+        x = draw(st.sampled_from(pool))
+        kind = draw(st.sampled_from(["exp", "add", "split"]))
+        if kind == "split":
+            for v in b.op("split", x, sections=2, axis=1):
+                n = name()
+                if n is not None:
+                    b.name(v, n)
+            continue
+        args = (x,) if kind == "exp" else (x, draw(st.sampled_from([v for v in pool if v.type == x.type])))
+        pool.append(b.op(kind, *args, name=name()))
+    b.output(*draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)))
+    return b.freeze()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(underscore_named_graphs())
+def test_underscore_names_round_trip(g: Graph):
+    for to, frm in ((to_tuple_dag, from_tuple_dag), (to_index_dag, from_index_dag), (to_dag, from_dag),
+                    (to_unidag, from_unidag)):
+        form = to(g)
+        back = frm(*form)
+        assert back == g
+        assert back.symbols.values == g.symbols.values
+        # a dag written out by hand: from_dag names every value, to_dag gives the same dag back
+        if to is to_dag:
+            hand = {str(k) if isinstance(k, str) else tuple(map(str, k)): v for k, v in form.dag.items()}
+            named = from_dag(hand, form.inputs, form.outputs, form.types)
+            assert named == g and to_dag(named).dag == form.dag
+
+
+# ---------------------------------------------------------------- unidags written as dicdag's users write them
+def test_seed_unidag_keeps_its_terminal_job():
+    # the seed's {a: (b, c), b: (c,)}: c appears only as a successor
+    a, b, c = (("x",), "exp", "a"), (("a",), "negative", "b"), (("a", "b"), "add", "c")
+    dag = unidag_to_dag({a: (b, c), b: (c,)})
+    assert dag == {"a": {"fn": "exp", "args": ("x",)}, "b": {"fn": "negative", "args": ("a",)},
+                   "c": {"fn": "add", "args": ("a", "b")}}
+    assert dag_to_unidag(dag) == {a: (b, c), b: (c,), c: ()}
+    g = from_unidag({a: (b, c), b: (c,)}, ["x"], ["c"], {"x": ("float64", (3,))})
+    x = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(g.run({"x": x})[0], np.exp(x) - np.exp(x))
+    # and backwards: a job named only as needed
+    assert backward_unidag_to_dag({c: (a, b), b: (a,)}) == dag
+    assert inputs_of({a: (b, c), b: (c,)}) == {"x"} and outputs_of({a: (b, c), b: (c,)}) == {"c"}
+
+
+def _sparse(unidag: dict[Any, tuple[Any, ...]]) -> dict[Any, tuple[Any, ...]]:
+    """Leave out ``job: ()`` where the job is listed elsewhere (how the seed writes unidags)."""
+    listed = {j for later in unidag.values() for j in later}
+    return {k: v for k, v in unidag.items() if v or k not in listed}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_sparse_unidags_round_trip(g: Graph):
+    form = to_dag(g)
+    uni = dag_to_unidag(form.dag)
+    assert {job[2] for job in uni} == set(form.dag)  # dag_to_unidag drops no job either
+    assert unidag_to_dag(_sparse(uni)) == form.dag
+    assert backward_unidag_to_dag(_sparse(dag_to_backward_unidag(form.dag))) == form.dag
+    # the sparse form fixes no order among jobs, so op ids may differ: compare what the graphs compute
+    back = from_unidag(_sparse(uni), form.inputs, form.outputs, form.types)
+    assert back.num_ops == g.num_ops
+    assert sorted(back.symbols.values.values()) == sorted(g.symbols.values.values())
+    rng = np.random.default_rng(1)
+    feeds = [rng.standard_normal(g.type_of(v).shape) for v in g.inputs.tolist()]
+    for got, want in zip(back.run(dict(zip(back.inputs.tolist(), feeds, strict=True))),
+                         g.run(dict(zip(g.inputs.tolist(), feeds, strict=True))), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_interop_doc_examples_run():

@@ -17,9 +17,13 @@ An op's ``fn`` is its kind name (``'exp'``) when it has no attributes, else
 ``('sum', (('axis', (1,)), ('keepdims', False)))``; on import
 ``(kind, {'axis': 1})`` is accepted too. A constant is
 ``('const', (('value', Constant(array)),))``. Values are named by the
-graph's names, or ``_<id>`` when unnamed. Graph inputs are not dag keys: a
-graph converts to a :class:`DagForm` ``(dag, inputs, outputs, types)``
-where ``types`` maps each input name to its type.
+graph's names, or ``_<id>`` when unnamed: such a made-up name is a
+:class:`GeneratedName` (a ``str`` that marks it), which ``from_*`` does not
+keep, while every string a user gave, ``'_0'`` included, becomes the value's
+name. Graph inputs are not dag keys: a graph converts to a :class:`DagForm`
+``(dag, inputs, outputs, types)`` where ``types`` maps each input name to
+its type. :func:`inputs_of` and :func:`outputs_of` tell, from a bare dict,
+which variables it reads without computing and computes without reading.
 
     >>> import opgraph
     >>> b = opgraph.GraphBuilder()
@@ -37,7 +41,6 @@ where ``types`` maps each input name to its type.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -53,7 +56,20 @@ INDEX = "_index"
 """The ``fn`` of index entries (dicdag's ``index`` keyword)."""
 
 Dag = dict[Hashable, dict[str, Any]]
-_GENERATED = re.compile(r"_\d+_*")
+
+
+class GeneratedName(str):
+    """The name ``to_*`` makes up for an unnamed value (``_<id>``); ``from_*`` leaves such values unnamed.
+
+    It is a ``str`` (equal to and hashing as the plain string, so dicts and
+    hand-added entries find it) whose type alone marks it: a plain string,
+    ``'_0'`` included, is a name the user gave and is kept.
+
+    >>> GeneratedName("_3") == "_3", kept_name(GeneratedName("_3")), kept_name("_3")
+    (True, None, '_3')
+    """
+
+    __slots__ = ()
 
 
 class Constant:
@@ -222,14 +238,36 @@ def dag_to_unidag(dag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Job, tuple[
     return {job: forward.get(job, ()) for job in back}
 
 
+def _jobs(unidag: Mapping[Job, Sequence[Job]]) -> list[Job]:
+    """Every job of a unidag: the keys, then the jobs that appear only in their tuples (first seen first)."""
+    jobs = dict.fromkeys(unidag)
+    for linked in unidag.values():
+        jobs.update(dict.fromkeys(linked))
+    for job in jobs:
+        if not (isinstance(job, tuple) and len(job) == 3):
+            raise GraphError(f"unidag job {job!r} is not an (args, fn, out) triple")
+    return list(jobs)
+
+
 def backward_unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
-    """Inverse of :func:`dag_to_backward_unidag`."""
-    return {out: {"fn": fn, "args": tuple(args)} for (args, fn, out) in unidag}
+    """Inverse of :func:`dag_to_backward_unidag`; a job named only as needed is kept too.
+
+    >>> a, b = (("x",), "exp", "a"), (("a",), "negative", "b")
+    >>> backward_unidag_to_dag({b: (a,)})
+    {'b': {'fn': 'negative', 'args': ('a',)}, 'a': {'fn': 'exp', 'args': ('x',)}}
+    """
+    return {out: {"fn": fn, "args": tuple(args)} for (args, fn, out) in _jobs(unidag)}
 
 
 def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
-    """Inverse of :func:`dag_to_unidag` (the jobs carry the whole dag).
+    """Inverse of :func:`dag_to_unidag`: every job, as a key or only as a later job, is a dag entry.
 
+    The seed's ``{a: (b, c), b: (c,)}`` keeps the terminal job ``c``:
+
+    >>> a, b, c = (("x",), "exp", "a"), (("a",), "negative", "b"), (("a", "b"), "add", "c")
+    >>> unidag_to_dag({a: (b, c), b: (c,)})
+    {'a': {'fn': 'exp', 'args': ('x',)}, 'b': {'fn': 'negative', 'args': ('a',)}, 'c': {'fn': 'add', \
+'args': ('a', 'b')}}
     >>> dag = {"b": {"fn": "exp", "args": ("a",)}, "c": {"fn": "add", "args": ("a", "b")}}
     >>> unidag_to_dag(dag_to_unidag(dag)) == dag
     True
@@ -237,18 +275,83 @@ def unidag_to_dag(unidag: Mapping[Job, Sequence[Job]]) -> Dag:
     return backward_unidag_to_dag(unidag)
 
 
+def _as_tuple_dag(dag: Mapping[Hashable, Any]) -> Mapping[Hashable, Mapping[str, Any]]:
+    """Any of the four formats as a tuple-dag (for :func:`inputs_of` / :func:`outputs_of`)."""
+    if dag and not any(isinstance(v, Mapping) for v in dag.values()):
+        dag = unidag_to_dag(dag)
+    for key, entry in dag.items():
+        if not (isinstance(entry, Mapping) and "fn" in entry and "args" in entry):
+            raise GraphError(f"dag entry {key!r} is {entry!r}: expected {{'fn': ..., 'args': (...)}}")
+    if not any(_is_index(v) for v in dag.values()) and all(isinstance(k, tuple) for k in dag):
+        return dag  # keys all tuples and no '_index' entry: a tuple-dag, as dicdag reads it
+    return dag_to_tuple_dag(dag)
+
+
+def _reads(tdag: Mapping[Hashable, Mapping[str, Any]]) -> dict[Hashable, None]:
+    return {a: None for entry in tdag.values() for a in entry["args"] if is_hashable(a)}
+
+
+def inputs_of(dag: Mapping[Hashable, Any]) -> set[Hashable]:
+    """The variables ``dag`` reads but does not compute (dicdag's ``inputs_of``), as a set.
+
+    ``dag`` is a dag, tuple-dag, index-dag or unidag; a dict whose keys are
+    all tuples and which has no ``'_index'`` entry reads as a tuple-dag, as
+    in dicdag. A graph input no op reads is not among them (:class:`DagForm`
+    keeps the graph's inputs).
+
+    >>> inputs_of({("a",): {"fn": 1, "args": ("b", "c")}, ("b", "d"): {"fn": 2, "args": ("e",)},
+    ...            ("f",): {"fn": 3, "args": ("d", "a")}}) == {"c", "e"}
+    True
+    >>> inputs_of({"y": {"fn": "add", "args": ("x", "z")}, "z": {"fn": "exp", "args": ("x",)}})
+    {'x'}
+    """
+    tdag = _as_tuple_dag(dag)
+    computed = {var for outs in tdag for var in outs}
+    return {a for a in _reads(tdag) if a not in computed}
+
+
+def outputs_of(dag: Mapping[Hashable, Any]) -> set[Hashable]:
+    """The variables ``dag`` computes but no entry reads (dicdag's ``outputs_of``), as a set.
+
+    ``dag`` is in any of the four formats, read as by :func:`inputs_of`. A
+    graph output that also feeds another op is not among them
+    (:class:`DagForm` keeps the graph's outputs).
+
+    >>> outputs_of({("a",): {"fn": 1, "args": ("b", "c")}, ("b", "d"): {"fn": 2, "args": ("e",)},
+    ...             ("f",): {"fn": 3, "args": ("d", "a")}})
+    {'f'}
+    >>> sorted(outputs_of({"y": {"fn": "add", "args": ("x", "z")}, ("z", "w"): {"fn": "split", "args": ("x",)},
+    ...                    "z": {"fn": "_index", "args": (("z", "w"), 0)},
+    ...                    "w": {"fn": "_index", "args": (("z", "w"), 1)}}))
+    ['w', 'y']
+    """
+    tdag = _as_tuple_dag(dag)
+    reads = _reads(tdag)
+    return {var for outs in tdag for var in outs if var not in reads}
+
+
 # ---------------------------------------------------------------- Graph <-> tuple-dag
 def value_names(graph: Graph) -> list[str]:
-    """A unique name per value: the graph's name, else ``_<id>`` (with ``_`` appended on a clash)."""
+    """A unique name per value: the graph's name, else a :class:`GeneratedName` ``_<id>`` (``_`` appended on a clash).
+
+    >>> import opgraph
+    >>> b = opgraph.GraphBuilder()
+    >>> x = b.input(("float64", ()), name="_1")
+    >>> b.output(b.exp(x))
+    >>> names = value_names(b.freeze())
+    >>> names, [type(n).__name__ for n in names]
+    (['_1', '_1_'], ['str', 'GeneratedName'])
+    """
     taken = set(graph.symbols.values.values())
-    names = []
+    names: list[str] = []
     for v in range(graph.num_values):
         name = graph.symbols.values.get(v)
         if name is None:
-            name = f"_{v}"
-            while name in taken:
-                name += "_"
-            taken.add(name)
+            made = f"_{v}"
+            while made in taken:
+                made += "_"
+            taken.add(made)
+            name = GeneratedName(made)
         names.append(name)
     return names
 
@@ -296,9 +399,13 @@ def to_tuple_dag(graph: Graph) -> DagForm:
     {('_1', '_2'): {'fn': ('split', (('sections', 2), ('axis', 0))), 'args': ('x',)}, ('s',): {'fn': 'add', \
 'args': ('_1', '_2')}}
     """
+    return _tuple_dag(graph, value_names(graph))
+
+
+def _tuple_dag(graph: Graph, names: Sequence[Hashable]) -> DagForm:
+    # names[v] keys value v (io.dask passes plain strings: Dask keys must be exact str)
     if len(graph.updates):
         raise GraphError("dict DAG formats cannot express update edges")
-    names = value_names(graph)
     tdag: Dag = {}
     for op in graph.topological_order().tolist():
         outs = tuple(names[v] for v in graph.op_outputs(op).tolist())
@@ -346,13 +453,13 @@ def _topo_keys(tdag: Mapping[Hashable, Mapping[str, Any]]) -> list[Hashable]:
 
 
 def kept_name(name: Hashable) -> str | None:
-    """The name a graph keeps for a DAG key: the key when it is a string the converters did not generate, else None.
+    """The name a graph keeps for a DAG key: any string but a :class:`GeneratedName`, else None.
 
-    >>> kept_name("loss"), kept_name(("x", 0))
-    ('loss', None)
+    >>> kept_name("loss"), kept_name("_0"), kept_name(GeneratedName("_0")), kept_name(("x", 0))
+    ('loss', '_0', None, None)
     """
-    if isinstance(name, str) and not _GENERATED.fullmatch(name):
-        return name
+    if isinstance(name, str) and not isinstance(name, GeneratedName):
+        return str(name)
     return None
 
 
@@ -361,7 +468,8 @@ def from_tuple_dag(tdag: Mapping[Hashable, Mapping[str, Any]], inputs: Iterable[
     """Build a :class:`Graph` from a tuple-dag; ``types`` gives each input's type.
 
     Inputs come first, then ops in dependency order. String variable names
-    become value names (generated ``_<id>`` names are dropped).
+    become value names, except the :class:`GeneratedName` keys ``to_*`` made
+    up for unnamed values.
 
     >>> g = from_tuple_dag({("y",): {"fn": "exp", "args": ("x",)}}, ["x"], ["y"], {"x": ("float32", (2,))})
     >>> print(g)
@@ -451,9 +559,9 @@ def from_unidag(unidag: Mapping[Job, Sequence[Job]], inputs: Iterable[Hashable],
 
 
 __all__ = [
-    "INDEX", "Constant", "DagForm", "backward_unidag_to_dag", "dag_to_backward_unidag", "dag_to_index_dag",
-    "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag", "from_unidag",
-    "index_dag_to_dag", "index_dag_to_tuple_dag", "insert_single_indices", "op_fn", "parse_fn",
-    "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag", "tuple_dag_to_dag",
-    "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
+    "INDEX", "Constant", "DagForm", "GeneratedName", "backward_unidag_to_dag", "dag_to_backward_unidag",
+    "dag_to_index_dag", "dag_to_tuple_dag", "dag_to_unidag", "from_dag", "from_index_dag", "from_tuple_dag",
+    "from_unidag", "index_dag_to_dag", "index_dag_to_tuple_dag", "inputs_of", "insert_single_indices", "op_fn",
+    "outputs_of", "parse_fn", "remove_singleton_indices", "to_dag", "to_index_dag", "to_tuple_dag", "to_unidag",
+    "tuple_dag_to_dag", "tuple_dag_to_index_dag", "unidag_to_dag", "value_names",
 ]

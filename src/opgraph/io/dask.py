@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -46,7 +47,7 @@ from opgraph.core.graph import Graph, Value
 from opgraph.core.registry import get_op, unknown_op_message
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import GraphError
-from opgraph.io.dag import Constant, is_hashable, kept_name, to_tuple_dag
+from opgraph.io.dag import Constant, _tuple_dag, is_hashable, value_names
 
 
 class Kernel:
@@ -87,7 +88,7 @@ def to_dask(graph: Graph, feeds: Mapping[str, Any] | None = None) -> DaskForm:
 
     Inputs not fed are left out of ``dsk``: add them before running it.
     """
-    form = to_tuple_dag(graph)
+    form = _tuple_dag(graph, [str(name) for name in value_names(graph)])  # Dask keys are exact str
     dsk: dict[Hashable, Any] = {}
     for name, value in (feeds or {}).items():
         if name not in form.types:
@@ -189,6 +190,15 @@ def _order(dsk: Mapping[Hashable, Any], roots: list[Hashable]) -> list[Hashable]
     return order
 
 
+_GENERATED = re.compile(r"_\d+_*")
+
+
+def _kept_key(key: Hashable) -> str | None:
+    # to_dask keys unnamed values "_<id>" as plain str (Dask accepts no str subclass such as
+    # opgraph.io.dag.GeneratedName), so from_dask leaves values keyed that way unnamed
+    return key if isinstance(key, str) and not _GENERATED.fullmatch(key) else None
+
+
 class _Importer:
     def __init__(self, dsk: Mapping[Hashable, Any], inputs: Sequence[Hashable],
                  functions: Mapping[Any, Translator] | None, call_unknown: bool = False) -> None:
@@ -207,12 +217,12 @@ class _Importer:
             if _is_task(expr) or _is_key(expr, self.dsk):
                 raise GraphError(f"input {key!r} must be data in the Dask graph, not a task")
             arr = np.asarray(expr)
-            v = self.b.input(TensorType.of(arr), name=kept_name(key))
+            v = self.b.input(TensorType.of(arr), name=_kept_key(key))
             self.feeds[v.id] = arr
             self.env[key] = v
             return
         value = self.materialize(self.expr(expr, key))
-        name = kept_name(key)
+        name = _kept_key(key)
         if isinstance(value, Value) and name is not None and value.name is None:
             self._name(value.id, name)
         self.env[key] = value
