@@ -167,8 +167,9 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
             f"einsum {subscripts!r}. vs fastest peer: median / the smallest median of the three peers "
             f"({LABELS[best_lib] if best_lib else '-'}). max rel err: max |out - ref| / max |ref| against "
             "np.einsum(optimize=True) computed once in the same process.",
-            "opgraph: the expression in index notation (opgraph.tensor_expr), .opgraph(result labels), .to_graph() "
-            "and opgraph.compile(graph, backend), one measurement each: first = the first build in the process "
+            "opgraph: the expression in index notation (opgraph.tensor_expr), .opgraph(result labels), "
+            ".to_graph(data='inputs') and opgraph.compile(graph, backend), one measurement each: first = the first "
+            "build in the process "
             "(it includes opgraph's imports on first use" + (", compiled from source: PYTHONDONTWRITEBYTECODE is set"
                                                              if os.environ.get("PYTHONDONTWRITEBYTECODE") else "")
             + "), again = a second build (not for auto, whose cost is timing the installed backends on og.feeds()); "

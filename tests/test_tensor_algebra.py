@@ -467,10 +467,10 @@ def test_opgraph_to_graph_to_opgraph_keeps_edges() -> None:
     t2, V = RNG.standard_normal((4, 4, 2, 2)), RNG.standard_normal((4, 4, 4, 4))
     og = (T(t2, name="T2")["a,b,i,j"] * T(V, name="V")["c,d,a,b"]).opgraph("i,j,c,d")
     g = og.to_graph()
-    assert [g.kind_of(o) for o in range(g.num_ops)] == ["einsum"]
+    assert [g.kind_of(o) for o in range(g.num_ops)] == ["const", "const", "einsum"]
     back = OpGraph.from_graph(g)
     assert back.edges() == og.edges()
-    np.testing.assert_allclose(back.run(og.feeds())[0], np.einsum("abij,cdab->ijcd", t2, V), rtol=1e-12)
+    np.testing.assert_allclose(back.run()[0], np.einsum("abij,cdab->ijcd", t2, V), rtol=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------ lowering
@@ -497,7 +497,7 @@ def test_backend_without_einsum_runs_ttgt(no_einsum: str) -> None:
     arrays = [RNG.standard_normal(s) for s in ((30, 4), (4, 40), (40, 5), (5, 20))]
     expr = T(arrays[0])["i,j"] * T(arrays[1])["j,k"] * T(arrays[2])["k,l"] * T(arrays[3])["l,m"]
     og = expr.opgraph("m,i")
-    g = og.to_graph()
+    g, weights = og.to_graph(data="inputs")
     low = lower(g, lambda info: info.kind not in ("einsum", "tensordot"))
     assert low.counts == {"lower.einsum_pairwise": 1, "lower.einsum_ttgt": 3}
     kinds = {low.graph.kind_of(o) for o in range(low.graph.num_ops)}
@@ -508,7 +508,7 @@ def test_backend_without_einsum_runs_ttgt(no_einsum: str) -> None:
                                                                                            (40, 4)}
     prog = opgraph.compile(g, backend=no_einsum, partition=False)
     ref = np.einsum("ij,jk,kl,lm->mi", *arrays)
-    np.testing.assert_allclose(prog(og.feeds())[0], ref, rtol=1e-10)
+    np.testing.assert_allclose(prog(weights)[0], ref, rtol=1e-10)
 
 
 @pytest.mark.parametrize("out,kinds", [
@@ -522,7 +522,7 @@ def test_ttgt_reads_blocked_operands_without_copies(out: str, kinds: list[str]) 
     that is neither (c,d | i,j) nor (i,j | c,d) costs a permutation, of the result."""
     t2, V = RNG.standard_normal((5, 5, 2, 2)), RNG.standard_normal((5, 5, 5, 5))
     og = (T(t2)["a,b,i,j"] * T(V)["c,d,a,b"]).opgraph(out)
-    low = lower(og.to_graph(), lambda info: info.kind != "einsum").graph
+    low = lower(og.to_graph(data="inputs").graph, lambda info: info.kind != "einsum").graph
     assert [low.kind_of(o) for o in range(low.num_ops)] == kinds
     for o in range(low.num_ops):
         if low.kind_of(o) == "permute_dims" and o != low.num_ops - 1:
@@ -549,7 +549,7 @@ def test_ttgt_matches_einsum_on_random_label_layouts(case: tuple[str, str, str],
     rng = np.random.default_rng(seed)
     size = {c: int(rng.integers(1, 4)) for c in "abcdef"}
     a, b = rng.standard_normal(tuple(size[c] for c in la)), rng.standard_normal(tuple(size[c] for c in lb))
-    g = (T(a)[",".join(la)] * T(b)[",".join(lb)]).opgraph(",".join(lo)).to_graph()
+    g = (T(a)[",".join(la)] * T(b)[",".join(lb)]).opgraph(",".join(lo)).to_graph(data="inputs").graph
     low = lower(g, lambda info: info.kind != "einsum").graph
     assert "einsum" not in {low.kind_of(o) for o in range(low.num_ops)}
     got = low.run({"t0": a, "t1": b})[0]

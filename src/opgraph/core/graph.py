@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -1298,6 +1298,26 @@ class Graph:
         tids = None if targets is None else target_ids(self, targets)
         # Running is opgraph.runtime's job (a layer above core): it fills this hook when imported.
         return hooks.RUN.get()(self, ids, tids, backend=backend)
+
+
+class GraphAndWeights(NamedTuple):
+    """A graph whose data are inputs, and their values: it unpacks as ``graph, weights = ...``.
+
+    ``weights`` maps input names to their values (NumPy arrays, in the graph's input order), ready to feed
+    (``graph.run({**weights, "x": x})``), to differentiate for, and to write back by name
+    (``to_onnx(graph, weights=...)``, a torch ``state_dict``). What
+    ``from_onnx(model, weights_as_inputs=True)`` (the initializers) and ``OpGraph.to_graph(data="inputs")`` (the
+    tensors holding data) return; ``OpGraph.from_graph`` takes it back.
+
+    >>> import numpy as np, opgraph
+    >>> b = opgraph.GraphBuilder(); w = b.input(("float64", (2,)), name="w"); b.output(b.op("exp", w))
+    >>> graph, weights = GraphAndWeights(b.freeze(), {"w": np.zeros(2)})
+    >>> graph.run(weights)
+    [array([1., 1.])]
+    """
+
+    graph: Graph
+    weights: dict[str, np.ndarray]
 
 
 _NARROW = 64

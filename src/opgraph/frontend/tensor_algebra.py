@@ -31,7 +31,8 @@ decided by the labels of the result); a product of several factors is one einsum
     True
 
 Graphs convert both ways with the core :class:`~opgraph.core.graph.Graph` (:meth:`OpGraph.from_graph`,
-:meth:`OpGraph.to_graph`); lowering a contraction to permutations and a GEMM is the rule set
+:meth:`OpGraph.to_graph`), data included: as constants, or as inputs with their values alongside
+(``to_graph(data="inputs")``); lowering a contraction to permutations and a GEMM is the rule set
 ``opgraph.passes.lower.LOWER`` that the backends share.
 """
 
@@ -42,13 +43,14 @@ import numbers
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from opgraph.core import hooks
 from opgraph.core.builder import GraphBuilder
-from opgraph.core.graph import Graph
+from opgraph.core.feeds import convert_feed
+from opgraph.core.graph import Graph, GraphAndWeights
 from opgraph.core.registry import get_op
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError, OpBuildError
@@ -146,9 +148,11 @@ class Node:
 class Tensor(Node):
     """A tensor node: a data reference (a NumPy array, a lazy array, anything ``np.asarray`` takes) or a result.
 
-    A source tensor (no edge into it) is an input of the graph; its ``value`` is what :meth:`OpGraph.run` feeds
-    (``constant=True`` makes it a constant of the graph instead). A tensor without a value needs a ``type``
-    (``("float64", (3, 4))`` or a :class:`~opgraph.core.types.TensorType`) unless an operation produces it.
+    A source tensor (no edge into it) holding an array is data: :meth:`OpGraph.to_graph` makes it a constant of
+    the core graph (default), or an input whose value it returns alongside (``data="inputs"``); ``constant=True``
+    makes it a constant either way (a number of the computation rather than data). A tensor without a value is
+    an input to feed, and needs a ``type`` (``("float64", (3, 4))`` or a :class:`~opgraph.core.types.TensorType`)
+    unless an operation produces it. With both, the value is converted to the type as a feed would be.
 
     >>> Tensor(np.zeros((2, 3)), name="A").type
     f64[2,3]
@@ -287,7 +291,7 @@ class Multiply(Operation):
     >>> g = OpGraph(); a, b = g.add_node(Tensor(np.ones((2, 3)))), g.add_node(Tensor(np.ones((3, 4))))
     >>> m, c = g.add_node(Multiply()), g.add_node(Tensor())
     >>> g.add_edge(a, m, "i,k"); g.add_edge(b, m, "k,j"); g.add_edge(m, c, "j,i")
-    >>> g.to_graph().op(0).attrs["subscripts"]
+    >>> g.to_graph().op(2).attrs["subscripts"]  # after the two constants, A and B
     'ik,kj->ji'
     """
 
@@ -768,8 +772,9 @@ class OpGraph:
         return order
 
     def _source(self, b: GraphBuilder, u: int, node: Tensor, names: dict[int, str | None],
-                value: dict[int, Any]) -> None:
-        """Add source tensor ``u`` to ``b``: a constant, a lazy array's graph, or an input."""
+                value: dict[int, Any], data: str, weights: dict[str, np.ndarray]) -> None:
+        """Add source tensor ``u`` to ``b``: a constant, a lazy array's graph, or an input (whose value, for a
+        tensor holding data, goes to ``weights``)."""
         if node.constant:
             value[u] = b.constant(node.value, name=node.name)
         elif isinstance(node.value, LazyArray) and not node.value._node.is_input:
@@ -777,34 +782,70 @@ class OpGraph:
         elif node.type is None and not isinstance(node.value, LazyArray):
             if self._out[u]:
                 raise OpGraphError(f"tensor node {u} ({node.label}) has no value, no type and no producer")
+        elif isinstance(node.value, np.ndarray) and data == "constants":
+            value[u] = b.constant(_as_declared(node, names[u]), name=names[u])
         else:
             ty = node.value.type if isinstance(node.value, LazyArray) else node.type
             name = node.value._node.name or node.name if isinstance(node.value, LazyArray) else names[u]
             value[u] = b.input(ty, name=name)
+            if isinstance(node.value, np.ndarray):
+                weights[names[u]] = node.value  # type: ignore[index]
 
-    def to_graph(self) -> Graph:
-        """The core :class:`~opgraph.core.graph.Graph` computing :meth:`result_tensors` (lossless: see the docs).
+    @overload
+    def to_graph(self, *, data: Literal["constants"] = ...) -> Graph: ...
+    @overload
+    def to_graph(self, *, data: Literal["inputs"]) -> GraphAndWeights: ...
+    def to_graph(self, *, data: str = "constants") -> Graph | GraphAndWeights:
+        """The core :class:`~opgraph.core.graph.Graph` computing :meth:`result_tensors`, with the data of the
+        source tensors (lossless: :meth:`from_graph` gives the OpGraph back; see the docs).
 
-        Source tensors become inputs named as :meth:`feeds` names them (constants for ``constant=True``; a lazy
-        array is appended with its own graph); each operation becomes the core ops its ``emit`` writes.
+        ``data`` says what a source tensor holding an array becomes:
+
+        * ``"constants"`` (default): a constant named after the tensor (``t<offset>`` if it has no name), so the
+          graph runs with no feeds;
+        * ``"inputs"``: an input of that name; the result is a
+          :class:`~opgraph.core.graph.GraphAndWeights` ``(graph, weights)`` whose ``weights`` maps those names to
+          the tensors' arrays (the arrays themselves, not copies), ready to feed (:meth:`feeds` gives the same).
+
+        Tensors without a value (and lazy placeholders) are inputs, ``constant=True`` tensors constants, other
+        lazy arrays are appended with their own graph; each operation becomes the core ops its ``emit`` writes.
 
         >>> g = OpGraph(); a = g.add_node(Tensor(np.eye(2), name="A"))
         >>> p, c = g.add_node(Pow(2)), g.add_node(Tensor(name="C"))
         >>> g.add_edge(a, p, "i,j"); g.add_edge(p, c, "i,j")
         >>> print(g.to_graph())
+        graph() {
+          %A: f64[2,2] = const [[1.0, 0.0],  [0.0, 1.0]]
+          %1: f64[] = const 2.0
+          %C: f64[2,2] = power(%A, %1)
+          return %C
+        }
+        >>> graph, weights = g.to_graph(data="inputs")
+        >>> print(graph)
         graph(%A: f64[2,2]) {
           %1: f64[] = const 2.0
           %C: f64[2,2] = power(%A, %1)
           return %C
         }
+        >>> weights["A"] is g[a].value
+        True
         """
+        if data not in ("constants", "inputs"):
+            raise OpGraphError(f"to_graph(data={data!r}): data is 'constants' (the default) or 'inputs'")
+        names = self._names()
+        if data == "constants":
+            for _, dst in self.updates:
+                node = self._nodes[dst]
+                if isinstance(node, Tensor) and isinstance(node.value, np.ndarray) and not node.constant:
+                    raise OpGraphError(f"tensor node {dst} ({names[dst]}) holds data that an update edge writes; "
+                                       "a constant cannot be updated: use to_graph(data='inputs')")
         b = GraphBuilder(hash_cons=False)
         value: dict[int, Any] = {}
-        names = self._names()
+        weights: dict[str, np.ndarray] = {}
         for u in self._order():
             op = self._nodes[u]
             if isinstance(op, Tensor):
-                self._source(b, u, op, names, value)
+                self._source(b, u, op, names, value, data, weights)
                 continue
             ins = [(value[e.source], e.labels) for e in self.in_edges(u)]
             outs = self.out_edges(u)
@@ -842,10 +883,13 @@ class OpGraph:
         for src, dst in self.updates:
             b.update(value[src], value[dst])
         b.output(*(value[u] for u in results))
+        if data == "inputs":
+            return GraphAndWeights(b.freeze(), weights)
         return b.freeze()
 
     def feeds(self) -> dict[str, Any]:
-        """The data of the source tensors, by the input names :meth:`to_graph` gives them.
+        """The data of the source tensors, by the input names ``to_graph(data="inputs")`` gives them (its
+        ``weights``).
 
         >>> g = OpGraph(); g.add_node(Tensor(np.ones(2), name="x")), g.add_node(Tensor(type=("float64", (2,))))
         (0, 1)
@@ -860,7 +904,8 @@ class OpGraph:
             ) -> list[np.ndarray]:
         """Evaluate the result tensors; the source tensors' data are fed, ``feeds`` (by input name) add or
         override them. See the module doc for an example."""
-        return self.to_graph().run({**self.feeds(), **(feeds or {})}, backend=backend, **kw_feeds)
+        graph, weights = self.to_graph(data="inputs")
+        return graph.run({**weights, **(feeds or {})}, backend=backend, **kw_feeds)
 
     @classmethod
     def from_equations(cls, *refs: TensorRef) -> OpGraph:
@@ -876,8 +921,14 @@ class OpGraph:
         return builder.og
 
     @classmethod
-    def from_graph(cls, graph: Graph) -> OpGraph:
+    def from_graph(cls, graph: Graph | GraphAndWeights, weights: Mapping[str, Any] | None = None) -> OpGraph:
         """The OpGraph of a core graph: a tensor node per value, an operation node per op (see the docs' table).
+
+        Data come back as data: a named constant becomes a tensor holding its value (an unnamed one, a number
+        an operation wrote, a ``Tensor(constant=True)``), and an input named in ``weights`` a tensor holding that
+        value (the array itself), with the input's type. ``graph`` may be a
+        :class:`~opgraph.core.graph.GraphAndWeights`, what ``to_graph(data="inputs")`` returns. So ``to_graph``
+        with the same ``data`` gives the graph back, and the same weights.
 
         ``einsum`` becomes :class:`Multiply` with its subscripts as labels, ``permute_dims`` a :class:`Permute`
         whose edges carry the permutation, element-wise ops :class:`Elementwise` (labels aligned as NumPy
@@ -892,9 +943,24 @@ class OpGraph:
         [Edge(0, 2, 'i,j'), Edge(1, 2, 'j,k'), Edge(2, 3, 'i,k')]
         >>> og.to_graph().equals(b.freeze())
         True
+        >>> og = OpGraph.from_graph(b.freeze(), {"y": np.ones((3, 4))})
+        >>> og[1].value.shape, og.run(x=np.ones((2, 3)))[0][0]
+        ((3, 4), array([3., 3., 3., 3.]))
         """
+        if isinstance(graph, GraphAndWeights):
+            if weights is not None:
+                raise OpGraphError("from_graph: pass a GraphAndWeights or a graph and weights=, not both")
+            graph, weights = graph
+        data = _weights_by_input(graph, weights or {})
         og = cls(graph.num_values + graph.num_ops)
         node_of: dict[int, int] = {}
+
+        def source(v: int) -> Tensor:
+            name = graph.name_of(v)
+            if v in data:
+                return Tensor(data[v], name=name, type=graph.type_of(v))
+            return Tensor(type=graph.type_of(v), name=name)
+
         ops = range(graph.num_ops) if graph.is_topologically_ordered() else graph.topological_order().tolist()
         inputs = graph.inputs.tolist()
         # Inputs are added where their value ids fall between the ops' outputs (a file may declare one after some
@@ -902,7 +968,7 @@ class OpGraph:
         pending = inputs[::-1] if inputs == sorted(inputs) else []
         if not pending:
             for v in inputs:
-                node_of[v] = og.add_node(Tensor(type=graph.type_of(v), name=graph.name_of(v)))
+                node_of[v] = og.add_node(source(v))
         for op in [*ops, None]:
             first = graph.num_values
             if op is not None:  # inputs numbered before the op's outputs, and every input the op reads
@@ -910,14 +976,15 @@ class OpGraph:
                 first = max(int(graph.op_outputs(op).min(initial=graph.num_values)), needed)
             while pending and pending[-1] < first:
                 v = pending.pop()
-                node_of[v] = og.add_node(Tensor(type=graph.type_of(v), name=graph.name_of(v)))
+                node_of[v] = og.add_node(source(v))
             if op is None:
                 break
             kind = graph.kind_of(op)
             outs = graph.op_outputs(op).tolist()
             if kind == "const":
                 (v,) = outs
-                node_of[v] = og.add_node(Tensor(graph.constant_of(op), name=graph.name_of(v), constant=True))
+                name = graph.name_of(v)
+                node_of[v] = og.add_node(Tensor(graph.constant_of(op), name=name, constant=name is None))
                 continue
             ins = graph.op_inputs(op).tolist()
             in_types = [graph.type_of(v) for v in ins]
@@ -932,6 +999,37 @@ class OpGraph:
         og.outputs = [node_of[v] for v in graph.outputs.tolist()]
         og.updates = [(node_of[int(s)], node_of[int(d)]) for s, d in np.asarray(graph.updates).reshape(-1, 2)]
         return og
+
+
+def _as_declared(node: Tensor, name: str | None) -> np.ndarray:
+    """A data tensor's array as a value of its declared type (converted as a feed of that input would be)."""
+    arr = node.value
+    assert isinstance(arr, np.ndarray) and node.type is not None
+    if arr.dtype == node.type.dtype and arr.shape == node.type.shape:
+        return arr
+    arr = convert_feed(arr, node.type, f"%{name}")
+    if not node.type.accepts(arr):
+        raise OpGraphError(f"tensor {name} is declared {node.type} but holds an array of shape {arr.shape}")
+    return arr
+
+
+def _weights_by_input(graph: Graph, weights: Mapping[str, Any]) -> dict[int, Any]:
+    """The values ``weights`` gives, by input value id; a name that is no input of ``graph`` is an error, and so
+    is a value that does not fit its input's type."""
+    inputs = {graph.name_of(v): v for v in graph.inputs.tolist()}
+    unknown = [k for k in weights if k not in inputs]
+    if unknown:
+        raise OpGraphError(f"from_graph: weights name no input of the graph: {unknown}; its inputs are "
+                           f"{[k for k in inputs if k is not None]}")
+    out = {}
+    for k, w in weights.items():
+        t = graph.type_of(inputs[k])
+        arr = w if isinstance(w, np.ndarray) else np.asarray(w)
+        if isinstance(t, TensorType) and not _fits(t, TensorType(arr.dtype, arr.shape)):
+            raise OpGraphError(f"from_graph: weight {k!r} is {TensorType(arr.dtype, arr.shape)}, input %{k} "
+                               f"is {t}")
+        out[inputs[k]] = arr
+    return out
 
 
 def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:

@@ -20,27 +20,12 @@ built on the importer; it runs ONNX's own backend test suite in the tests.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Literal, overload
 
-import numpy as np
-
-from opgraph.core.graph import Graph
+from opgraph.core.graph import Graph, GraphAndWeights
 from opgraph.io.onnx._core import OnnxImportError
 from opgraph.io.onnx._import import OnnxImport, Port, import_model, load_model
 from opgraph.io.onnx.export import OnnxExportError, to_onnx
-
-
-class GraphAndWeights(NamedTuple):
-    """What ``from_onnx(model, weights_as_inputs=True)`` returns; it unpacks as ``graph, weights = ...``.
-
-    ``graph`` takes the model's inputs first, then one input per weight, named after its initializer;
-    ``weights`` maps those names to their values (NumPy arrays, in the graph's input order), ready to feed
-    (``graph.run({**weights, "x": x})``), to differentiate for, and to write back by name
-    (``to_onnx(graph, weights=...)``, or a torch ``state_dict``).
-    """
-
-    graph: Graph
-    weights: dict[str, np.ndarray]
 
 
 @overload
