@@ -83,6 +83,39 @@ def test_unknown_backend_is_one_line() -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("given", "meant"), [("pytorch", "torch"), ("JAX", "jax"), ("Torch", "torch"),
+                                              ("ort", "onnxruntime"), ("onnx", "onnxruntime"), ("np", "numpy"),
+                                              ("Auto", "auto"), ("nmupy", "numpy"), ("onnxrutime", "onnxruntime")])
+def test_unknown_backend_suggests_the_engine_meant(given: str, meant: str) -> None:
+    # the engine's library name, another case or a typo: the message ends naming the backend meant, once
+    g, _ = _mlp_graph()
+    with pytest.raises(BackendError) as err:
+        opgraph.compile(g, backend=given)
+    msg = str(err.value)
+    assert msg.startswith(f"unknown backend {given!r}; known: numpy, jax") and "\n" not in msg
+    assert msg.endswith(f"; did you mean {meant!r}?")
+    with pytest.raises(BackendError, match=f"did you mean {meant!r}"):
+        opgraph.jit(lambda x: x * 2, backend=given)(np.ones(2))
+
+
+def test_unknown_backend_far_from_every_name_suggests_none() -> None:
+    g, _ = _mlp_graph()
+    with pytest.raises(BackendError) as err:
+        opgraph.compile(g, backend="tensorflow")
+    assert "did you mean" not in str(err.value) and str(err.value).endswith("auto)")
+
+
+def test_backend_errors_are_value_errors() -> None:
+    # NumPy's habit: a bad argument value is caught by `except ValueError`
+    g, _ = _mlp_graph()
+    with pytest.raises(ValueError, match="unknown backend 'pytorch'"):
+        opgraph.compile(g, backend="pytorch")
+    with pytest.raises(ValueError, match="result='pytorch'"):
+        opgraph.compile(g, backend="numpy", result="pytorch")
+    assert issubclass(backends.BackendNotInstalledError, ValueError)
+    assert issubclass(backends.BackendNotInstalledError, ImportError)
+
+
 def test_backend_not_installed_says_what_to_install() -> None:
     fake = Backend("test_missing_engine", module="no_such_engine_pkg", extra="no_such_engine_pkg")
     backends.register(fake)
