@@ -196,6 +196,31 @@ def test_partitioned_graph_matches_numpy(name: str) -> None:
     text = f.explain()
     assert "3 region(s)" in text and f"({_numpy_only_kind()}) runs on numpy: {name} has no rule" in text
     assert f.transfers >= 2  # into numpy and back
+    # h goes to numpy and mid back: 2 between engines; x and w (twice: both engine regions read it) come from the
+    # caller, converted only for an engine with arrays of its own
+    converted = f", 3 NumPy feed(s) converted to {name} arrays" if name in ("jax", "torch") else ""
+    assert text.splitlines()[0].endswith(f"; 3 region(s), 2 transfer(s) between backends{converted} per call")
+
+
+@needs_engine
+def test_explain_tells_host_feeds_from_transfers_between_engines(name: str) -> None:
+    # a graph wholly on one engine moves nothing between engines; the caller's NumPy feeds are said apart
+    g, _ = _mlp_graph()
+    first = opgraph.compile(g, backend=name).explain().splitlines()[0]
+    converted = f", 2 NumPy feed(s) converted to {name} arrays" if name in ("jax", "torch") else ""
+    assert first == f"backend {name} (device cpu); 1 region(s), 0 transfer(s) between backends{converted} per call"
+
+
+def test_explain_counts_no_feed_for_update_edge_state() -> None:
+    # state stays in the engine's arrays between calls: only the data feed is converted per call
+    pytest.importorskip("jax")
+    b = opgraph.GraphBuilder()
+    x, s = b.input(("float64", (3,)), name="x"), b.input(("float64", (3,)), name="s")
+    b.update(b.add(s, x), s)
+    b.output(b.op("sum", s))
+    first = opgraph.compile(b.freeze(), backend="jax").explain().splitlines()[0]
+    assert first.endswith("1 region(s), 0 transfer(s) between backends, 1 NumPy feed(s) converted to jax arrays "
+                          "per call")
 
 
 @needs_engine
