@@ -112,8 +112,10 @@ def test_backend_errors_are_value_errors() -> None:
         opgraph.compile(g, backend="pytorch")
     with pytest.raises(ValueError, match="result='pytorch'"):
         opgraph.compile(g, backend="numpy", result="pytorch")
-    assert issubclass(backends.BackendNotInstalledError, ValueError)
-    assert issubclass(backends.BackendNotInstalledError, ImportError)
+    missing = backends.BackendNotInstalledError("no_such_engine_pkg", "backend 'x'")  # what get() raises
+    assert isinstance(missing, ValueError) and isinstance(missing, ImportError) and isinstance(missing, BackendError)
+    assert missing.name == "no_such_engine_pkg" and str(missing).startswith(
+        "backend 'x' needs the optional package no_such_engine_pkg: pip install no_such_engine_pkg")
 
 
 def test_backend_not_installed_says_what_to_install() -> None:

@@ -44,11 +44,15 @@ __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", 
            "names", "register", "unregister", "unsupported_ops"]
 
 
-class BackendNotInstalledError(BackendError, MissingDependencyError):
+class BackendNotInstalledError(MissingDependencyError, BackendError):
     """A known backend whose engine is not installed: the message says which extra installs it.
 
-    >>> issubclass(BackendNotInstalledError, ImportError)
-    True
+    Also an ``ImportError`` (``name`` is the package) and a ``ValueError``, as every :class:`BackendError`
+    (``MissingDependencyError`` first, so ``ImportError``'s constructor takes ``name=``).
+
+    >>> e = BackendNotInstalledError("jax", "backend 'jax'")
+    >>> isinstance(e, ImportError) and isinstance(e, ValueError) and isinstance(e, BackendError), e.name
+    (True, 'jax')
     """
 
 
