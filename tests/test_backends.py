@@ -83,6 +83,41 @@ def test_unknown_backend_is_one_line() -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("given", "meant"), [("pytorch", "torch"), ("JAX", "jax"), ("Torch", "torch"),
+                                              ("ort", "onnxruntime"), ("onnx", "onnxruntime"), ("np", "numpy"),
+                                              ("Auto", "auto"), ("nmupy", "numpy"), ("onnxrutime", "onnxruntime")])
+def test_unknown_backend_suggests_the_engine_meant(given: str, meant: str) -> None:
+    # the engine's library name, another case or a typo: the message ends naming the backend meant, once
+    g, _ = _mlp_graph()
+    with pytest.raises(BackendError) as err:
+        opgraph.compile(g, backend=given)
+    msg = str(err.value)
+    assert msg.startswith(f"unknown backend {given!r}; known: numpy, jax") and "\n" not in msg
+    assert msg.endswith(f"; did you mean {meant!r}?")
+    with pytest.raises(BackendError, match=f"did you mean {meant!r}"):
+        opgraph.jit(lambda x: x * 2, backend=given)(np.ones(2))
+
+
+def test_unknown_backend_far_from_every_name_suggests_none() -> None:
+    g, _ = _mlp_graph()
+    with pytest.raises(BackendError) as err:
+        opgraph.compile(g, backend="tensorflow")
+    assert "did you mean" not in str(err.value) and str(err.value).endswith("auto)")
+
+
+def test_backend_errors_are_value_errors() -> None:
+    # NumPy's habit: a bad argument value is caught by `except ValueError`
+    g, _ = _mlp_graph()
+    with pytest.raises(ValueError, match="unknown backend 'pytorch'"):
+        opgraph.compile(g, backend="pytorch")
+    with pytest.raises(ValueError, match="result='pytorch'"):
+        opgraph.compile(g, backend="numpy", result="pytorch")
+    missing = backends.BackendNotInstalledError("no_such_engine_pkg", "backend 'x'")  # what get() raises
+    assert isinstance(missing, ValueError) and isinstance(missing, ImportError) and isinstance(missing, BackendError)
+    assert missing.name == "no_such_engine_pkg" and str(missing).startswith(
+        "backend 'x' needs the optional package no_such_engine_pkg: pip install no_such_engine_pkg")
+
+
 def test_backend_not_installed_says_what_to_install() -> None:
     fake = Backend("test_missing_engine", module="no_such_engine_pkg", extra="no_such_engine_pkg")
     backends.register(fake)
@@ -163,6 +198,31 @@ def test_partitioned_graph_matches_numpy(name: str) -> None:
     text = f.explain()
     assert "3 region(s)" in text and f"({_numpy_only_kind()}) runs on numpy: {name} has no rule" in text
     assert f.transfers >= 2  # into numpy and back
+    # h goes to numpy and mid back: 2 between engines; x and w (twice: both engine regions read it) come from the
+    # caller, converted only for an engine with arrays of its own
+    converted = f", 3 NumPy feed(s) converted to {name} arrays" if name in ("jax", "torch") else ""
+    assert text.splitlines()[0].endswith(f"; 3 region(s), 2 transfer(s) between backends{converted} per call")
+
+
+@needs_engine
+def test_explain_tells_host_feeds_from_transfers_between_engines(name: str) -> None:
+    # a graph wholly on one engine moves nothing between engines; the caller's NumPy feeds are said apart
+    g, _ = _mlp_graph()
+    first = opgraph.compile(g, backend=name).explain().splitlines()[0]
+    converted = f", 2 NumPy feed(s) converted to {name} arrays" if name in ("jax", "torch") else ""
+    assert first == f"backend {name} (device cpu); 1 region(s), 0 transfer(s) between backends{converted} per call"
+
+
+def test_explain_counts_no_feed_for_update_edge_state() -> None:
+    # state stays in the engine's arrays between calls: only the data feed is converted per call
+    pytest.importorskip("jax")
+    b = opgraph.GraphBuilder()
+    x, s = b.input(("float64", (3,)), name="x"), b.input(("float64", (3,)), name="s")
+    b.update(b.add(s, x), s)
+    b.output(b.op("sum", s))
+    first = opgraph.compile(b.freeze(), backend="jax").explain().splitlines()[0]
+    assert first.endswith("1 region(s), 0 transfer(s) between backends, 1 NumPy feed(s) converted to jax arrays "
+                          "per call")
 
 
 @needs_engine

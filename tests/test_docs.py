@@ -289,6 +289,46 @@ def test_every_fence_has_a_language(doc: str) -> None:
     assert not bare, f"{doc}: opening fences without a language on lines {bare}"
 
 
+# ----------------------------------------------------------------------------- links and doc names resolve
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+DOC_PATH = re.compile(r"\bdocs/[\w.-]+\.(?:md|json)\b")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown text's headings (outside fenced blocks).
+
+    >>> sorted(heading_anchors("# The optimiser (`opgraph.passes`)\\n```text\\n# not a heading\\n```\\n## Training\\n"))
+    ['the-optimiser-opgraphpasses', 'training']
+    """
+    fenced = {i for b in parse_blocks(text, "") for i in range(b.line - 1, b.line + b.text.count("\n") + 1)}
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for i, line in enumerate(text.splitlines()) if line.startswith("#") and i not in fenced}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=doc_name)
+def test_relative_links_resolve(path: Path) -> None:
+    # a renamed doc (optimizer.md -> passes.md) must take every link to it along, anchors included
+    broken = []
+    for target in LINK.findall(path.read_text()):
+        if re.match(r"[a-z][\w+.-]*:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file) if file else path
+        if not dest.exists():
+            broken.append(f"{target} (no file {dest.relative_to(ROOT)})")
+        elif anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest.read_text()):
+            broken.append(f"{target} (no heading #{anchor} in {dest.name})")
+    assert not broken, f"{path.name} links to what does not exist: {broken}"
+
+
+def test_docs_named_in_code_exist() -> None:
+    # docstrings, comments and tools name docs by path ("measured in docs/passes.md"): those files must exist
+    sources = [p for d in ("src", "tests", "tools", "bench", "examples") for p in (ROOT / d).rglob("*.py")]
+    missing = sorted({f"{p.relative_to(ROOT)}: {m}" for p in [*sources, ROOT / "Makefile", ROOT / "pyproject.toml"]
+                      for m in DOC_PATH.findall(p.read_text()) if not (ROOT / m).exists()})
+    assert not missing, f"these name docs that do not exist: {missing}"
+
+
 # ----------------------------------------------------------------------------- each doc names its extra
 OPTIONAL = {"networkx": "networkx", "dask": "dask", "distributed": "distributed", "onnx": "onnx",
             "onnxruntime": "onnxruntime", "pytensor": "pytensor", "jax": "jax", "torch": "torch", "scipy": "scipy",

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 
 from opgraph.backends.base import Backend, BackendError, Executable, OpInfo, unsupported_ops
+from opgraph.core.feeds import did_you_mean
 from opgraph.errors import MissingDependencyError
 
 _MODULES = {
@@ -43,11 +44,15 @@ __all__ = ["Backend", "BackendError", "BackendNotInstalledError", "Executable", 
            "names", "register", "unregister", "unsupported_ops"]
 
 
-class BackendNotInstalledError(BackendError, MissingDependencyError):
+class BackendNotInstalledError(MissingDependencyError, BackendError):
     """A known backend whose engine is not installed: the message says which extra installs it.
 
-    >>> issubclass(BackendNotInstalledError, ImportError)
-    True
+    Also an ``ImportError`` (``name`` is the package) and a ``ValueError``, as every :class:`BackendError`
+    (``MissingDependencyError`` first, so ``ImportError``'s constructor takes ``name=``).
+
+    >>> e = BackendNotInstalledError("jax", "backend 'jax'")
+    >>> isinstance(e, ImportError) and isinstance(e, ValueError) and isinstance(e, BackendError), e.name
+    (True, 'jax')
     """
 
 
@@ -92,13 +97,33 @@ def get(name: str) -> Backend:
         return found
     if name not in _MODULES:
         raise BackendError(f"unknown backend {name!r}; known: {', '.join(_MODULES)}, auto "
-                           f"(installed here: {', '.join(available())}, auto)")
+                           f"(installed here: {', '.join(available())}, auto){suggest(name)}")
     pkg = _PACKAGES.get(name, "")
     if pkg and not _installed(pkg):
         raise BackendNotInstalledError(pkg, f"backend {name!r}")
     module = importlib.import_module(_MODULES[name])
     _LOADED[name] = module.BACKEND
     return module.BACKEND
+
+
+_ALIASES = {"pytorch": "torch", "ort": "onnxruntime", "onnx": "onnxruntime", "onnx-runtime": "onnxruntime",
+            "onnx_runtime": "onnxruntime", "np": "numpy", "jaxlib": "jax", "xla": "jax", "distributed": "dask"}
+"""Names users write for an engine (its package's or its library's) -> opgraph's backend name."""
+
+
+def suggest(name: object) -> str:
+    """The ``"; did you mean ...?"`` tail of an unknown backend name's message: the backend spelled in another
+    case, the engine a common alias names (``pytorch``, ``ort``, ``np``), else the close names (difflib).
+
+    >>> suggest("pytorch"), suggest("JAX"), suggest("ORT"), suggest("nmupy"), suggest("tensorflow")
+    ("; did you mean 'torch'?", "; did you mean 'jax'?", "; did you mean 'onnxruntime'?", "; did you mean 'numpy'?", '')
+    """
+    if not isinstance(name, str):
+        return ""
+    known = [*_MODULES, "auto"]
+    low = name.strip().lower()
+    same = [k for k in known if k.lower() == low] or [a for a in (_ALIASES.get(low),) if a in known]
+    return f"; did you mean {same[0]!r}?" if same else did_you_mean(low, known)
 
 
 def available() -> tuple[str, ...]:

@@ -98,8 +98,15 @@ Limit = Callable[["OpInfo"], "str | None"]
 """op facts -> why the backend cannot run this op (None: it can)."""
 
 
-class BackendError(GraphError):
-    """A backend cannot be used: unknown, not installed, or missing an op with partitioning off."""
+class BackendError(GraphError, ValueError):
+    """A backend cannot be used: unknown, not installed, or missing an op with partitioning off.
+
+    Also a ``ValueError`` (the ``backend=``, ``device=`` or option value given cannot be used), so NumPy's habit of
+    ``except ValueError`` catches it.
+
+    >>> issubclass(BackendError, ValueError)
+    True
+    """
 
 
 FLOAT_KINDS = frozenset("fc")

@@ -1,12 +1,13 @@
 """GraphBuilder: append ops one by one, then ``freeze()`` into a :class:`Graph`.
 
-This is also seed 003's explicit builder: placeholders, constants, ops,
-gradients later, and ``run(feeds, targets)`` on the needed subgraph.
+This is also seed 003's explicit builder: inputs (``placeholder`` is the same
+method), constants (``const``), ops, gradients later, and
+``run(feeds, targets)`` on the needed subgraph.
 
     >>> import numpy as np, opgraph
     >>> b = opgraph.GraphBuilder()
-    >>> x = b.placeholder("float64", (2, 2), name="x")
-    >>> w = b.const(np.eye(2) * 3)
+    >>> x = b.input("float64", (2, 2), name="x")
+    >>> w = b.constant(np.eye(2) * 3)
     >>> y = b.matmul(x, w)            # any registered op is a method
     >>> z = b.add(y, 1.0)             # Python numbers become constants
     >>> b.run({x: np.ones((2, 2))}, [z])[0]
@@ -60,7 +61,7 @@ from opgraph.core.dtypes import as_dtype
 from opgraph.core.graph import INDEX, PTR, Graph, Op, Symbols, Value
 from opgraph.core.intern import Interner
 from opgraph.core.registry import CONST, Attrs, OpDef, build_error, exact_key, get_op, resolve
-from opgraph.core.types import TensorType, ValueType, as_type
+from opgraph.core.types import TensorType, ValueType, as_type, dtype_and_shape, is_shape
 from opgraph.errors import GraphError, OpTypeError
 
 ValueLike = Value | int | float | bool | complex | np.ndarray | np.generic
@@ -78,6 +79,8 @@ _CHAIN_MAX = 16
 """A hash-consing chain longer than this moves to a dict, so a value with many consumers stays O(1)."""
 _NEW = object.__new__
 _FOREIGN = "a value from another builder or graph was passed to this builder"
+_INPUT_FORMS = ("GraphBuilder.input (placeholder) takes input(dtype, shape), e.g. input('float64', (2, 3)) "
+                "(shape first is read the same), or one (dtype, shape) pair or TensorType")
 _NO: Any = object()
 """Marks an absent positional argument of an op method."""
 
@@ -677,16 +680,26 @@ class GraphBuilder:
         """Declare an input (a placeholder, a ``set`` gateway in files).
 
         ``type`` is a :class:`TensorType`, a ``(dtype, shape)`` pair, or a dtype
-        with ``shape`` given separately.
+        with ``shape`` given separately. A shape and a dtype cannot be taken for
+        each other, so the shape first (``opgraph.numpy.placeholder``'s order)
+        is read the same.
 
         >>> import opgraph
         >>> opgraph.GraphBuilder().input("float32", (None, 3), name="batch").type
         f32[?,3]
+        >>> opgraph.GraphBuilder().placeholder((2, 3), "float64").type
+        f64[2,3]
         """
         try:
+            if shape is not None:
+                type, shape = dtype_and_shape(type, shape)
+            elif isinstance(type, tuple) and len(type) == 2:
+                type = dtype_and_shape(*type)
+            if shape is None and is_shape(type):
+                raise OpTypeError(f"{type!r} is a shape without a dtype")
             t = as_type(type) if shape is None else TensorType(type, shape)
         except OpTypeError as exc:  # a bad dtype or shape: name the call and the user's line, as ops do
-            raise build_error("input", [], str(exc)) from None
+            raise build_error("input", [], f"{exc}; {_INPUT_FORMS}") from None
         self._acquire()
         try:
             self._touch()

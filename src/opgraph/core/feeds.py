@@ -46,9 +46,18 @@ _WEAK_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c"}
 """Kind of the array NumPy makes of Python data -> the input kinds it may go to (NEP 50 for Python scalars)."""
 
 
-def _close(word: str, names: list[str]) -> str:
-    close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+def did_you_mean(word: str, names: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the names close to ``word`` (difflib's), or ``""`` when none is: the tail
+    of an unknown-name message.
+
+    >>> did_you_mean("rat", ["rate", "x"]), did_you_mean("q", ["rate"])
+    ("; did you mean 'rate'?", '')
+    """
+    close = difflib.get_close_matches(word, list(names), n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+_close = did_you_mean
 
 
 def value_id(graph: Graph, key: Any) -> int:

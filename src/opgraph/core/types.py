@@ -276,6 +276,42 @@ def as_type(value: Any) -> ValueType:
     raise OpTypeError(f"cannot make a type from {value!r}")
 
 
+def is_shape(x: Any) -> bool:
+    """An int, or a tuple or list of ints and None: what no dtype is."""
+    if isinstance(x, (tuple, list)):
+        return all(d is None or (isinstance(d, (int, np.integer)) and not isinstance(d, bool)) for d in x)
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def is_dtype(x: Any) -> bool:
+    """Something NumPy takes as a dtype (a name, ``np.dtype``, a type) and no shape; None is neither here
+    (NumPy reads it as float64, opgraph as "no shape given")."""
+    if x is None or is_shape(x):
+        return False
+    try:
+        np.dtype(x)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def dtype_and_shape(dtype: Any, shape: Any) -> tuple[Any, Any]:
+    """``(dtype, shape)`` from two arguments given in either order.
+
+    A shape (an int, or a tuple or list of ints and None) and a dtype (a name, ``np.dtype`` or type) are never
+    taken for each other, so ``GraphBuilder.input`` (dtype first) and ``opgraph.numpy.placeholder`` (shape first)
+    put a swapped pair right; anything else is returned as given, for the type's own checks to name.
+
+    >>> dtype_and_shape((2, 3), "float64"), dtype_and_shape("float32", (None, 3))
+    (('float64', (2, 3)), ('float32', (None, 3)))
+    >>> dtype_and_shape(3, np.dtype("int8")), dtype_and_shape((2, 3), None)
+    ((dtype('int8'), 3), ((2, 3), None))
+    """
+    if is_shape(dtype) and is_dtype(shape):
+        return shape, dtype
+    return dtype, shape
+
+
 def shape_str(shape: Sequence[int | None] | None) -> str:
     """Render a shape the way types print it.
 

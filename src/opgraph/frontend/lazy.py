@@ -41,9 +41,9 @@ import numpy as np
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Graph
 from opgraph.core.hooks import Hook
-from opgraph.core.registry import OpDef, Resolved, resolve, user_location
-from opgraph.core.types import TensorType
-from opgraph.errors import ExecutionError, GraphError, OutOfMemoryError
+from opgraph.core.registry import OpDef, Resolved, build_error, resolve, user_location
+from opgraph.core.types import TensorType, dtype_and_shape, is_dtype
+from opgraph.errors import ExecutionError, GraphError, OpTypeError, OutOfMemoryError
 
 _SEQ = itertools.count()
 _TRACING = 0  # how many traces are under way (only changes the wording of errors)
@@ -500,8 +500,20 @@ def placeholder(shape: Any, dtype: Any = np.float64, name: str | None = None, *,
     (None, 3)
     >>> (x * placeholder((), "float64", name="lr", weak=True)).dtype
     dtype('float32')
+
+    A shape and a dtype cannot be taken for each other, so the dtype first (``GraphBuilder.placeholder``'s
+    order) is read the same: ``placeholder("float32", (None, 3))`` is ``x``'s type.
     """
-    node = _Node(None, (), (), (TensorType(dtype, shape),), name=name)
+    dtype, shape = dtype_and_shape(dtype, shape)
+    try:
+        if is_dtype(shape):
+            raise OpTypeError(f"{shape!r} is a dtype, not a shape")
+        t = TensorType(dtype, shape)
+    except OpTypeError as exc:  # name the call, its expected arguments and the user's line, as GraphBuilder.input
+        raise build_error("placeholder", [], f"{exc}; opgraph.numpy.placeholder takes placeholder(shape, "
+                                             f"dtype='float64'), e.g. placeholder((2, 3), 'float64') (dtype first "
+                                             f"is read the same)") from None
+    node = _Node(None, (), (), (t,), name=name)
     node.weak = weak
     return LazyArray(node)
 

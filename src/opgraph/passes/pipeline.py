@@ -122,7 +122,7 @@ class FusionCost:
     of shape (1, C, 1, 1)) makes the blocks strided and the fused kernel no faster (measured 0.99-1.02x
     on a CNN's bias + residual + relu). Elsewhere each unfused op already
     runs in place on planned memory as fast, and the fused kernel's per-call and per-block work
-    makes it slower (measured in docs/optimizer.md). ``None`` as the cost of :func:`optimize`
+    makes it slower (measured in docs/passes.md). ``None`` as the cost of :func:`optimize`
     fuses every region (for engines that compile fused ops themselves, and for tests).
 
     >>> FusionCost().pays(20, 0, 16 << 20, 4), FusionCost().pays(2, 2, 16 << 20, 4)

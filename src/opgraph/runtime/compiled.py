@@ -229,8 +229,16 @@ class _Variant:
             self.place.append("numpy")
             self.reasons[op] = why
         self.regions = _regions(g, self.place) if not whole else _whole_region(g, be.name)
-        self.transfers = sum(1 for r in self.regions for v in r.inputs
-                             if g.value_producer[v] >= 0 or r.backend != "numpy")
+        # per call, counted apart: values one engine computes and another reads, and the caller's NumPy feeds
+        # converted to an engine's own arrays (jax, torch: engines whose from_numpy is their own; ONNX Runtime,
+        # numba and dask take NumPy arrays; update-edge state stays on its engine between calls)
+        made_on = {v: r.backend for r in self.regions for v in r.outputs}
+        state = set(g.updates[:, 1].tolist())
+        self.transfers = sum(1 for r in self.regions for v in r.inputs if made_on.get(v, r.backend) != r.backend)
+        converts = {r.backend for r in self.regions
+                    if type(backends.get(r.backend)).from_numpy is not Backend.from_numpy}
+        self.feeds = sum(1 for r in self.regions for v in r.inputs
+                         if r.backend in converts and g.value_producer[v] < 0 and v not in state)
         # update-edge state a region may let its engine overwrite: read by that region alone and not a result
         readers: dict[int, int] = {}
         for r in self.regions:
@@ -372,7 +380,8 @@ class Program:
 
     @property
     def transfers(self) -> int:
-        """Values moved between engines so far."""
+        """Values handed to a region from another engine so far: values another region computed, and the
+        caller's NumPy feeds that a region on another engine read (:meth:`explain` counts those apart, per call)."""
         return self._transfers
 
     @property
@@ -743,8 +752,9 @@ class Program:
         if self.arena_runtime is not None:
             return f"{self.arena_runtime.explain()}\n{self._compile_line()}"
         var = self.variant(tuple(self.outputs))
+        feeds = f", {var.feeds} NumPy feed(s) converted to {self.backend.name} arrays" if var.feeds else ""
         lines = [f"backend {self.backend.name} (device {self.device}); "
-                 f"{len(var.regions)} region(s), {var.transfers} transfer(s) between backends per call"]
+                 f"{len(var.regions)} region(s), {var.transfers} transfer(s) between backends{feeds} per call"]
         if var.lowered_counts:
             done = ", ".join(f"{k} x{n}" for k, n in sorted(var.lowered_counts.items()))
             lines.append(f"lowered: {done}")
