@@ -1,7 +1,7 @@
 """The dask engine's feeds and chunks: file memmaps read block by block (:class:`MemmapSource`), zarr and dask
-feeds taken as they are (:func:`adopt`), a dask feed's ``da.from_array`` of a memmap rebuilt to read its chunks
-from the file (:func:`from_files`), and chunk sizes from each worker's memory budget (:func:`chunk_bytes`,
-:func:`choose_chunks`).
+feeds taken as they are (:func:`adopt`), a dask feed slicing a file memmap rebuilt to read its chunks from the
+file, or refused on a cluster where one task would ship a whole file (:func:`from_files`), and chunk sizes from
+each worker's memory budget (:func:`chunk_bytes`, :func:`choose_chunks`).
 
     >>> chunk_bytes(4 << 30, 4) >> 20
     128
