@@ -13,9 +13,10 @@ Feeds may be NumPy arrays, ``.npy`` memmaps (read chunk by chunk from the file: 
 whole file), zarr arrays (their own chunks) or ``dask.array`` arrays (taken as they are, but for a memmap in their
 graph: read chunk by chunk from its file, or refused on a cluster where one task would ship it whole;
 :func:`~opgraph.backends.dask.chunking.from_files`). Chunk sizes come from a memory budget per worker
-(:func:`chunk_bytes`) unless ``chunks=`` or ``chunk_bytes=`` is given. Results come back as NumPy arrays, computed in one pass (``result="numpy"``, the default), or as
-``dask.array`` arrays, lazy (``result="dask"``) or persisted (``result="persist"``). Update-edge state is
-persisted between calls, so the next call starts from it without recomputing its history.
+(:func:`chunk_bytes`) unless ``chunks=`` or ``chunk_bytes=`` is given. Results come back as NumPy arrays,
+computed in one pass (``result="numpy"``, the default), or as ``dask.array`` arrays, lazy (``result="dask"``) or
+persisted (``result="persist"``). Update-edge state is persisted between calls, so the next call starts from it
+without recomputing its history.
 
 It runs on dask's local threaded scheduler by default, or on a ``distributed.Client`` given as
 ``client=``:
