@@ -1,6 +1,8 @@
 """One variant of the dask benchmark (issue 18) in this process; prints one JSON line.
 
-    python bench/dask_memmap.py --variant make|opgraph|dask_blocks|dask_mmap|numpy|overhead [--gib 8] [--repeat 5]
+    python bench/dask_memmap.py --variant VARIANT [--gib 8] [--repeat 5]
+
+    (VARIANT: make, opgraph, opgraph_mapped, opgraph_from_array, dask_blocks, dask_mmap, numpy or overhead)
 
 The workload is ``y = sum(tanh(X * a + b) @ W, axis=0)`` over ``X``, a float32 ``.npy`` memmap of shape
 ``(N, 256)`` (``N = gib * 2**30 / 1 KiB``; ``a``, ``b`` of shape (256,), ``W`` (256, 32)). The file is made
@@ -11,6 +13,14 @@ graph and computing ``y`` on the cluster:
 
 * ``opgraph``: ``opgraph.compile(g, backend="dask", client=client)`` called on the memmap (chunks from the
   workers' memory budget; ``--chunk-rows`` overrides them by passing ``chunks=``).
+* ``opgraph_mapped``: the same program fed a dask array whose tasks slice the memmap itself (what
+  ``da.from_array(memmap)`` built before dask 2024.12; ``dask.array.core.graph_from_arraylike``), ``--chunk-rows``
+  rows a block (0: dask's auto): opgraph rebuilds it to read each block from the file (issue 36).
+* ``opgraph_from_array``: the same program fed ``da.from_array(np.load(path, mmap_mode="r"), chunks=...)``, which
+  since dask 2024.12 copies all of X into this process's memory: opgraph refuses it on a cluster where one task
+  would ship more than a block (its JSON has ``error``, ``feed_s``, the seconds ``from_array`` took, and
+  ``refused_s``, the seconds from the call to the refusal); not run
+  where X is more than half the memory available.
 * ``dask_blocks``: the same expression written in ``dask.array`` over blocks a task reads itself
   (``da.map_blocks`` of a function doing ``np.load(path, mmap_mode="r")[rows].copy()``), ``--chunk-rows`` rows a
   block, or dask's ``"auto"`` chunks with ``--chunk-rows 0``.
@@ -115,6 +125,17 @@ def dask_expr(x: Any, p: dict[str, np.ndarray]) -> Any:
     import dask.array as da
 
     return (da.tanh(x * p["a"] + p["b"]) @ p["W"]).sum(axis=0)
+
+
+def mapped_x(path: str, chunk_rows: int) -> Any:
+    """X as a dask array whose tasks slice the memmap itself (dask's from_array graph, without its copy)."""
+    import dask.array as da
+    from dask.array.core import graph_from_arraylike, normalize_chunks
+
+    mm = np.load(path, mmap_mode="r")
+    chunks = normalize_chunks((chunk_rows or "auto", COLS), mm.shape, dtype=mm.dtype)
+    name = f"X-mapped-{chunks[0][0]}"
+    return da.Array(graph_from_arraylike(mm, chunks, mm.shape, name, dtype=mm.dtype), name, chunks, dtype=mm.dtype)
 
 
 def dask_x(variant: str, path: str, chunk_rows: int) -> Any:
@@ -223,26 +244,46 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         return {**out, "skipped": True, "error": f"not run: da.from_array of a memmap ships all of X "
                 f"({size / 2**30:.3g} GiB) through the graph as one task, more than a worker's limit "
                 f"({args.limit_mib} MiB) or 1/8 of the memory available ({free / 2**30:.3g} GiB)"}
+    if args.variant == "opgraph_from_array" and 2 * size > free:
+        return {**out, "skipped": True, "error": f"not run: da.from_array copies all of X ({size / 2**30:.3g} GiB) "
+                f"into this process's memory, more than half of the memory available ({free / 2**30:.3g} GiB)"}
     import dask
 
     cluster, client = start_cluster(args.limit_mib)
     try:
         first = set(client.scheduler_info()["workers"])
-        if args.variant == "opgraph":
+        if args.variant.startswith("opgraph"):
             import opgraph
 
             g = opgraph_graph()
             opts: dict[str, Any] = {"client": client}
-            if args.chunk_rows:
+            if args.chunk_rows and args.variant == "opgraph":
                 opts["chunks"] = {"X": (args.chunk_rows, COLS)}
             t0 = time.perf_counter()
             f = opgraph.compile(g, backend="dask", **opts)
             out["compile_s"] = time.perf_counter() - t0
-            feeds = {"X": np.load(path, mmap_mode="r"), **p}
-            out.update(graph_facts(opgraph.compile(g, backend="dask", result="dask", **opts)(**feeds)[0], out["rows"]))
+
+            def x_feed() -> Any:
+                if args.variant == "opgraph_mapped":
+                    return mapped_x(path, args.chunk_rows)
+                if args.variant == "opgraph_from_array":
+                    return dask_x("dask_mmap", path, args.chunk_rows)
+                return np.load(path, mmap_mode="r")
+
+            t0 = time.perf_counter()
+            x = x_feed()
+            out["feed_s"] = time.perf_counter() - t0  # from_array's copy of X happens here
+            t0 = time.perf_counter()
+            try:
+                lazy = opgraph.compile(g, backend="dask", result="dask", **opts)(X=x, **p)[0]
+            except Exception as exc:  # opgraph's refusal: one line, before anything is sent to the cluster
+                return {**out, "error": f"{type(exc).__name__}: {exc}", "refused_s": time.perf_counter() - t0,
+                        **worker_report(client, first)}
+            del x
+            out.update(graph_facts(lazy, out["rows"]))
 
             def once() -> Any:
-                return f(**feeds)[0]
+                return f(X=x_feed(), **p)[0]
         else:
             out.update(graph_facts(dask_expr(dask_x(args.variant, path, args.chunk_rows), p), out["rows"]))
 
@@ -319,8 +360,8 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", choices=("make", "opgraph", "dask_blocks", "dask_mmap", "numpy", "overhead"),
-                    required=True)
+    ap.add_argument("--variant", choices=("make", "opgraph", "opgraph_mapped", "opgraph_from_array", "dask_blocks",
+                                          "dask_mmap", "numpy", "overhead"), required=True)
     ap.add_argument("--gib", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--chunk-rows", type=int, default=0, help="0: opgraph's budget / dask's 'auto'")

@@ -4,9 +4,11 @@
 GiB, default 8, in ``OPGRAPH_BENCH_DASK_DIR``), then runs each variant of ``y = sum(tanh(X * a + b) @ W, axis=0)``
 in its own process on its own 2-worker LocalCluster: NumPy (the reference value), opgraph, hand-written
 ``dask.array`` with the chunk rows opgraph chose, and ``da.from_array`` of the memmap with dask's auto chunks;
-opgraph and the hand-written variant alternate for ``OPGRAPH_BENCH_DASK_ROUNDS`` (1) rounds and each median is
-over all their runs. ``OPGRAPH_BENCH_DASK_REPEAT`` (5) runs a process, ``OPGRAPH_BENCH_DASK_LIMIT_MIB`` (2048)
-each worker's memory_limit. Prints the tables and writes them to bench/results/dask.md.
+opgraph fed a dask array slicing the memmap (rebuilt to read from the file) and fed ``da.from_array`` of the memmap
+(refused on the cluster, issue 36) with opgraph's chunk rows; opgraph and the hand-written variant alternate for
+``OPGRAPH_BENCH_DASK_ROUNDS`` (1) rounds and each median is over all their runs. ``OPGRAPH_BENCH_DASK_REPEAT`` (5)
+runs a process, ``OPGRAPH_BENCH_DASK_LIMIT_MIB`` (2048) each worker's memory_limit. Prints the tables and writes
+them to bench/results/dask.md.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "dask.md"
 GOAL = 1.1  # opgraph's median at most this times the hand-written dask.array's
 VARIANTS = {"numpy": "NumPy, 1 process (reference)", "opgraph": "opgraph, dask backend",
-            "dask_blocks": "dask.array, hand-written", "dask_mmap": "dask from_array(memmap)"}
+            "dask_blocks": "dask.array, hand-written", "dask_mmap": "dask from_array(memmap)",
+            "opgraph_mapped": "opgraph fed a dask array slicing the memmap",
+            "opgraph_from_array": "opgraph fed dask from_array(memmap)"}
 COLUMNS = ["variant", "chunk rows", "tasks (optimized)", "median s", "vs hand-written", "GiB/s",
            "peak RSS / limit MiB, per worker", "workers replaced", "matches NumPy"]
 
@@ -94,6 +98,8 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
         rows_opgraph = str((og or {}).get("chunk_rows") or rows_opgraph)
         runs["dask_blocks"].append(variant("dask_blocks", "--chunk-rows", rows_opgraph))
     runs["dask_mmap"] = [variant("dask_mmap")]
+    runs["opgraph_mapped"] = [variant("opgraph_mapped", "--chunk-rows", rows_opgraph)]  # rebuilt (issue 36)
+    runs["opgraph_from_array"] = [variant("opgraph_from_array", "--chunk-rows", rows_opgraph)]  # refused
     over = variant("overhead")
     res = {name: _merge(runs[name]) for name in VARIANTS}
     ref, og, hand = res["numpy"], res["opgraph"], res["dask_blocks"]
@@ -117,7 +123,8 @@ def table(console: Console, run: Callable[..., dict[str, Any] | None]) -> None:
         chunk_rows = f"{r['chunk_rows']:,}" if r.get("chunk_rows") else "-"
         if "error" in r:
             notes.append(f"{label}: {r['error'].split('. ')[0]}.")
-            rows.append([label, chunk_rows, tasks, "not run" if r.get("skipped") else "failed", "-", "-",
+            status = "not run" if r.get("skipped") else "refused" if "refused_s" in r else "failed"
+            rows.append([label, chunk_rows, tasks, status, "-", "-",
                          workers or "-", replaced, "-"])
             continue
         m = matches(r)

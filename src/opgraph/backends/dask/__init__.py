@@ -10,11 +10,13 @@ on its whole inputs (:data:`WHOLE` says why for each such kind; :meth:`Program.e
 <opgraph.runtime.compiled.Program.explain>` lists them), so nothing goes back to the client.
 
 Feeds may be NumPy arrays, ``.npy`` memmaps (read chunk by chunk from the file: a worker never maps the
-whole file), zarr arrays (their own chunks) or ``dask.array`` arrays (taken as they are). Chunk sizes
-come from a memory budget per worker (:func:`chunk_bytes`) unless ``chunks=`` or ``chunk_bytes=`` is
-given. Results come back as NumPy arrays, computed in one pass (``result="numpy"``, the default), or as
-``dask.array`` arrays, lazy (``result="dask"``) or persisted (``result="persist"``). Update-edge state is
-persisted between calls, so the next call starts from it without recomputing its history.
+whole file), zarr arrays (their own chunks) or ``dask.array`` arrays (taken as they are, but for a memmap in their
+graph: read chunk by chunk from its file, or refused on a cluster where one task would ship it whole;
+:func:`~opgraph.backends.dask.chunking.from_files`). Chunk sizes come from a memory budget per worker
+(:func:`chunk_bytes`) unless ``chunks=`` or ``chunk_bytes=`` is given. Results come back as NumPy arrays,
+computed in one pass (``result="numpy"``, the default), or as ``dask.array`` arrays, lazy (``result="dask"``) or
+persisted (``result="persist"``). Update-edge state is persisted between calls, so the next call starts from it
+without recomputing its history.
 
 It runs on dask's local threaded scheduler by default, or on a ``distributed.Client`` given as
 ``client=``:
@@ -47,6 +49,7 @@ from opgraph.backends.dask.chunking import (
     MemmapSource,
     adopt,
     choose_chunks,
+    from_files,
     is_memmap_file,
     live_blocks,
     worker_budget,
@@ -121,10 +124,11 @@ class DaskExecutable(Executable):
     ((2, 2, 2),)
     """
 
-    def __init__(self, graph: Graph, chunks: Any, limit: int) -> None:
+    def __init__(self, graph: Graph, chunks: Any, limit: int, client: Any = None) -> None:
         self.graph = graph
         self.chunks = chunks
         self.limit = limit
+        self.shipped = client is not None  # a distributed client pickles the task graph to its workers
         ins = graph.inputs.tolist()
         self.names = input_names(graph)
         self.dtypes = [getattr(graph.type_of(int(v)), "dtype", None) for v in ins]
@@ -132,11 +136,12 @@ class DaskExecutable(Executable):
         self.consts = [self.as_dask(c, None) for c in consts]
 
     def as_dask(self, a: Any, name: str | None, dtype: Any = None) -> da.Array:
-        """An argument as a chunked dask array of ``dtype`` (dask arrays as they are): ``chunks`` (by input
-        name for a dict), else blocks of at most ``limit`` bytes (:func:`choose_chunks`); a file memmap is
-        read block by block from its file (:class:`MemmapSource`)."""
+        """An argument as a chunked dask array of ``dtype``: ``chunks`` (by input name for a dict), else
+        blocks of at most ``limit`` bytes (:func:`choose_chunks`); a file memmap is read block by block from
+        its file (:class:`MemmapSource`). A dask array keeps its chunks, a ``da.from_array`` of a file memmap
+        in it rebuilt to read from the file, or refused on a cluster where it cannot be (:func:`from_files`)."""
         if isinstance(a, da.Array):
-            arr = a
+            arr = from_files(a, f"%{name}", self.limit if self.shipped else None)
         else:
             chunks = self.chunks.get(name, "budget") if isinstance(self.chunks, Mapping) else self.chunks
             shape = np.shape(a)
@@ -244,7 +249,7 @@ class DaskBackend(Backend):
         if chunk_bytes is None:
             nbytes, threads = worker_budget(client, num_workers)
             chunk_bytes = budget_chunk_bytes(nbytes, threads, live_blocks(graph))
-        return DaskExecutable(graph, chunks, int(chunk_bytes))
+        return DaskExecutable(graph, chunks, int(chunk_bytes), client)
 
     def finish(self, results: Sequence[Any], states: Sequence[Any], options: Mapping[str, Any],
                kind: str = "numpy", device: str | None = None) -> tuple[list[Any], list[Any]]:

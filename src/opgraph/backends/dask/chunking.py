@@ -1,6 +1,7 @@
 """The dask engine's feeds and chunks: file memmaps read block by block (:class:`MemmapSource`), zarr and dask
-feeds taken as they are (:func:`adopt`), and chunk sizes from each worker's memory budget (:func:`chunk_bytes`,
-:func:`choose_chunks`).
+feeds taken as they are (:func:`adopt`), a dask feed slicing a file memmap rebuilt to read its chunks from the
+file, or refused on a cluster where one task would ship a whole file (:func:`from_files`), and chunk sizes from
+each worker's memory budget (:func:`chunk_bytes`, :func:`choose_chunks`).
 
     >>> chunk_bytes(4 << 30, 4) >> 20
     128
@@ -8,6 +9,7 @@ feeds taken as they are (:func:`adopt`), and chunk sizes from each worker's memo
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
@@ -16,6 +18,10 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask.array.core import getter, getter_inline, getter_nofancy
+from dask.blockwise import Blockwise
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.layers import ArraySliceDep
 
 from opgraph.core.graph import Graph
 from opgraph.core.types import TensorType
@@ -118,6 +124,202 @@ def is_memmap_file(a: Any) -> bool:
     False
     """
     return isinstance(a, np.ndarray) and a.dtype.kind not in "OV" and file_root(a) is not None
+
+
+def on_mmap(a: Any) -> bool:
+    """True for an array whose memory is a memory map of any kind (a file memmap, a copy-on-write one, an
+    anonymous ``mmap``): pickling it copies all the bytes it spans into the pickle.
+
+    >>> on_mmap(np.zeros(2))
+    False
+    """
+    seen = a
+    while isinstance(seen, np.ndarray):
+        if isinstance(seen.base, mmap.mmap):
+            return True
+        seen = seen.base
+    return False
+
+
+GETTERS = (getter, getter_nofancy, getter_inline)
+"""The functions ``da.from_array``'s tasks call to cut a chunk out of its source (``source[slices]``)."""
+
+
+def from_files(arr: da.Array, label: str, task_bytes: int | None = None) -> da.Array:
+    """``arr`` with each ``da.from_array`` in its graph whose source is a file memmap rebuilt to read each chunk in
+    its task from the file (:class:`MemmapSource`: the file's name and layout travel in the graph, not its
+    bytes); ``arr`` itself when there is none. Its chunks, keys and values stay the same.
+
+    ``da.from_array`` keeps its source whole, as the data of one key every chunk's task slices, so on a
+    ``distributed`` cluster dask pickles all of it into the task graph as one task that a worker must hold
+    (``KilledWorker`` for a file larger than a worker's memory). A source still mapped from its file (dask before
+    2024.12, or a graph built with ``dask.array.core.graph_from_arraylike``) is rebuilt. Since dask 2024.12
+    ``from_array`` copies its source into memory first, so ``da.from_array(np.load(path, mmap_mode="r"))`` holds
+    a copy whose file is no longer known, and nothing can read it back per chunk.
+
+    ``task_bytes`` is given on a cluster (the graph is pickled): the most bytes one task may ship there (the
+    block size chosen for its workers). A feed that would ship more in one task, or a memory map that cannot be
+    rebuilt, is refused with one line saying what to feed instead (``label`` names the input): such a copy of a
+    memmap or NumPy array held whole, a map not read back from its file (copy-on-write, anonymous), one inside
+    other tasks than from_array's (a ``map_blocks`` argument, a delayed value), a from_array source with a
+    ``filename`` that is not a NumPy array (unknown backing).
+
+    >>> import tempfile, os, pickle
+    >>> from dask.array.core import graph_from_arraylike
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(path, np.arange(1e6).reshape(1000, 1000))       # 8 MB
+    >>> mm = np.load(path, mmap_mode="r")
+    >>> x = da.Array(graph_from_arraylike(mm, ((250,) * 4, (1000,)), mm.shape, "x"), "x", ((250,) * 4, (1000,)),
+    ...              dtype=mm.dtype)
+    >>> len(pickle.dumps(dict(x.dask))) > 8e6                   # the map pickles as all of its bytes
+    True
+    >>> y = from_files(x, "%x")
+    >>> len(pickle.dumps(dict(y.dask))) < 5000, bool((y.compute() == mm).all())
+    (True, True)
+    >>> from_files(da.from_array(mm, chunks=250), "%x", task_bytes=1 << 20)
+    Traceback (most recent call last):
+    ...
+    opgraph.errors.FeedError: input %x: da.from_array ... one task would ship all 7.629 MiB of it ...
+    """
+    hlg = arr.__dask_graph__()
+    if not isinstance(hlg, HighLevelGraph):
+        return arr
+    layers = dict(hlg.layers)
+    deps = {k: set(v) for k, v in hlg.dependencies.items()}
+    dependents = hlg.dependents
+    changed = False
+    for name, layer in hlg.layers.items():
+        found = _from_array_source(hlg, layer)
+        if found is None:
+            continue
+        src, held, chunks = found
+        if not isinstance(src, np.ndarray):
+            if task_bytes is not None and not isinstance(src, MemmapSource) and \
+                    getattr(src, "filename", None) is not None:
+                nbytes = getattr(src, "nbytes", None)
+                if not isinstance(nbytes, int) or nbytes > task_bytes:
+                    raise FeedError(_refusal(label, src, f"from_array layer {name!r}", "an unknown backing",
+                                             task_bytes))
+            continue  # a zarr array, an h5py dataset...: read by its own getitem
+        if not on_mmap(src):
+            if task_bytes is not None and src.nbytes > task_bytes:
+                raise FeedError(_whole(label, src, task_bytes))
+            continue
+        if held is not None and dependents.get(held, set()) - {name}:
+            continue  # other tasks read the map too (refused below)
+        if not is_memmap_file(src) or (f"original-{name}" in layers and f"original-{name}" != held):
+            continue  # a map not read back from its file (refused below), or no room for the source's key
+        fresh = da.from_array(MemmapSource.of(src), chunks=chunks, name=name, lock=False,
+                              fancy=layer.task.func is not getter_nofancy).__dask_graph__()
+        if held is not None:
+            del layers[held], deps[held]
+        layers.update(fresh.layers)
+        deps.update({k: set(v) for k, v in fresh.dependencies.items()})
+        changed = True
+    if task_bytes is not None:
+        for name, layer in layers.items():
+            hit = _mapped_in(layer, task_bytes)
+            if hit is not None:
+                raise FeedError(_refusal(label, hit, f"layer {name!r}", "a task that is not from_array's reads it",
+                                         task_bytes))
+    if not changed:
+        return arr
+    return da.Array(HighLevelGraph(layers, deps), arr.name, arr.chunks, meta=arr._meta)
+
+
+def _whole(label: str, src: np.ndarray, task_bytes: int) -> str:
+    """One line: a from_array source held whole in memory, larger than a task may ship, and what to feed."""
+    size = f"{src.nbytes / 2**20:.4g} MiB"
+    if isinstance(src, np.memmap):  # dask >= 2024.12 copied the memmap: the file is not known any more
+        what = ("da.from_array copied this memmap into memory (dask 2024.12 and later copy their source; the "
+                "file's name is lost)")
+        fix = ("the memmap itself (np.load(path, mmap_mode='r')), which opgraph reads chunk by chunk from its "
+               "file")
+    else:
+        what = "da.from_array holds this NumPy array whole in one key"
+        fix = "the NumPy array itself, which opgraph cuts into chunks"
+    return (f"input {label}: {what}, and one task would ship all {size} of it to a worker, more than the "
+            f"{task_bytes / 2**20:.4g} MiB a task gets on these workers; feed {fix}")
+
+
+def _from_array_source(hlg: HighLevelGraph, layer: Any) -> tuple[Any, str | None, Any] | None:
+    """``(source, name of the layer holding it or None where inlined, chunks)`` of a ``da.from_array`` layer (a
+    blockwise getter over slices of its source); None for any other layer."""
+    task = getattr(layer, "task", None)
+    if not isinstance(layer, Blockwise) or getattr(task, "func", None) not in GETTERS or len(layer.indices) != 2:
+        return None
+    (src, index), (dep, _) = layer.indices
+    slices = (layer.io_deps or {}).get(dep)
+    if index is not None or not isinstance(slices, ArraySliceDep):
+        return None
+    key = getattr(src, "key", None)  # a reference to the key holding the source, or the source inlined
+    if key is None:
+        return _data(src), None, slices.chunks
+    held = hlg.layers.get(key)
+    if not isinstance(held, MaterializedLayer) or key not in held:
+        return None
+    return _data(held[key]), key, slices.chunks
+
+
+def _data(x: Any) -> Any:
+    # a literal in a dask task spec (DataNode) holds its value as .value
+    return x.value if type(x).__name__ == "DataNode" and hasattr(x, "value") else x
+
+
+_SCALARS = (str, bytes, int, float, complex, bool, type(None), slice, type(Ellipsis), np.generic, np.dtype)
+
+
+def _mapped_in(x: Any, above: int, depth: int = 0) -> np.ndarray | None:
+    """The first memory-mapped array of more than ``above`` bytes in a layer's data and tasks (a materialized
+    layer's values, a blockwise layer's literal arguments and its task's), looking into containers and dask's task
+    nodes only."""
+    if isinstance(x, np.ndarray):
+        return x if x.nbytes > above and on_mmap(x) else None
+    if depth > 20 or isinstance(x, _SCALARS):
+        return None
+    if isinstance(x, MaterializedLayer):
+        items: Any = x.mapping.values()
+    elif isinstance(x, Blockwise):
+        items = [*(v for v, _ in x.indices), x.task]
+    elif isinstance(x, (tuple, list, set, frozenset)):
+        items = x
+    elif isinstance(x, dict):
+        items = x.values()
+    elif isinstance(x, functools.partial):
+        items = [x.args, x.keywords]
+    elif type(x).__module__.startswith("dask."):  # task nodes: Task (func, args, kwargs), DataNode (value)
+        items = [getattr(x, a) for a in ("value", "func", "args", "kwargs") if hasattr(x, a)]
+    else:
+        return None
+    for item in items:
+        hit = _mapped_in(item, above, depth + 1)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _refusal(label: str, what: Any, where: str, why: str, task_bytes: int) -> str:
+    """One line: the memory map or file-backed source a dask feed holds, why opgraph cannot read it chunk by chunk,
+    and what to feed instead."""
+    root, seen = None, what
+    while isinstance(seen, np.ndarray):
+        if isinstance(seen, np.memmap) and isinstance(seen.base, mmap.mmap):
+            root = seen
+        seen = seen.base
+    filename = getattr(root if root is not None else what, "filename", None)
+    nbytes = getattr(what, "nbytes", None)
+    size = f" of {nbytes / 2**20:.4g} MiB" if isinstance(nbytes, int) else ""
+    if root is not None and getattr(root, "mode", None) == "c":
+        kind, why = f"a copy-on-write memmap{size} of {str(filename)!r}", "its changes are not in the file"
+    elif isinstance(what, np.ndarray):
+        kind = f"a memmap{size} of {str(filename)!r}" if filename else f"a memory-mapped array{size}"
+    else:
+        kind = f"a {type(what).__name__}{size} of {str(filename)!r}"
+    path = repr(str(filename)) if filename and root is not None else "path"
+    return (f"input {label}: the dask array's {where} holds {kind}, which opgraph cannot read chunk by chunk "
+            f"({why}); dask would pickle all of it into one task for the cluster, more than the "
+            f"{task_bytes / 2**20:.4g} MiB a task gets on these workers; feed the memmap itself "
+            f"(np.load({path}, mmap_mode='r')), which opgraph reads chunk by chunk from its file")
 
 
 def is_zarr(a: Any) -> bool:
