@@ -211,7 +211,8 @@ def test_text_that_is_not_utf8_is_reported_before_a_syntax_error(monkeypatch: py
     monkeypatch.setattr(jsonfmt.tokenizer, "_WINDOW", 16)
     text = dumps_json(chain_graph(50)).encode().replace(b'"version": 1,', b'"version": 1!,')
     assert text.index(b"!") < 2000
-    with pytest.raises(FormatError, match="malformed JSON at line 3 column 15: Expecting ',' delimiter"):
+    with pytest.raises(FormatError, match=f"malformed JSON at line 3 column 15 \\(byte offset {text.index(b'!')}\\): "
+                                          "Expecting ',' delimiter"):
         loads_json(text)
     with pytest.raises(FormatError, match=r"not UTF-8 text \(byte 2000\)"):  # as when the whole text is decoded
         loads_json(text[:2000] + b"\xff" + text[2000:])

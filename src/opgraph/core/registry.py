@@ -561,8 +561,29 @@ def _announce_hint() -> str:
 USER_IDS = 40000
 """Op kind ids from here up are for user-defined kinds (docs/ops.md)."""
 
+ID_RANGES: tuple[tuple[int, int, str], ...] = (
+    (0, 9999, "opgraph's own"),
+    (10001, 30002, "TensCalc's registered types"),
+    (USER_IDS, 2**31 - 1, "ops of your own"),
+)
+"""The ranges op kind ids come from (docs/ops.md): an id outside all of them is no op kind at all."""
 
-def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called: str = "op kind") -> str:
+
+def id_range(kind: int) -> tuple[int, int, str] | None:
+    """The range of :data:`ID_RANGES` an op kind id falls in (None: outside every range).
+
+    >>> id_range(5), id_range(16777215)[2], id_range(35000), id_range(-1)
+    ((0, 9999, "opgraph's own"), 'ops of your own', None, None)
+    """
+    return next((r for r in ID_RANGES if r[0] <= kind <= r[1]), None)
+
+
+def _ranges_text() -> str:
+    return ", ".join(f"{lo}-{hi} {what}" for lo, hi, what in ID_RANGES)
+
+
+def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called: str = "op kind",
+                       recorded: Sequence[int] | None = None) -> str:
     """What a loader says about an op kind this process does not know: the one message every format uses.
 
     It names the kind, says it is not a built-in op and must be registered in
@@ -571,6 +592,19 @@ def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called
     looks like a typo. ``kind`` is a name (JSON, dict DAGs, GraphML) or an id
     (.cg files, which may know the name the kind had when it was saved:
     ``saved_name``); ``called`` is what the format calls a kind.
+
+    An id can also be corruption, and registering an op would not help: an id
+    outside every range of :data:`ID_RANGES` says so first, an id in opgraph's
+    or TensCalc's range says it is no op of this version, and an id of the
+    users' range that the file itself says it does not use (``recorded``: the
+    ids of ops of your own the writer listed, when it lists them) is corrupt.
+
+    >>> print(unknown_op_message(-7, called="function type"))  # doctest: +NORMALIZE_WHITESPACE
+    unknown function type -7: the id is outside every range of op ids (0-9999 opgraph's own, 10001-30002 TensCalc's
+    registered types, 40000-2147483647 ops of your own): the file is corrupt or was written by a newer or extended
+    writer
+    >>> "register_op" in unknown_op_message(16777215, recorded=[]), "register_op" in unknown_op_message(41234)
+    (False, True)
 
     >>> print(unknown_op_message("softplus"))  # doctest: +NORMALIZE_WHITESPACE
     unknown op kind 'softplus': it is not a built-in op; an op of your own must be registered in this process
@@ -581,14 +615,15 @@ def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called
     True
     """
     _load_all()  # close names come from every announced kind
+    if not isinstance(kind, str):
+        corrupt = _corrupt_id_message(kind, saved_name, called, recorded)
+        if corrupt is not None:
+            return corrupt
     if isinstance(kind, str):
         what, name = f"unknown {called} {kind!r}", kind
     else:
         what, name = f"unknown {called} {kind}" + (f" ({saved_name!r} when saved)" if saved_name else ""), saved_name
     builtin = "it is not a built-in op"
-    if not isinstance(kind, str) and kind < USER_IDS:  # user kinds take ids from USER_IDS up
-        builtin = (f"it is not a built-in op of this opgraph version (ids below {USER_IDS} are opgraph's and "
-                   f"TensCalc's: a file from a newer opgraph?)")
     spec = f"name={name!r}, id={kind}" if name and not isinstance(kind, str) else (
         f"name={name!r}" if name else f"id={kind}")
     msg = (f"{what}{_announce_hint()}: {builtin}; an op of your own must be registered in this process before "
@@ -598,6 +633,25 @@ def unknown_op_message(kind: str | int, *, saved_name: str | None = None, called
         if close:
             msg += f"; did you mean {' or '.join(repr(c) for c in close)}?"
     return msg
+
+
+def _corrupt_id_message(kind: int, saved_name: str | None, called: str, recorded: Sequence[int] | None) -> str | None:
+    """The message for an id no op of your own can have (None: registering one is the likely fix)."""
+    what = f"unknown {called} {kind}" + (f" ({saved_name!r} when saved)" if saved_name else "")
+    where = id_range(kind)
+    if where is None:
+        return (f"{what}: the id is outside every range of op ids ({_ranges_text()}): the file is corrupt or was "
+                f"written by a newer or extended writer")
+    if where[0] < USER_IDS:
+        newer = "a newer opgraph" if where[0] == 0 else "a TensCalc with types this opgraph does not know"
+        return (f"{what}: the id is in the range of {where[2]} ({where[0]}-{where[1]}) but no op of this opgraph "
+                f"version has it: the file is corrupt or was written by {newer}")
+    if recorded is not None and kind not in recorded:
+        listed = ", ".join(str(k) for k in sorted(recorded)[:20]) or "none"
+        return (f"{what}: no op is registered under this id, and the file does not record using an op of your own "
+                f"under it (opgraph's writer lists each one a file uses; this file lists {listed}): the file is "
+                f"corrupt")
+    return None
 
 
 def all_ops() -> list[OpDef]:

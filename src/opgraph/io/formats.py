@@ -88,7 +88,9 @@ for a session, used and removed:
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import inspect
 import io
 import os
 import pickle
@@ -116,6 +118,13 @@ class UnsupportedGraphError(GraphError, ValueError):
 
 class NotLoadableError(GraphError, ValueError):
     """The format can be written but not read back (drawings)."""
+
+
+class UnknownOptionError(GraphError, TypeError):
+    """A keyword argument of :func:`load` that the file's format does not take (a typo, say).
+
+    Raised before the file is opened: it is the caller's mistake, not the file's.
+    """
 
 
 class PickleRefusedError(GraphError, ValueError):
@@ -433,6 +442,7 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
     if fmt.load is None:
         raise NotLoadableError(f"{os.fspath(path)}: {fmt.name} files are drawings; opgraph writes them but cannot "
                                "read them back")
+    check_load_options(fmt, path, options)  # a misspelt allow_pickle= is named as such
     if fmt.pickle and not allow_pickle:  # refuse before the file is even opened
         raise PickleRefusedError(os.fspath(path), fmt.name)
     fmt.check_available("loading")
@@ -442,6 +452,58 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
             return fmt.load(path, **options)
     except ImportError as exc:
         raise (missing_dependency(exc, f"loading {fmt.name} files") or exc) from None
+
+
+def load_options(fmt: Format) -> tuple[str, ...] | None:
+    """The keyword arguments ``fmt``'s loader takes (None: any, as a loader with ``**options`` does).
+
+    >>> load_options(get_format("onnx"))
+    ('input_types', 'input_shapes', 'static_inputs', 'weights_as_inputs')
+    >>> load_options(get_format("graphml"))
+    ()
+    """
+    if fmt.load is None:
+        return ()
+    try:
+        params = list(inspect.signature(fmt.load).parameters.values())
+    except (TypeError, ValueError):  # a callable without a signature: let the call itself decide
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return tuple(p.name for p in named[1:])  # the first is the path
+
+
+def check_load_options(fmt: Format, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
+    """Refuse keyword arguments ``fmt``'s loader does not take, naming each and the closest one it takes.
+
+    Called by :func:`load` before the file is opened, so that a typo is a
+    :class:`UnknownOptionError` (a ``TypeError``), not a complaint about the file.
+
+    >>> check_load_options(get_format("onnx"), "net.onnx", {"input_shape": {"x": (1, 3)}})
+    Traceback (most recent call last):
+      ...
+    opgraph.io.formats.UnknownOptionError: opgraph.load() got an unexpected keyword argument 'input_shape' for ...
+    >>> try:
+    ...     check_load_options(get_format("onnx"), "net.onnx", {"input_shape": {"x": (1, 3)}})
+    ... except TypeError as exc:
+    ...     print(str(exc).split("; ")[1])
+    did you mean 'input_shapes'? (onnx files take input_types, input_shapes, static_inputs, weights_as_inputs
+    """
+    takes = load_options(fmt)
+    if takes is None:
+        return
+    unknown = [k for k in options if k not in takes]
+    if not unknown:
+        return
+    word = unknown[0]
+    close = difflib.get_close_matches(word, [*takes, "format", "allow_pickle"], n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = f"take {', '.join(takes)}" if takes else "take no options"
+    more = f" (and {', '.join(repr(k) for k in unknown[1:])})" if len(unknown) > 1 else ""
+    raise UnknownOptionError(f"opgraph.load() got an unexpected keyword argument {word!r}{more} for "
+                             f"{os.fspath(path)}{hint} ({fmt.name} files {listed}; every format takes format, "
+                             "allow_pickle)")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -529,10 +591,10 @@ def _save_cg(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None
     save_cg(graph, path, **options)
 
 
-def _load_cg(path: str | os.PathLike[str], **options: Any) -> Graph:
+def _load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
     from opgraph.io.cg import load_cg
 
-    return load_cg(path, **options)
+    return load_cg(path, mmap=mmap)
 
 
 def _save_json(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
@@ -541,10 +603,10 @@ def _save_json(graph: Graph, path: str | os.PathLike[str], **options: Any) -> No
     save_json(graph, path, **options)
 
 
-def _load_json(path: str | os.PathLike[str], **options: Any) -> Graph:
+def _load_json(path: str | os.PathLike[str], *, verify: bool = True) -> Graph:
     from opgraph.io.jsonfmt import load_json
 
-    return load_json(path, **options)
+    return load_json(path, verify=verify)
 
 
 # ----------------------------------------------------------------------------- ONNX
@@ -555,11 +617,15 @@ def _save_onnx(graph: Graph, path: str | os.PathLike[str], **options: Any) -> No
     _write_bytes(path, model.SerializeToString())
 
 
-def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
+def _load_onnx(path: str | os.PathLike[str], *, input_types: Mapping[str, Any] | None = None,
+               input_shapes: Mapping[str, Any] | None = None, static_inputs: Mapping[str, Any] | None = None,
+               weights_as_inputs: bool = False) -> Any:
+    # The keywords are from_onnx's, spelled out so that load() can check them before opening the file
+    # (tests/test_io_load_errors.py checks the two lists agree).
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
-    from opgraph.io.onnx import from_onnx
+    from opgraph.io.onnx import OnnxArgumentError, from_onnx
 
     with open(path, "rb") as f:
         data = f.read()
@@ -572,7 +638,10 @@ def _load_onnx(path: str | os.PathLike[str], **options: Any) -> Graph:
     except Exception as exc:
         raise _bad_file(path, f"cannot read the model's external data: {first_line(exc)}") from exc
     try:
-        return from_onnx(model, **options)
+        return from_onnx(model, input_types=input_types, input_shapes=input_shapes,  # type: ignore[call-overload]
+                         static_inputs=static_inputs, weights_as_inputs=weights_as_inputs)
+    except OnnxArgumentError as exc:  # the caller's arguments, not the file, are wrong: stays a ValueError
+        raise OnnxArgumentError(f"{os.fspath(path)}: {exc}") from None
     except GraphError as exc:
         raise _bad_file(path, first_line(exc)) from exc
     except Exception as exc:  # from_onnx turns its failures into OnnxImportError; this is a last resort
@@ -766,8 +835,10 @@ __all__ = [
     "NotLoadableError",
     "PickleRefusedError",
     "UnknownFormatError",
+    "UnknownOptionError",
     "UnsupportedGraphError",
     "check_graph_path",
+    "check_load_options",
     "check_regular_file",
     "first_line",
     "format_for_path",
@@ -776,6 +847,7 @@ __all__ = [
     "has_package",
     "known_suffixes",
     "load",
+    "load_options",
     "match_suffix",
     "missing_dependency",
     "register",

@@ -656,6 +656,11 @@ class _Reader:
         opdefs: dict[int, OpDef] = {}
         saved = header.get("op_names") if header is not None else None
         saved = saved if isinstance(saved, dict) else {}
+        # opgraph's writer lists every op of your own a file uses (op_names, written whenever there is one) since
+        # before save tags and subgraph records: such a file that does not list an id does not use it.
+        recorded: list[int] | None = None
+        if header is not None and ("op_names" in header or "save" in header or self.embedded):
+            recorded = [int(k) for k in saved if isinstance(k, str) and k.isascii() and k.isdigit()]
         for k in kinds.tolist():
             try:
                 opdefs[k] = get_op(k) if k < 2**31 else None  # type: ignore[assignment]
@@ -665,7 +670,8 @@ class _Reader:
             name = name if isinstance(name, str) else None
             if opdefs[k] is None:
                 self._cg_fail(int(np.flatnonzero(self.kind == k)[0]),
-                              unknown_op_message(k, saved_name=name and name[:200], called="function type"))
+                              unknown_op_message(k, saved_name=name and name[:200], called="function type",
+                                                 recorded=recorded))
             if name is not None and opdefs[k].name != name:
                 self._cg_fail(int(np.flatnonzero(self.kind == k)[0]),
                               f"function type {k} was op {name!r} when saved; this process registers "

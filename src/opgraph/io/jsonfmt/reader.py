@@ -889,7 +889,7 @@ def loads_json(text: str | bytes, *, source: str = "<string>", verify: bool = Tr
     >>> loads_json('{"format": ')
     Traceback (most recent call last):
     ...
-    opgraph.errors.FormatError: <string>: malformed JSON at line 1 column 12: Expecting value
+    opgraph.errors.FormatError: <string>: malformed JSON at line 1 column 12 (byte offset 11): Expecting value; ...
     """
     return _load(text, source, verify)
 
@@ -906,7 +906,8 @@ def _load(source_data: str | bytes | BinaryIO, source: str, verify: bool) -> Gra
                 text.check_rest()  # text that is not UTF-8 is reported first, wherever it is
                 raise
         except NotUtf8 as exc:
-            raise FormatError(f"{source}: not UTF-8 text (byte {exc.byte})") from None
+            cut = ": the file ends inside a character, it looks truncated" if exc.at_end else ""
+            raise FormatError(f"{source}: not UTF-8 text (byte {exc.byte}){cut}") from None
         except Malformed as exc:
             raise FormatError(f"{source}: {exc}") from None
         except BadJson as exc:

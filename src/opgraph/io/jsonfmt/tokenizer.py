@@ -118,6 +118,11 @@ _MARGIN = 16
 _WS = re.compile(r"[ \t\n\r]*").match
 _SCAN = json.decoder.scanstring
 _TRAILING_COMMA = sys.version_info >= (3, 13)  # json names a trailing comma from 3.13 on
+_INCOMPLETE = re.compile("|".join([
+    r"-?\d*(?:\.\d*)?(?:[eE][-+]?\d*)?",  # nothing left, or what is left of a number cut short ("1.", "e-", "-")
+    *(re.escape(w[:k]) for w in ("true", "false", "null", "NaN", "Infinity", "-Infinity") for k in range(1, len(w))),
+]))
+"""What may follow a JSON error at the end of the text when the text was cut short: a token's first part."""
 
 
 class Text:
@@ -144,7 +149,8 @@ class Text:
         self._depth = Depth(max_depth)
         self.deep: tuple[int, int, str] | None = None  # (cut, errors from here on are the cut's, "byte N")
         if isinstance(source, str):
-            self.buf = source[1:] if source.startswith("\ufeff") else source
+            self._bom = 3 if source.startswith("\ufeff") else 0  # the BOM's UTF-8 bytes, counted in byte offsets
+            self.buf = source[1:] if self._bom else source
             self.eof = self._final = True
             self._file: Any = None
             self._measure_str()
@@ -153,7 +159,8 @@ class Text:
         self.eof = self._final = False
         self._file = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
         head = self._file.read(3)
-        self._pending = head[3:] if head == b"\xef\xbb\xbf" else head
+        self._bom = 3 if head == b"\xef\xbb\xbf" else 0
+        self._pending = head[3:] if self._bom else head
 
     def _measure_str(self) -> None:
         buf = self.buf
@@ -187,7 +194,9 @@ class Text:
         try:
             text = raw[:cut].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise NotUtf8(self._byte + exc.start) from None
+            # Only the last window can end inside a character: the text stops in the middle of one.
+            raise NotUtf8(self._bom + self._byte + exc.start,
+                          final and exc.reason == "unexpected end of data") from None
         if self.deep is None:
             k = self._depth.feed(raw[:cut])
             if k >= 0:
@@ -240,8 +249,34 @@ class Text:
         line = self.lines + buf.count("\n", 0, pos) + 1
         r = buf.rfind("\n", 0, pos)
         col = pos - r if r >= 0 else self.off + pos - self.last_nl
-        where = f" ({deep[2]})" if deep is not None and pos == deep[0] - self.off else ""
-        return Malformed(f"malformed JSON at line {line} column {col}{where}: {msg}")
+        if deep is not None:
+            where = f" ({deep[2]})" if pos == deep[0] - self.off else ""
+            return Malformed(f"malformed JSON at line {line} column {col}{where}: {msg}")
+        offset, end = self._offsets(pos)
+        if msg.endswith(" at"):  # json's "Unterminated string starting at" expects its position after it
+            text = f"malformed JSON: {msg} line {line} column {col} ({offset})"
+        else:
+            text = f"malformed JSON at line {line} column {col} ({offset}): {msg}"
+        if self._cut_short(msg, pos):
+            what = "text" if self._file is None or isinstance(self._file, io.BytesIO) else "file"
+            text += f"; the {what} ends at {end}: it looks truncated"
+        return Malformed(text)
+
+    def _offsets(self, pos: int) -> tuple[str, str]:
+        """The byte offsets of ``buf[pos]`` and of the end of the text read so far (in UTF-8, a str's too)."""
+        if self._file is None:  # buf is the whole str
+            end = self._bom + len(self.buf.encode("utf-8", "surrogatepass"))
+        else:
+            end = self._bom + self._byte  # buf ends where the decoded bytes end (nothing is cut when not too deep)
+        return f"byte offset {end - len(self.buf[pos:].encode('utf-8', 'surrogatepass'))}", f"byte offset {end}"
+
+    def _cut_short(self, msg: str, pos: int) -> bool:
+        """True when the text ends inside the token the error is about: a truncated file, not a wrong one."""
+        if not self.eof:
+            return False
+        if msg.startswith("Unterminated string"):  # json says so only when no closing quote follows
+            return True
+        return _INCOMPLETE.fullmatch(self.buf[pos:].rstrip(" \t\n\r")) is not None
 
     def ws(self) -> None:
         while True:
@@ -297,9 +332,10 @@ class Text:
 
 
 class NotUtf8(Exception):
-    def __init__(self, byte: int) -> None:
+    def __init__(self, byte: int, at_end: bool = False) -> None:
         super().__init__(byte)
         self.byte = byte
+        self.at_end = at_end  # the text stops in the middle of a character
 
 
 def stream_document(text: Text, doc: Doc) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 from opgraph.core.graph import Graph, GraphAndWeights
-from opgraph.io.onnx._core import OnnxImportError
+from opgraph.io.onnx._core import OnnxArgumentError, OnnxImportError
 from opgraph.io.onnx._import import OnnxImport, Port, import_model, load_model
 from opgraph.io.onnx.export import OnnxExportError, to_onnx
 
@@ -89,5 +89,5 @@ def from_onnx(model: Any, *, input_types: Mapping[str, Any] | None = None,
     return result.graph
 
 
-__all__ = ["GraphAndWeights", "OnnxExportError", "OnnxImport", "OnnxImportError", "Port", "from_onnx",
-           "import_model", "load_model", "to_onnx"]
+__all__ = ["GraphAndWeights", "OnnxArgumentError", "OnnxExportError", "OnnxImport", "OnnxImportError", "Port",
+           "from_onnx", "import_model", "load_model", "to_onnx"]

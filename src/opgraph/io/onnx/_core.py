@@ -54,6 +54,11 @@ class OnnxImportError(GraphError):
     """An ONNX model cannot be imported: the message names the node, its op type and the reason."""
 
 
+class OnnxArgumentError(OnnxImportError, ValueError):
+    """An argument of the import (``input_shapes=``, ``input_types=``) does not fit the model: the caller's
+    mistake, so ``opgraph.load`` keeps it a ``ValueError`` instead of calling the file bad."""
+
+
 class NeedStatic(Exception):
     """Internal: a translator needs the value of graph inputs that were given as static values."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from opgraph.io.onnx import (  # noqa: F401  (registers the translators)
 from opgraph.io.onnx._core import (
     Importer,
     NeedStatic,
+    OnnxArgumentError,
     OnnxImportError,
     Opt,
     Scope,
@@ -90,6 +92,8 @@ def import_model(model: Any, *, input_types: Mapping[str, Any] | None = None,
     inputs.
     """
     proto = load_model(model)
+    for arg, given in (("input_shapes", input_shapes), ("input_types", input_types)):
+        _check_input_names(proto, arg, given)
     try:
         return _import_model(proto, input_types, input_shapes, static_inputs, weights_as_inputs)
     except OnnxImportError:
@@ -105,6 +109,45 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _dims_text(vi: Any) -> str:
+    """An input's declared type as dumps write it (``float32[N,3]``; ``?`` for an unknown dim)."""
+    tt = vi.type.tensor_type
+    try:
+        dtype = np_dtype(tt.elem_type, "").name if vi.type.HasField("tensor_type") else "?"
+    except OnnxImportError:
+        dtype = "?"
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return f"{dtype}[...]"
+    dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tt.shape.dim]
+    return f"{dtype}[{','.join(dims)}]"
+
+
+def _check_input_names(proto: Any, arg: str, given: Mapping[str, Any] | None) -> None:
+    """Refuse names in ``input_shapes=``/``input_types=`` that name no input, listing the model's inputs."""
+    if not given:
+        return
+    if not isinstance(given, Mapping):
+        raise OnnxArgumentError(f"{arg} must map input names to {arg[6:-1]}s, not {type(given).__name__}")
+    inputs = list(proto.graph.input)
+    names = {vi.name for vi in inputs}
+    unknown = [k for k in given if k not in names]
+    if not unknown:
+        return
+    weights = {t.name for t in proto.graph.initializer}
+    real = [vi for vi in inputs if vi.name not in weights] or inputs  # an old model lists its weights as inputs
+    shown = ", ".join(f"{vi.name}: {_dims_text(vi)}" for vi in real[:20])
+    if len(real) > 20:
+        shown += f" and {len(real) - 20} more"
+    word = unknown[0]
+    candidates = [vi.name for vi in real]
+    close = difflib.get_close_matches(str(word), candidates, n=1, cutoff=0.5) if isinstance(word, str) else []
+    if not close and len(candidates) == 1:
+        close = candidates
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    what = ", ".join(repr(k) for k in unknown)
+    raise OnnxArgumentError(f"{arg} names no graph input: {what}; the model's inputs are {shown or 'none'}{hint}")
+
+
 def _check_rank(vi: Any, given: tuple[Any, ...]) -> None:
     """Refuse a given input shape whose rank differs from the model's declared one, before importing: else the
     first node that notices names its own axis, far from the cause."""
@@ -113,8 +156,8 @@ def _check_rank(vi: Any, given: tuple[Any, ...]) -> None:
         return
     dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tt.shape.dim]
     if len(given) != len(dims):
-        raise OnnxImportError(f"input {vi.name} has rank {len(dims)} in the graph (dims {', '.join(dims) or '()'}) "
-                              f"and the given shape {given} has rank {len(given)}; give {len(dims)} sizes")
+        raise OnnxArgumentError(f"input {vi.name} has rank {len(dims)} in the graph (dims {', '.join(dims) or '()'}) "
+                                f"and the given shape {given} has rank {len(given)}; give {len(dims)} sizes")
 
 
 def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
@@ -135,14 +178,16 @@ def _import_model(proto: onnx.ModelProto, input_types: Mapping[str, Any] | None,
         statics.update(weights)
     types = dict(input_types or {})
     for vi in proto.graph.input:  # a shape alone keeps the model's element type
-        if vi.name in (input_shapes or {}):
-            _check_rank(vi, tuple(input_shapes[vi.name]))  # type: ignore[index]
-        if vi.name in (input_shapes or {}) and vi.name not in types:
-            types[vi.name] = (np_dtype(vi.type.tensor_type.elem_type, f"graph input {vi.name!r}"),
-                              tuple(input_shapes[vi.name]))  # type: ignore[index]
-    unknown = set(input_shapes or {}) - {vi.name for vi in proto.graph.input}
-    if unknown:
-        raise OnnxImportError(f"input_shapes names no graph input: {sorted(unknown)}")
+        if vi.name not in (input_shapes or {}):
+            continue
+        try:
+            shape = tuple(input_shapes[vi.name])  # type: ignore[index]
+        except TypeError:
+            raise OnnxArgumentError(f"input_shapes[{vi.name!r}] must be a sequence of sizes (None for a dim to "
+                                    f"keep symbolic), not {input_shapes[vi.name]!r}"[:300]) from None  # type: ignore[index]
+        _check_rank(vi, shape)
+        if vi.name not in types:
+            types[vi.name] = (np_dtype(vi.type.tensor_type.elem_type, f"graph input {vi.name!r}"), shape)
     constant: set[str] = set()
     while True:
         try:
@@ -171,9 +216,12 @@ def _value_type(vi: onnx.ValueInfoProto, given: Any, static: Any) -> TensorType:
             raise OnnxImportError(f"graph input {vi.name!r} has no shape; give it in input_types=")
         dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
         return TensorType(dt, dims)
-    except GraphError as exc:  # a negative dim, or more elements than an int64 counts
+    except (GraphError, TypeError, ValueError) as exc:  # a negative dim, or more elements than an int64 counts
         if isinstance(exc, OnnxImportError):
             raise
+        if given is not None:  # input_types= or input_shapes= gave it: the caller's mistake
+            raise OnnxArgumentError(f"graph input {vi.name!r}: the given type {given!r} is not a type: "
+                                    f"{_first_line(exc)}"[:300]) from exc
         raise OnnxImportError(f"graph input {vi.name!r}: {exc}") from exc
 
 
