@@ -218,7 +218,9 @@ def test_input_larger_than_worker_memory(client: Any, tmp_path: Path) -> None:
     for w, (peak, limit) in memory.items():
         assert 0 < peak < limit == WORKER_LIMIT, f"worker {w} peaked at {peak >> 20} MiB, its limit {limit >> 20} MiB"
     budget, threads = dask_chunking.worker_budget(client)
-    assert budget == WORKER_LIMIT and threads == 1
+    rss = [w["metrics"]["memory"] for w in client.scheduler_info()["workers"].values()]
+    assert WORKER_LIMIT // 4 <= budget < WORKER_LIMIT and threads == 1  # the workers' own memory is not free
+    assert abs(budget - (WORKER_LIMIT - max(rss))) < 64 << 20, (budget >> 20, [r >> 20 for r in rss])
 
 
 def test_chunks_naming_no_input_is_an_error() -> None:

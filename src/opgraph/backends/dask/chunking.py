@@ -337,8 +337,12 @@ def machine_memory() -> int:
 
 
 def worker_budget(client: Any = None, num_workers: int | None = None) -> tuple[int, int]:
-    """``(bytes, threads)`` of the smallest worker: a client's workers' ``memory_limit`` and ``nthreads``,
-    or, on the local threaded scheduler, this machine's memory shared by its threads.
+    """``(bytes, threads)`` of the smallest worker: what a client's workers have free under their
+    ``memory_limit`` (the limit less the worker process's own resident memory, at least a quarter of the limit)
+    and their ``nthreads``, or, on the local threaded scheduler, this machine's memory shared by its threads.
+
+    A worker's own memory counts because the nanny kills it on its whole resident size: a budget of the bare
+    limit let chunks sized for 160 MiB workers kill workers that already held ~95 MiB of their own.
 
     >>> nbytes, threads = worker_budget(num_workers=2)
     >>> threads, nbytes == machine_memory()
@@ -346,11 +350,16 @@ def worker_budget(client: Any = None, num_workers: int | None = None) -> tuple[i
     """
     if client is not None:
         workers = client.scheduler_info().get("workers", {}).values()
-        limits = [int(w.get("memory_limit") or 0) for w in workers]
+        free = [_free(int(w.get("memory_limit") or 0), int((w.get("metrics") or {}).get("memory") or 0))
+                for w in workers]
         threads = [int(w.get("nthreads") or 1) for w in workers]
-        limit = min((m for m in limits if m > 0), default=machine_memory())
-        return limit, max(threads, default=1)
+        return min((m for m in free if m > 0), default=machine_memory()), max(threads, default=1)
     return machine_memory(), int(num_workers or os.cpu_count() or 1)
+
+
+def _free(limit: int, resident: int) -> int:
+    """A worker's budget: its limit less what it holds already, kept to at least a quarter of the limit."""
+    return max(limit - resident, limit // 4) if limit > 0 else 0
 
 
 def peak_rss() -> int:
