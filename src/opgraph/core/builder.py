@@ -322,9 +322,7 @@ class GraphBuilder:
         self._cse_spilled: dict[tuple[int, ...], int] = {}
         self._frozen: Graph | None = None
         self._frozen_ops = -1
-        # op(kind, ...): the id _fast knows a kind by, or -1 and the definition (see _kind_id).
-        self._kind_ids: dict[Any, int] = {}
-        self._opdefs: dict[Any, OpDef] = {}
+        self._opdefs: dict[Any, tuple[OpDef, int]] = {}  # kind -> (definition, id for _fast or -1)
         # Given a Value of another builder passed to this one, returns this builder's Value standing for it:
         # how the body of a control-flow op captures values of the enclosing graph. None refuses them.
         self.on_foreign_value: Callable[[Value], Value] | None = None
@@ -382,7 +380,7 @@ class GraphBuilder:
         # a slow lookup. The columns are never replaced, so the tuple stays valid until hash_cons changes.
         token = self._token
         self._hot = (token.pop, token.append, self._value_type, self._memo1.get, self._op_sig, self._op_in,
-                     self._cse_head, self._kind_ids)
+                     self._cse_head, self._opdefs.get)
 
     # ------------------------------------------------------------ interning
     def _sig_id(self, kid: int, aid: int, in_tids: tuple[int, ...], version: int,
@@ -796,33 +794,24 @@ class GraphBuilder:
         f64[3]
         """
         hot = self._hot
-        try:
-            kid = hot[7][kind]  # self._kind_ids
-        except KeyError:
-            kid = self._kind_id(kind)
+        entry = hot[7](kind)  # self._opdefs.get
+        if entry is None:
+            opdef = get_op(kind)
+            # _fast knows a kind by its id: take it only for the definition the registry holds under that id.
+            try:
+                registered = get_op(opdef.id) is opdef
+            except KeyError:
+                registered = False
+            entry = self._opdefs[kind] = (opdef, opdef.id if registered else -1)  # type: ignore[index]
+        opdef, kid = entry
         if kid >= 0:
             if name is None and not attrs and not rest:
                 v = _fast(self, hot, kid, a, c)
                 if v is not None:
                     return v
             opdef = get_op(kid)  # as the op methods do: a kind registered again is seen
-        else:
-            opdef = self._opdefs[kind]
         inputs = (a, c, *rest) if c is not _NO else (a, *rest) if a is not _NO else rest
         return self._build(opdef, inputs, name, attrs)
-
-    def _kind_id(self, kind: str | int | OpDef) -> int:
-        """The registry id :func:`_fast` knows ``kind`` by, or -1 for a definition the registry does not hold
-        (then kept in ``_opdefs``); remembered per builder for :meth:`op`."""
-        opdef = get_op(kind)
-        try:
-            registered = get_op(opdef.id) is opdef
-        except KeyError:
-            registered = False
-        if not registered:
-            self._opdefs[kind] = opdef
-        kid = self._kind_ids[kind] = opdef.id if registered else -1
-        return kid
 
     def _build(self, opdef: OpDef, inputs: Sequence[ValueLike], name: str | None,
                attrs: dict[str, Any]) -> Any:
