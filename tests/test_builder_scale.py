@@ -336,6 +336,29 @@ def test_op_methods_take_numbers_foreign_values_and_unregistered_kinds() -> None
     assert p.type == x.type and b.op(private, x) == p and b.num_ops == 6
 
 
+def test_op_and_the_op_methods_find_each_others_ops() -> None:
+    """b.op(kind, ...) and b.<kind>(...) share one fast path and one hash-consing table, and hand over to
+    the general path (numbers, attributes, names) with the same results."""
+    b = GraphBuilder()
+    x = b.input(("float64", (3,)))
+    y = b.input(("float64", (3,)))
+    e, s = b.op("exp", x), b.op("add", x, y)
+    assert b.exp(x) == e and b.add(x, y) == s and b.op("add", y, x) != s
+    assert b.op("negative", s) == b.negative(s) and b.num_ops == 4
+    assert b.op("add", x, 1.0) == b.add(x, 1.0) and b.num_ops == 6  # a constant, then the add
+    assert b.op("sum", s, axis=0) == b.sum(s, axis=0) and b.num_ops == 7
+    named = b.op("exp", y, name="ey")
+    assert named.name == "ey" and b.exp(y) == named and b.num_ops == 8
+    g = b.freeze()
+    assert [g.kind_of(o) for o in range(g.num_ops)] == ["exp", "add", "add", "negative", "const", "add", "sum",
+                                                        "exp"]
+    ref = np.arange(3.0), np.array([2.0, -1.0, 0.5])
+    out = g.run({x.id: ref[0], y.id: ref[1]}, targets=[e.id, s.id, named.id])
+    np.testing.assert_allclose(out[0], np.exp(ref[0]))
+    np.testing.assert_allclose(out[1], ref[0] + ref[1])
+    np.testing.assert_allclose(out[2], np.exp(ref[1]))
+
+
 def test_value_handles_are_plain_values_and_the_builder_makes_no_cycle() -> None:
     assert Value.__slots__ == ("id", "owner")  # builder._handle fills exactly these
     b = GraphBuilder()

@@ -165,111 +165,84 @@ def _view(col: array[int]) -> np.ndarray:
     return np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype=dtype)
 
 
-def _op_method(kid: int, doc: str | None) -> Callable[..., Any]:
-    """The method behind ``b.<kind>(...)``: a fast path for the common op, else :meth:`GraphBuilder._build`.
+def _fast(self: GraphBuilder, hot: tuple[Any, ...], kid: int, a: Any, c: Any) -> Value | None:
+    """The common op, built without :meth:`GraphBuilder._build`: its output Value, or None for the general path.
 
-    The fast path (one or two Values of this builder, no attributes, no
-    name, a signature known from an earlier op of this kind on these input
-    types, one output) is written out here rather than shared with
-    ``_build``: each Python call it saves is a tenth of the per-op budget.
-    For the same reason the first two inputs are positional parameters.
+    The common op: one input ``a`` (``c`` is ``_NO``) or two, Values of this
+    builder, of a kind with a signature known from an earlier op on these
+    input types, with one output (the caller has checked there are no
+    attributes and no name). ``hot`` is the builder's ``_hot`` tuple. Both
+    :meth:`GraphBuilder.op` and the op methods call this one function with
+    plain positional arguments: a function with ``**attrs`` makes a dict per
+    call, and each attribute read on the builder is slow (its class has
+    ``__getattr__``), so the caller reads ``hot`` once.
+    """
+    try:
+        if a.owner is not self or (c is not _NO and c.owner is not self):
+            return None
+    except AttributeError:  # an input is not a Value: _build makes constants of numbers
+        return None
+    take, give, vt, memo1, sigs, ins, hd, _ = hot
+    try:
+        take()
+    except IndexError:  # another thread holds the builder
+        _wait(take)
+    try:
+        ia: int = a.id
+        if c is _NO:
+            ic: int = _NONE
+            vmax = ia
+            memo = memo1((kid, vt[ia]))
+        else:
+            ic = c.id
+            vmax = ia if ia > ic else ic
+            memo = memo1((kid, vt[ia], vt[ic]))
+        if memo is None:
+            return None
+        sid, out_tid = memo
+        if hd is not None:
+            try:
+                head = hd[vmax]
+            except IndexError:
+                head = self._cse_reach(vmax)
+            if head:
+                ids = (ia,) if c is _NO else (ia, ic)
+                hit = self._cse_lookup(sid, ids, vmax)
+                if hit >= 0:
+                    return _handle(self, self._first_out(hit))
+                head = hd[vmax]
+                if head == _SPILLED:
+                    self._cse_spilled[(sid, *ids)] = len(sigs)
+                else:
+                    self._cse_link(len(sigs), head)
+                    hd[vmax] = len(sigs) + 1
+            else:  # the usual case: the first consumer of its youngest input
+                hd[vmax] = len(sigs) + 1
+        sigs.append(sid)
+        ins.append(ia)
+        ins.append(ic)
+        vid = len(vt)
+        vt.append(out_tid)
+        v = _NEW(Value)  # see _handle
+        v.owner = self
+        v.id = vid
+        return v
+    finally:
+        give(True)
+
+
+def _op_method(kid: int, doc: str | None) -> Callable[..., Any]:
+    """The method behind ``b.<kind>(...)``: :func:`_fast` for the common op, else :meth:`GraphBuilder._build`.
+
+    The first two inputs are positional parameters, passed on to ``_fast`` as they are.
     """
 
     def method(self: GraphBuilder, a: Any = _NO, c: Any = _NO, /, *rest: ValueLike, name: str | None = None,
                **attrs: Any) -> Any:
         if name is None and not attrs and not rest:
-            if c is not _NO:
-                try:
-                    mine = a.owner is self and c.owner is self
-                except AttributeError:  # an input is not a Value: _build makes constants of numbers
-                    mine = False
-                if mine:
-                    ia: int = a.id
-                    ic: int = c.id
-                    take, give, vt, memo1, sigs, ins = self._hot
-                    try:
-                        take()
-                    except IndexError:  # another thread holds the builder
-                        _wait(take)
-                    try:
-                        memo = memo1((kid, vt[ia], vt[ic]))
-                        if memo is not None:
-                            sid, out_tid = memo
-                            hd = self._cse_head
-                            if hd is not None:
-                                vmax = ia if ia > ic else ic
-                                try:
-                                    head = hd[vmax]
-                                except IndexError:
-                                    head = self._cse_reach(vmax)
-                                if head:
-                                    hit = self._cse_lookup(sid, (ia, ic), vmax)
-                                    if hit >= 0:
-                                        return _handle(self, self._first_out(hit))
-                                    head = hd[vmax]
-                                    if head == _SPILLED:
-                                        self._cse_spilled[(sid, ia, ic)] = len(sigs)
-                                    else:
-                                        self._cse_link(len(sigs), head)
-                                        hd[vmax] = len(sigs) + 1
-                                else:  # the usual case: the first consumer of its youngest input
-                                    hd[vmax] = len(sigs) + 1
-                            sigs.append(sid)
-                            ins.append(ia)
-                            ins.append(ic)
-                            vid = len(vt)
-                            vt.append(out_tid)
-                            v = _NEW(Value)  # see _handle
-                            v.owner = self
-                            v.id = vid
-                            return v
-                    finally:
-                        give(True)
-            elif a is not _NO:
-                try:
-                    mine = a.owner is self
-                except AttributeError:
-                    mine = False
-                if mine:
-                    ia = a.id
-                    take, give, vt, memo1, sigs, ins = self._hot
-                    try:
-                        take()
-                    except IndexError:  # another thread holds the builder
-                        _wait(take)
-                    try:
-                        memo = memo1((kid, vt[ia]))
-                        if memo is not None:
-                            sid, out_tid = memo
-                            hd = self._cse_head
-                            if hd is not None:
-                                try:
-                                    head = hd[ia]
-                                except IndexError:
-                                    head = self._cse_reach(ia)
-                                if head:
-                                    hit = self._cse_lookup(sid, (ia,), ia)
-                                    if hit >= 0:
-                                        return _handle(self, self._first_out(hit))
-                                    head = hd[ia]
-                                    if head == _SPILLED:
-                                        self._cse_spilled[(sid, ia)] = len(sigs)
-                                    else:
-                                        self._cse_link(len(sigs), head)
-                                        hd[ia] = len(sigs) + 1
-                                else:
-                                    hd[ia] = len(sigs) + 1
-                            sigs.append(sid)
-                            ins.append(ia)
-                            ins.append(_NONE)
-                            vid = len(vt)
-                            vt.append(out_tid)
-                            v = _NEW(Value)
-                            v.owner = self
-                            v.id = vid
-                            return v
-                    finally:
-                        give(True)
+            v = _fast(self, self._hot, kid, a, c)
+            if v is not None:
+                return v
         inputs = (a, c, *rest) if c is not _NO else (a, *rest) if a is not _NO else rest
         return self._build(get_op(kid), inputs, name, attrs)
 
@@ -352,7 +325,7 @@ class GraphBuilder:
         self._cse_spilled: dict[tuple[int, ...], int] = {}
         self._frozen: Graph | None = None
         self._frozen_ops = -1
-        self._opdefs: dict[Any, tuple[OpDef, Callable[..., Any] | None]] = {}
+        self._opdefs: dict[Any, tuple[OpDef, int]] = {}  # kind -> (definition, id for _fast or -1)
         # Given a Value of another builder passed to this one, returns this builder's Value standing for it:
         # how the body of a control-flow op captures values of the enclosing graph. None refuses them.
         self.on_foreign_value: Callable[[Value], Value] | None = None
@@ -365,8 +338,9 @@ class GraphBuilder:
         token = [True]
         self._take = token.pop
         self._give = token.append
-        self._hot = (token.pop, token.append, self._value_type, self._memo1.get, self._op_sig, self._op_in)
-        self.hash_cons = hash_cons
+        self._token = token
+        self._hot: tuple[Any, ...] = ()
+        self.hash_cons = hash_cons  # sets _hot
 
     def _acquire(self) -> None:
         """Take the builder's token (wait while another thread holds it); :meth:`_release` gives it back."""
@@ -400,8 +374,16 @@ class GraphBuilder:
                 assert self._cse_next is not None
                 self._cse_parked = (self._cse_head, self._cse_next)
                 self._cse_head = self._cse_next = None
+            self._set_hot()
         finally:
             self._release()
+
+    def _set_hot(self) -> None:
+        # What the fast path (_fast, op) reads, in one tuple: an attribute of a class with __getattr__ is
+        # a slow lookup. The columns are never replaced, so the tuple stays valid until hash_cons changes.
+        token = self._token
+        self._hot = (token.pop, token.append, self._value_type, self._memo1.get, self._op_sig, self._op_in,
+                     self._cse_head, self._opdefs.get)
 
     # ------------------------------------------------------------ interning
     def _sig_id(self, kid: int, aid: int, in_tids: tuple[int, ...], version: int,
@@ -824,21 +806,23 @@ class GraphBuilder:
         >>> a.type
         f64[3]
         """
-        entry = self._opdefs.get(kind)  # type: ignore[arg-type]
+        hot = self._hot
+        entry = hot[7](kind)  # self._opdefs.get
         if entry is None:
             opdef = get_op(kind)
-            # The op method asks the registry for the kind's definition: use it only for that one.
+            # _fast knows a kind by its id: take it only for the definition the registry holds under that id.
             try:
                 registered = get_op(opdef.id) is opdef
             except KeyError:
                 registered = False
-            entry = self._opdefs[kind] = (opdef, _method_for(opdef) if registered else None)  # type: ignore[index]
-        opdef, fast = entry
-        if fast is not None:
-            # The inputs are ``a, c, *rest`` (the first two as parameters, as in the op methods).
+            entry = self._opdefs[kind] = (opdef, opdef.id if registered else -1)  # type: ignore[index]
+        opdef, kid = entry
+        if kid >= 0:
             if name is None and not attrs and not rest:
-                return fast(self, a, c)
-            return fast(self, a, c, *rest, name=name, **attrs)
+                v = _fast(self, hot, kid, a, c)
+                if v is not None:
+                    return v
+            opdef = get_op(kid)  # as the op methods do: a kind registered again is seen
         inputs = (a, c, *rest) if c is not _NO else (a, *rest) if a is not _NO else rest
         return self._build(opdef, inputs, name, attrs)
 
