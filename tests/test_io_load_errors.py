@@ -54,7 +54,7 @@ def test_a_misspelt_keyword_is_a_type_error_for_every_format(fmt: formats.Format
     assert isinstance(err.value, formats.UnknownOptionError) and not isinstance(err.value, FormatError)
     takes = formats.load_options(fmt)
     listed = f"take {', '.join(takes)}" if takes else "take no options"
-    hint = "; did you mean 'input_shapes'?" if "input_shapes" in takes else ""
+    hint = "; did you mean 'input_shapes' or 'input_types'?" if "input_shapes" in takes else ""
     assert str(err.value) == (f"opgraph.load() got an unexpected keyword argument 'input_shape' for {path}{hint} "
                               f"({fmt.name} files {listed}; every format takes format, allow_pickle)")
     # The file is never opened: a path that does not exist gets the same answer, not FileNotFoundError.
@@ -69,6 +69,40 @@ def test_the_suggestion_covers_load_s_own_keywords(tmp_path: Path) -> None:
         opgraph.load(path, allow_pickles=True)
     with pytest.raises(TypeError, match=r"'mmapp' for .*g\.cg; did you mean 'mmap'\? \(cg files take mmap;"):
         opgraph.load(tmp_path / "g.cg", mmapp=False)
+
+
+SAVEABLE = [f for f in formats.formats() if f.save is not None and not f.missing()]
+
+
+@pytest.mark.parametrize("fmt", SAVEABLE, ids=lambda f: f.name)
+def test_a_misspelt_save_keyword_is_a_type_error_and_the_file_is_left_as_it_was(fmt: formats.Format,
+                                                                                 tmp_path: Path) -> None:
+    """``opgraph.save(g, "net.onnx", opst=18)`` names ``opst`` and ``opset``, for every format, and writes nothing
+    (it used to say the format "cannot hold this graph", or raise a bare TypeError from inside the writer)."""
+    path = tmp_path / f"net{fmt.suffixes[0]}"
+    path.write_bytes(b"what was there")
+    with pytest.raises(TypeError) as err:
+        opgraph.save(_graph(), path, opst=18)
+    assert isinstance(err.value, formats.UnknownOptionError)
+    msg = str(err.value)
+    assert msg.startswith(f"opgraph.save() got an unexpected keyword argument 'opst' for {path}")
+    assert msg.endswith("; every format takes format)") and f"({fmt.name} files take" in msg
+    assert path.read_bytes() == b"what was there"
+    if fmt.name == "onnx":
+        assert "; did you mean 'opset'?" in msg
+
+
+def test_save_s_checked_keywords_are_the_writers_own(tmp_path: Path) -> None:
+    from opgraph.io.jsonfmt import save_json
+    from opgraph.io.onnx import to_onnx
+
+    for writer, leading, kw in ((save_cg, 2, "index_bits"), (save_json, 2, "inline_limit"), (to_onnx, 1, "opset")):
+        assert kw in (formats.options_taken(writer, leading) or ())
+    with pytest.raises(TypeError, match=r"'index_bit' for .*g\.cg; did you mean 'index_bits'\? \(cg files take "
+                                        r"index_bits; every format takes format\)"):
+        opgraph.save(_graph(), tmp_path / "g.cg", index_bit=16)
+    opgraph.save(_graph(), tmp_path / "g.cg", index_bits=32)  # the right keyword still reaches the writer
+    assert opgraph.load(tmp_path / "g.cg") == _graph()
 
 
 @pytest.mark.parametrize("name, reader", [("onnx", from_onnx), ("cg", load_cg), ("json", load_json)])

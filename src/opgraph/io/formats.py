@@ -88,7 +88,6 @@ for a session, used and removed:
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 import io
@@ -96,11 +95,12 @@ import os
 import pickle
 import shutil
 import stat
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opgraph.core import progress
+from opgraph.core.feeds import did_you_mean
 from opgraph.core.graph import Graph
 from opgraph.errors import OPTIONAL_PACKAGES, FormatError, GraphError, MissingDependencyError
 
@@ -121,9 +121,9 @@ class NotLoadableError(GraphError, ValueError):
 
 
 class UnknownOptionError(GraphError, TypeError):
-    """A keyword argument of :func:`load` that the file's format does not take (a typo, say).
+    """A keyword argument of :func:`load` or :func:`save` that the file's format does not take (a typo, say).
 
-    Raised before the file is opened: it is the caller's mistake, not the file's.
+    Raised before the file is opened: it is the caller's mistake, not the file's (nor the graph's).
     """
 
 
@@ -303,6 +303,7 @@ def save(graph: Graph, path: str | os.PathLike[str], *, format: str | None = Non
     True
     """
     fmt = format_for_path(path, format)
+    check_options(fmt, path, options, options_taken(fmt.save, leading=2), "save")
     fmt.check_available("saving")
     try:
         with progress.task(f"saving {os.fspath(path)} ({fmt.name})"):
@@ -454,6 +455,27 @@ def load(path: str | os.PathLike[str], *, format: str | None = None, allow_pickl
         raise (missing_dependency(exc, f"loading {fmt.name} files") or exc) from None
 
 
+def options_taken(fn: Callable[..., Any] | None, leading: int = 1) -> tuple[str, ...] | None:
+    """The keyword arguments ``fn`` takes after its ``leading`` positional ones (None: any, as a function with
+    ``**options`` takes).
+
+    >>> options_taken(lambda path, *, mmap=True: None)
+    ('mmap',)
+    >>> options_taken(lambda graph, path, **options: None, leading=2) is None
+    True
+    """
+    if fn is None:
+        return ()
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a callable without a signature: let the call itself decide
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return tuple(p.name for p in named[leading:])
+
+
 def load_options(fmt: Format) -> tuple[str, ...] | None:
     """The keyword arguments ``fmt``'s loader takes (None: any, as a loader with ``**options`` does).
 
@@ -462,48 +484,46 @@ def load_options(fmt: Format) -> tuple[str, ...] | None:
     >>> load_options(get_format("graphml"))
     ()
     """
-    if fmt.load is None:
-        return ()
-    try:
-        params = list(inspect.signature(fmt.load).parameters.values())
-    except (TypeError, ValueError):  # a callable without a signature: let the call itself decide
-        return None
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return tuple(p.name for p in named[1:])  # the first is the path
+    return options_taken(fmt.load)
 
 
-def check_load_options(fmt: Format, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
-    """Refuse keyword arguments ``fmt``'s loader does not take, naming each and the closest one it takes.
+def check_options(fmt: Format, path: str | os.PathLike[str], options: Mapping[str, Any],
+                  takes: Sequence[str] | None, action: str = "load") -> None:
+    """Refuse keyword arguments not in ``takes`` (None: any), naming each and the closest one taken.
 
-    Called by :func:`load` before the file is opened, so that a typo is a
-    :class:`UnknownOptionError` (a ``TypeError``), not a complaint about the file.
+    :func:`load` and :func:`save` call it before the file is opened, so that a typo is an
+    :class:`UnknownOptionError` (a ``TypeError``), not a complaint about the file or the graph.
 
-    >>> check_load_options(get_format("onnx"), "net.onnx", {"input_shape": {"x": (1, 3)}})
+    >>> check_options(get_format("onnx"), "net.onnx", {"input_shape": {"x": (1, 3)}},
+    ...               load_options(get_format("onnx")))
     Traceback (most recent call last):
       ...
     opgraph.io.formats.UnknownOptionError: opgraph.load() got an unexpected keyword argument 'input_shape' for ...
     >>> try:
-    ...     check_load_options(get_format("onnx"), "net.onnx", {"input_shape": {"x": (1, 3)}})
+    ...     check_options(get_format("cg"), "g.cg", {"index_bit": 16}, ("index_bits",), "save")
     ... except TypeError as exc:
     ...     print(str(exc).split("; ")[1])
-    did you mean 'input_shapes'? (onnx files take input_types, input_shapes, static_inputs, weights_as_inputs
+    did you mean 'index_bits'? (cg files take index_bits
     """
-    takes = load_options(fmt)
-    if takes is None:
-        return
-    unknown = [k for k in options if k not in takes]
+    unknown = [k for k in options if takes is not None and k not in takes]
     if not unknown:
         return
+    assert takes is not None
+    common = ("format", "allow_pickle") if action == "load" else ("format",)
     word = unknown[0]
-    close = difflib.get_close_matches(word, [*takes, "format", "allow_pickle"], n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
     listed = f"take {', '.join(takes)}" if takes else "take no options"
     more = f" (and {', '.join(repr(k) for k in unknown[1:])})" if len(unknown) > 1 else ""
-    raise UnknownOptionError(f"opgraph.load() got an unexpected keyword argument {word!r}{more} for "
-                             f"{os.fspath(path)}{hint} ({fmt.name} files {listed}; every format takes format, "
-                             "allow_pickle)")
+    raise UnknownOptionError(f"opgraph.{action}() got an unexpected keyword argument {word!r}{more} for "
+                             f"{os.fspath(path)}{did_you_mean(word, [*takes, *common])} "
+                             f"({fmt.name} files {listed}; every format takes {', '.join(common)})")
+
+
+def check_load_options(fmt: Format, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
+    """:func:`check_options` against what ``fmt``'s loader takes.
+
+    >>> check_load_options(get_format("json"), "g.json", {"verify": False})
+    """
+    check_options(fmt, path, options, load_options(fmt), "load")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -588,6 +608,7 @@ def _bad_file(path: str | os.PathLike[str], message: str) -> FormatError:
 def _save_cg(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
     from opgraph.io.cg import save_cg
 
+    check_options(get_format("cg"), path, options, options_taken(save_cg, leading=2), "save")
     save_cg(graph, path, **options)
 
 
@@ -600,6 +621,7 @@ def _load_cg(path: str | os.PathLike[str], *, mmap: bool = True) -> Graph:
 def _save_json(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
     from opgraph.io.jsonfmt import save_json
 
+    check_options(get_format("json"), path, options, options_taken(save_json, leading=2), "save")
     save_json(graph, path, **options)
 
 
@@ -613,6 +635,7 @@ def _load_json(path: str | os.PathLike[str], *, verify: bool = True) -> Graph:
 def _save_onnx(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
     from opgraph.io.onnx import to_onnx
 
+    check_options(get_format("onnx"), path, options, options_taken(to_onnx), "save")
     model = _convert("onnx", path, lambda: to_onnx(graph, **options))
     _write_bytes(path, model.SerializeToString())
 
@@ -684,6 +707,8 @@ def _drawing_saver(fmt: str) -> Saver:
     def save_drawing(graph: Graph, path: str | os.PathLike[str], **options: Any) -> None:
         from opgraph.viz import render
 
+        check_options(get_format(fmt), path, options,
+                      tuple(k for k in options_taken(render, leading=2) or () if k != "format"), "save")
         # render makes the whole file in memory (running dot) before it writes it under a temporary name.
         render(graph, path, format=fmt, **options)
 
@@ -839,6 +864,7 @@ __all__ = [
     "UnsupportedGraphError",
     "check_graph_path",
     "check_load_options",
+    "check_options",
     "check_regular_file",
     "first_line",
     "format_for_path",
@@ -850,6 +876,7 @@ __all__ = [
     "load_options",
     "match_suffix",
     "missing_dependency",
+    "options_taken",
     "register",
     "save",
     "unregister",
