@@ -57,8 +57,6 @@ def did_you_mean(word: str, names: Sequence[str]) -> str:
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-_close = did_you_mean
-
 
 def value_id(graph: Graph, key: Any) -> int:
     """The value id a feed or target key names: an id (``3``, ``"%3"``, ``"3"``), a name (``"x"`` or ``"%x"``)
@@ -92,7 +90,7 @@ def value_id(graph: Graph, key: Any) -> int:
             except KeyError:
                 pass
         names = [n for n in graph.symbols.values.values() if isinstance(n, str)]
-        raise UnknownKeyError(f"no value named {key!r}{_close(key.lstrip('%'), names)}")
+        raise UnknownKeyError(f"no value named {key!r}{did_you_mean(key.lstrip('%'), names)}")
     try:
         v = operator.index(key)
     except TypeError:
@@ -124,7 +122,7 @@ def input_id(graph: Graph, key: Any, *, verb: str = "fed") -> int:
         v = value_id(graph, key)
     except UnknownKeyError as exc:
         labels, shown = _input_list(graph)
-        hint = _close(key.lstrip("%"), labels) if isinstance(key, str) else ""
+        hint = did_you_mean(key.lstrip("%"), labels) if isinstance(key, str) else ""
         what = f"no value named {key!r}" if isinstance(key, str) else str(exc)
         raise UnknownKeyError(f"{what}; the graph's inputs: {shown}{hint}") from None
     if graph.value_producer[v] != -1:
@@ -185,7 +183,7 @@ def resolve_feeds(graph: Graph, feeds: Mapping[Any, Any] | None = None,
             labels, shown = _input_list(graph)
             why = "" if v < 0 else f", and {graph.value_label(v)} is computed by the graph"
             raise UnknownKeyError(f"no input named {name!r} (keyword {name}=){why}; the graph's inputs: "
-                                  f"{shown}{_close(name, labels)}")
+                                  f"{shown}{did_you_mean(name, labels)}")
         if v in out:
             raise FeedError(f"input {graph.value_label(v)} is fed twice: by key {by[v]} and by keyword {name}=")
         out[v], by[v] = data, f"keyword {name}="
