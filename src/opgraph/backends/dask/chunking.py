@@ -105,13 +105,27 @@ def file_root(a: Any) -> np.memmap | None:
     >>> file_root(np.zeros(2)) is None
     True
     """
-    # a view's base chain ends at the memmap created on the mmap object (a view of a memmap is a memmap
-    # too, with its parent's filename and offset, so only that root's offset describes its own data)
+    root = mapped_root(a)
+    if isinstance(root, np.memmap) and getattr(root, "filename", None) is not None and \
+            getattr(root, "mode", "c") in ("r", "r+", "w+"):
+        return root
+    return None
+
+
+def mapped_root(a: Any) -> np.ndarray | None:
+    """The array made on a memory map (its ``base`` is the ``mmap``) that ``a``'s memory lies in: ``a`` or an
+    array ``a`` is a view of; None when ``a``'s memory is no memory map.
+
+    A view's base chain ends there; a view of a memmap is a memmap too, with its parent's filename and offset,
+    so only that root's offset describes its own data.
+
+    >>> mapped_root(np.zeros(2)) is None
+    True
+    """
     seen = a
     while isinstance(seen, np.ndarray):
-        if isinstance(seen, np.memmap) and isinstance(seen.base, mmap.mmap):
-            ok = getattr(seen, "filename", None) is not None and getattr(seen, "mode", "c") in ("r", "r+", "w+")
-            return seen if ok else None
+        if isinstance(seen.base, mmap.mmap):
+            return seen
         seen = seen.base
     return None
 
@@ -133,12 +147,7 @@ def on_mmap(a: Any) -> bool:
     >>> on_mmap(np.zeros(2))
     False
     """
-    seen = a
-    while isinstance(seen, np.ndarray):
-        if isinstance(seen.base, mmap.mmap):
-            return True
-        seen = seen.base
-    return False
+    return mapped_root(a) is not None
 
 
 GETTERS = (getter, getter_nofancy, getter_inline)
@@ -301,11 +310,8 @@ def _mapped_in(x: Any, above: int, depth: int = 0) -> np.ndarray | None:
 def _refusal(label: str, what: Any, where: str, why: str, task_bytes: int) -> str:
     """One line: the memory map or file-backed source a dask feed holds, why opgraph cannot read it chunk by chunk,
     and what to feed instead."""
-    root, seen = None, what
-    while isinstance(seen, np.ndarray):
-        if isinstance(seen, np.memmap) and isinstance(seen.base, mmap.mmap):
-            root = seen
-        seen = seen.base
+    root = mapped_root(what)
+    root = root if isinstance(root, np.memmap) else None
     filename = getattr(root if root is not None else what, "filename", None)
     nbytes = getattr(what, "nbytes", None)
     size = f" of {nbytes / 2**20:.4g} MiB" if isinstance(nbytes, int) else ""
