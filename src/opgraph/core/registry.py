@@ -262,7 +262,14 @@ class OpDef:
       ``opgraph.backends.numpy``), not part of the op.
     * flags: ``elementwise``, ``commutative``, ``inplace`` (the input
       positions whose buffer an output may overwrite).
-    * ``grad``: the reverse-mode rule, filled by the autodiff layer's families.
+    * ``grad``: the reverse-mode rule ``fn(b, inputs, outputs, cotangents, attrs) -> cotangent per input``.
+    * ``jvp``: the forward-mode (tangent) rule ``fn(b, inputs, outputs, tangents, attrs) -> tangent per output``
+      (a tangent is None where it is zero); a kind with a ``grad`` rule and no ``jvp`` rule gets its tangents by
+      transposing the reverse rule (:mod:`opgraph.autodiff.forward`).
+    * ``batch``: the batching rule ``fn(b, inputs, batched, size, attrs) -> outputs`` for ``vmap``: the inputs
+      flagged in ``batched`` carry a leading batch axis of ``size``, and every output it returns carries one
+      (None: the op runs once per example instead, :mod:`opgraph.autodiff.batching`).
+    The three rules sit in the op's family module, set by :func:`set_rules` tables or ``OpDef(...)``.
     * ``workspace``: for an op that runs subgraphs, ``fn(attrs, peak_of) -> bytes`` it needs besides its
       inputs and outputs while it runs, given ``peak_of(body)`` (a body's planned peak); the memory
       planner counts it (None: no workspace).
@@ -310,6 +317,8 @@ class OpDef:
     commutative: bool = False
     inplace: tuple[int, ...] = ()
     grad: Callable[..., Any] | None = None
+    jvp: Callable[..., Any] | None = None
+    batch: Callable[..., Any] | None = None
     family: str = "user"
     doc: str = ""
     decompose: DecomposeFn | None = None
@@ -515,6 +524,32 @@ def mark_traits(trait: str, *kinds: str) -> frozenset[str]:
         opdef = get_op(kind)
         opdef.traits = opdef.traits | {trait}
     return frozenset(kinds)
+
+
+RULES = ("grad", "jvp", "batch")
+"""The transformation rules an op kind may carry (see :class:`OpDef`)."""
+
+
+def set_rules(rule: str, table: Mapping[str, Callable[..., Any]]) -> frozenset[str]:
+    """Give each kind in ``table`` its ``rule`` (``"grad"``, ``"jvp"`` or ``"batch"``); return the kinds.
+
+    A family module's table of tangent or batching rules, beside its ``mark_traits`` table.
+
+    >>> _ = register_op(OpDef(name="doc_twice", id=50005, arity=1, infer=lambda t, a: t))
+    >>> sorted(set_rules("jvp", {"doc_twice": lambda b, ins, outs, tans, attrs: [tans[0]]}))
+    ['doc_twice']
+    >>> get_op("doc_twice").jvp is not None
+    True
+    >>> set_rules("hvp", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown op rule 'hvp' (known: grad, jvp, batch)
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown op rule {rule!r} (known: {', '.join(RULES)})")
+    for kind, fn in table.items():
+        setattr(get_op(kind), rule, fn)
+    return frozenset(table)
 
 
 def has_trait(kind: str | int | OpDef, trait: str) -> bool:
