@@ -36,7 +36,8 @@ from opgraph.core.registry import CONST, get_op
 from opgraph.errors import GraphError
 from opgraph.ops.grad_helpers import is_float, zeros_like
 
-__all__ = ["NoTangentError", "build_jvp_ops", "lazy_jvp", "tangent_sweep", "transposed_grad"]
+__all__ = ["LAZY", "Level", "NoTangentError", "build_jvp_ops", "builder_level", "lazy_jvp", "tangent_sweep",
+           "transposed_grad"]
 
 
 class NoTangentError(GraphError):
@@ -82,15 +83,29 @@ def _fit(b: Any, t: Any, like: Any) -> Any:
     return t
 
 
-def transposed_grad(b: Any, rec: Record, tangents: Sequence[Any], *, stand_in: Callable[[Any], Any],
-                    record_of: Callable[[Any], Record | None], key: Callable[[Any], Hashable]) -> list[Any]:
+class Level:
+    """How the sweeps see one kind of handle (builder values or lazy arrays).
+
+    ``key(v)``: a hashable identity; ``record_of(v)``: the :class:`Record` of
+    the op that made ``v`` (None for an input or a constant);
+    ``stand_in(v)``: a fresh value of ``v``'s type that stands for a cotangent
+    while a gradient rule runs; ``reads(values, stand_ins)``: whether any of
+    ``values`` was computed from the stand-ins.
+    """
+
+    def __init__(self, key: Callable[[Any], Hashable], record_of: Callable[[Any], Record | None],
+                 stand_in: Callable[[Any], Any], reads: Callable[[Sequence[Any], Sequence[Any]], bool]) -> None:
+        self.key, self.record_of, self.stand_in, self.reads = key, record_of, stand_in, reads
+
+
+def transposed_grad(b: Any, rec: Record, tangents: Sequence[Any], level: Level) -> list[Any]:
     """Output tangents of ``rec`` from its gradient rule, transposed (see the module doc).
 
-    ``stand_in(out)`` makes a value of ``out``'s type that stands for its
-    cotangent while the rule runs (nothing computed from it is kept: the rule
-    is linear in it, so its transpose does not read it); ``record_of`` turns an
-    emitted value into the :class:`Record` of the op that made it.
+    The stand-in cotangents the rule runs on are not read by what is kept
+    (the rule is linear in them, so its transpose does not read them); a rule
+    that is not is an error that names the op.
     """
+    key, record_of, stand_in = level.key, level.record_of, level.stand_in
     rule = rec.opdef.grad
     if rule is None:
         raise NoTangentError(
@@ -112,6 +127,10 @@ def transposed_grad(b: Any, rec: Record, tangents: Sequence[Any], *, stand_in: C
         seeds.append((c, t))
     wrt = [u for u in us if u is not None]
     outs = sweep(b, rb.records, key, seeds, wrt) if seeds else [None] * len(wrt)
+    if level.reads([o for o in outs if o is not None], wrt):
+        raise NoTangentError(
+            f"op {rec.opdef.name!r}{rec.label} has no tangent rule, and its gradient rule cannot be transposed "
+            "(it is not linear in the cotangent); add a jvp= rule to its OpDef")
     it = iter(outs)
     return [next(it) if u is not None else None for u in us]
 
@@ -129,14 +148,14 @@ def sweep_fitted(b: Any, c: Any, x: Any) -> tuple[Any]:
     return (_fit(b, c, x),)
 
 
-def tangent_sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashable],
-                  tangents: dict[Hashable, Any], *, stand_in: Callable[[Any], Any],
-                  record_of: Callable[[Any], Record | None]) -> dict[Hashable, Any]:
+def tangent_sweep(b: Any, records: Sequence[Record], tangents: dict[Hashable, Any], level: Level
+                  ) -> dict[Hashable, Any]:
     """Push ``tangents`` (key -> tangent value) forwards through ``records``; returns the extended map.
 
     Only ops reading a value with a tangent are visited; an op whose tangents
     are all zero gives none.
     """
+    key = level.key
     tans = dict(tangents)
     for rec in records:
         ins = [tans.get(key(v)) if is_float(v.type) else None for v in rec.inputs]
@@ -148,7 +167,7 @@ def tangent_sweep(b: Any, records: Sequence[Record], key: Callable[[Any], Hashab
         if rule is not None:
             outs = rule(b, tuple(rec.inputs), tuple(rec.outputs), tuple(ins), rec.attrs)
         else:
-            outs = transposed_grad(b, rec, ins, stand_in=stand_in, record_of=record_of, key=key)
+            outs = transposed_grad(b, rec, ins, level)
         if len(outs) != len(rec.outputs):
             raise GraphError(f"tangent rule of {rec.opdef.name!r} returned {len(outs)} tangents "
                              f"for {len(rec.outputs)} outputs")
@@ -168,12 +187,29 @@ def _builder_record(b: GraphBuilder, v: Value) -> Record | None:
                   [Value(b, i) for i in b.op_outputs(o)], f" (op {o})")
 
 
-def _builder_stand_in(b: GraphBuilder) -> Callable[[Any], Any]:
+def builder_level(b: GraphBuilder) -> Level:
+    """The :class:`Level` of builder ``b``'s values."""
+
     def stand_in(out: Value) -> Value:
         # an op of out's type that nothing else reads; what the transposed rule keeps never reads it
         return b.op("positive", zeros_like(b, out))
 
-    return stand_in
+    def reads(values: Sequence[Value], stand_ins: Sequence[Value]) -> bool:
+        targets = {u.id for u in stand_ins}
+        first = min((b.producer_of(u.id).id for u in stand_ins), default=0)  # type: ignore[union-attr]
+        stack, seen = [v.id for v in values], set()
+        while stack:
+            v = stack.pop()
+            if v in targets:
+                return True
+            op = b.producer_of(v)
+            if op is None or op.id < first or op.id in seen:  # built before the stand-ins: cannot read them
+                continue
+            seen.add(op.id)
+            stack.extend(b.op_inputs(op.id))
+        return False
+
+    return Level(lambda v: v.id, lambda v: _builder_record(b, v), stand_in, reads)
 
 
 def build_jvp_ops(b: GraphBuilder, outputs: Sequence[Value], wrt: Sequence[Value],
@@ -206,8 +242,7 @@ def build_jvp_ops(b: GraphBuilder, outputs: Sequence[Value], wrt: Sequence[Value
         t = _fit(b, t, w)
         seeds[w.id] = b.op("add", seeds[w.id], t) if w.id in seeds else t
     records = _builder_records(b, b.num_ops)
-    tans = tangent_sweep(b, records, lambda v: v.id, seeds, stand_in=_builder_stand_in(b),
-                         record_of=lambda v: _builder_record(b, v))
+    tans = tangent_sweep(b, records, seeds, builder_level(b))
     return [tans[o.id] if o.id in tans else zeros_like(b, o) for o in outputs]
 
 
@@ -229,6 +264,25 @@ def _lazy_stand_in(out: Any) -> Any:
     from opgraph.frontend.lazy import placeholder
 
     return placeholder(out.type.shape, out.type.dtype)
+
+
+def _lazy_reads(values: Sequence[Any], stand_ins: Sequence[Any]) -> bool:
+    targets = {id(u._node) for u in stand_ins}
+    first = min(u._node.seq for u in stand_ins)
+    stack, seen = [v._node for v in values], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in targets:
+            return True
+        if node.seq < first or id(node) in seen:  # recorded before the stand-ins: cannot read them
+            continue
+        seen.add(id(node))
+        stack.extend(a._node for a in node.inputs)
+    return False
+
+
+LAZY = Level(_lazy_key, _lazy_record, _lazy_stand_in, _lazy_reads)
+"""The :class:`Level` of lazy arrays."""
 
 
 def lazy_jvp(outputs: Sequence[Any], wrt: Sequence[Any], tangents: Sequence[Any]) -> list[Any]:
@@ -254,7 +308,6 @@ def lazy_jvp(outputs: Sequence[Any], wrt: Sequence[Any], tangents: Sequence[Any]
         t = _fit(b, as_lazy(t), w)
         k = _lazy_key(w)
         seeds[k] = b.op("add", seeds[k], t) if k in seeds else t
-    tans = tangent_sweep(b, _lazy_records(outputs), _lazy_key, seeds, stand_in=_lazy_stand_in,
-                         record_of=_lazy_record)
+    tans = tangent_sweep(b, _lazy_records(outputs), seeds, LAZY)
     return [tans[_lazy_key(o)] if _lazy_key(o) in tans else zeros_like(b, o) for o in outputs]
 
