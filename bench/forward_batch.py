@@ -3,6 +3,9 @@
     python bench/forward_batch.py --case hvp|ode|pergrad --lib opgraph|jax|casadi [--backend numpy|jax|torch]
                                   [--variant scan|unrolled] [--size N] [--repeat 7]
 
+``--backend``: the engine of ``opgraph.jit`` (numpy, jax, torch; numba and c for the scalar code of the unrolled
+loop). ``--lib``:
+
 * ``hvp`` (``--size`` parameters, 10^4): opgraph ``jit(lambda x, v: opgraph.hvp(loss, (x,), (v,))[1],
   backend=...)``; JAX ``jax.jit(lambda x, v: jax.jvp(jax.grad(loss), (x,), (v,))[1])``; CasADi ``jtimes`` of the
   SX ``gradient`` in a ``casadi.Function``.
@@ -220,7 +223,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=tuple(SIZES), required=True)
     ap.add_argument("--lib", choices=("opgraph", "jax", "casadi"), required=True)
-    ap.add_argument("--backend", choices=("numpy", "jax", "torch"), default="numpy")
+    ap.add_argument("--backend", choices=("numpy", "jax", "torch", "numba", "c"), default="numpy")
     ap.add_argument("--variant", choices=("scan", "unrolled"), default="scan")
     ap.add_argument("--size", type=int)
     ap.add_argument("--repeat", type=int, default=7)

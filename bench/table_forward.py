@@ -6,7 +6,8 @@
 1. **hvp** of the 10^4-parameter chained-Rosenbrock least-squares loss: ``opgraph.jit`` of ``opgraph.hvp`` on
    each engine, ``jax.jit`` of ``jax.jvp(jax.grad(loss))`` and CasADi's ``jtimes`` of the SX gradient.
 2. **jacfwd** of a 100-step RK4 Lotka-Volterra trajectory (200 outputs) with respect to its 3 parameters: the loop
-   as one ``scan`` (``opgraph.scan``, ``jax.lax.scan``) on each engine, and unrolled on the numpy engine; CasADi's
+   as one ``scan`` (``opgraph.scan``, ``jax.lax.scan``) on each array engine, and unrolled on the numpy, numba and
+   c engines (the scalar engines of bench/finegrained.py); CasADi's
    ``jacobian`` of the unrolled SX trajectory (forward mode).
 3. **per-example gradients**: ``vmap(grad(loss), in_axes=(None, 0, 0))`` of a 64-128-10 tanh MLP over 256
    examples, opgraph on each engine against JAX.
@@ -35,7 +36,9 @@ from tables import emit
 RESULTS = Path(__file__).resolve().parent / "results" / "forward.md"
 GOAL = 1.1
 LIMIT = 300.0  # seconds per process; the unrolled RK4's first call on the numpy engine takes ~20 s
-ENGINES = ("numpy", "jax", "torch")
+ENGINES = ("numpy", "jax", "torch")  # the array engines
+# the scalar engines for the unrolled loop (on a scan they run the body step by step through the numpy engine)
+UNROLLED = ("numpy", "numba", "c")
 PEERS = ("jax", "casadi")
 
 Result = dict[str, Any]
@@ -45,12 +48,13 @@ CASES: dict[str, list[tuple[str, list[str]]]] = {
     "hvp": [*((f"opgraph jit, {e}", ["--lib", "opgraph", "--backend", e]) for e in ENGINES),
             ("jax.jit", ["--lib", "jax"]), ("CasADi SX", ["--lib", "casadi"])],
     "ode": [*((f"opgraph jit, {e}, scan", ["--lib", "opgraph", "--backend", e]) for e in ENGINES),
-            ("opgraph jit, numpy, unrolled", ["--lib", "opgraph", "--variant", "unrolled"]),
+            *((f"opgraph jit, {e}, unrolled", ["--lib", "opgraph", "--backend", e, "--variant", "unrolled"])
+              for e in UNROLLED),
             ("jax.jit, lax.scan", ["--lib", "jax"]), ("CasADi SX, unrolled", ["--lib", "casadi"])],
     "pergrad": [*((f"opgraph jit, {e}", ["--lib", "opgraph", "--backend", e]) for e in ENGINES),
                 ("jax.jit", ["--lib", "jax"])],
 }
-ONCE = {"opgraph jit, numpy, unrolled"}  # slow to build (its first call is ~20 s): one process, not rounds
+ONCE = {f"opgraph jit, {e}, unrolled" for e in UNROLLED}  # ~20 s to trace and build: one process, not rounds
 TITLES = {
     "hvp": "hvp of a 10^4-parameter least-squares loss (chained Rosenbrock), H v by forward over reverse",
     "ode": "jacfwd of a 100-step RK4 Lotka-Volterra trajectory (200 outputs) w.r.t. 3 parameters",
