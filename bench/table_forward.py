@@ -136,9 +136,11 @@ def table(console: Console, run: Callable[..., Result | None]) -> None:  # run_l
                 rounds[name].append(run_limited("forward_batch.py", ["--case", case, *args], LIMIT))
         results = {name: merge(rs) for name, rs in rounds.items()}
         rows, summary = rows_of(results)
+        once = [name for name, _ in CASES[case] if name in ONCE]
+        once = f" (one for {', '.join(once)})" if once and n_rounds > 1 else ""
         notes = [
             *summary,
-            f"medians of {n_rounds} processes (one for {', '.join(sorted(ONCE))}), each the median of 7 samples "
+            f"medians of {n_rounds} processes{once}, each the median of 7 samples "
             "of ~20 ms of calls; run µs gives the processes' spread in brackets. first call: building the "
             "function and its first call at this size, after the same path at a tiny size (imports and engine "
             "start-up not counted). trace / optimize / compile: opgraph.jit's phases (compile_times); JAX: "
