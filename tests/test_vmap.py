@@ -224,6 +224,18 @@ def test_shared_work_is_done_once_and_dtypes_stay() -> None:
     assert "f32[4,4] = matmul" in text and "f32[5,4,4]" not in text  # w @ w.T once, not per example
 
 
+def test_traced_once_per_signature_and_lists_of_axes() -> None:
+    f = opgraph.vmap(lambda x: [x, x * 2], out_axes=[0, 1])
+    a, b2 = f(np.ones((3, 2)))
+    f(np.zeros((3, 2)))
+    assert f._traced.cache_size == 1
+    assert a.shape == (3, 2) and b2.shape == (2, 3)
+    f(np.zeros((4, 2)))
+    assert f._traced.cache_size == 2
+    with pytest.raises(ValueError, match="out_axes specification must be a tree prefix"):
+        opgraph.vmap(lambda x: [x, x * 2], out_axes=(0, 1))(np.ones((3, 2)))
+
+
 def test_unbatched_output_is_broadcast_and_axis_size() -> None:
     out = opgraph.vmap(lambda x, c: (x * 2, c + 1), in_axes=(0, None))(np.arange(3.0), np.ones(2))
     np.testing.assert_array_equal(out[1], np.full((3, 2), 2.0))
@@ -359,6 +371,13 @@ STEPS = [
     ("pad", lambda m, x, w: m.pad(x, ((0, 0), (1, 0)))[:, :4]),
     ("roll", lambda m, x, w: m.roll(x, 1, axis=1)),
     ("outer", lambda m, x, w: m.reshape(m.outer(x[0], x[1, :3]), (3, 4))),
+    ("var", lambda m, x, w: x * m.var(x, axis=0) + m.std(x)),
+    ("moveaxis", lambda m, x, w: m.reshape(m.moveaxis(m.reshape(x, (3, 2, 2)), 0, -1), (3, 4))),
+    ("tile", lambda m, x, w: m.tile(x[:, :2], (1, 2))),
+    ("repeat", lambda m, x, w: m.repeat(x[:, ::2], 2, axis=1)),
+    ("squeeze", lambda m, x, w: m.squeeze(m.expand_dims(x, 1), axis=1) * 0.5),
+    ("vecdot", lambda m, x, w: x * m.expand_dims(m.vecdot(x, w[:3]), -1) * 0.1),
+    ("prod", lambda m, x, w: x * m.prod(m.tanh(x), axis=1, keepdims=True)),
 ]
 
 
@@ -371,7 +390,7 @@ def _compose(m: Any, names: list[int]) -> Any:
     return f
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(0, len(STEPS) - 1), min_size=1, max_size=4), st.sampled_from([0, 1, -1, None]),
        st.sampled_from([0, 1, -1, None]), st.integers(0, 2 ** 31 - 1))
 def test_random_compositions(steps: list[int], ax: int | None, aw: int | None, seed: int) -> None:

@@ -329,10 +329,7 @@ class VmapFunction:
             new_args.append(pytree.unflatten(spec, leaves))
         result = self.fn(*new_args[:len(new_args) - 1], **new_args[-1]) if kwargs else self.fn(*new_args)
         outs, ospec = pytree.flatten(result)
-        if isinstance(self.out_axes, list):
-            out_axes = _prefix_axes(what, "out_axes", tuple(self.out_axes), result, "the output")
-        else:
-            out_axes = _prefix_axes(what, "out_axes", self.out_axes, result, "the output")
+        out_axes = _prefix_axes(what, "out_axes", self.out_axes, result, "the output")
         lazies = []
         for o in outs:
             if not (isinstance(o, LazyArray) or is_array(o) or isinstance(o, (int, float, complex, bool))):
