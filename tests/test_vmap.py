@@ -154,6 +154,14 @@ def test_fallback_when_a_rule_declines() -> None:
     idx = np.array([[0, 3], [1, 1], [2, 0]])
     got = opgraph.vmap(lambda v, i: onp.take(v, i))(x, idx)
     np.testing.assert_array_equal(got, np.stack([np.take(x[k], idx[k]) for k in range(3)]))
+    assert "@vmap(take)" in str(opgraph.vmap(lambda v, i: onp.take(v, i)).graph(x, idx))
+    # shared x, per-example indices: the rule (no loop)
+    idx = np.array([[0, 2], [1, 1], [2, -1]])
+    for axis in (None, 0, 1, -1):
+        f = opgraph.vmap(lambda v, i, axis=axis: onp.take(v, i, axis=axis), in_axes=(None, 0))
+        got = f(x, idx)
+        np.testing.assert_array_equal(got, np.stack([np.take(x, idx[k], axis=axis) for k in range(3)]))
+        assert "scan" not in str(f.graph(x, idx))
 
 
 def test_rule_that_returns_a_wrong_shape_is_named() -> None:

@@ -1273,7 +1273,13 @@ def _b_getitem(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any])
 
 def _b_take(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
     if batched[1]:
-        return None  # per-example indices: indexing's gather rules are the ones for that (or the fallback)
+        if batched[0]:
+            return None  # per-example indices into per-example arrays: the per-example fallback
+        x, idx = ins  # one shared x: the batch axis of the indices comes out where the taken axis was
+        if attrs["axis"] is None:
+            return [b.op("take", x, idx, axis=None)]
+        axis = normalize_axis(attrs["axis"], max(bh.ndim(x), 1))
+        return [bh.move_axis(b, b.op("take", x, idx, axis=axis), axis, 0)]
     x, r = _b_x(ins)
     if attrs["axis"] is None or r == 0:
         return [b.op("take", b.op("reshape", x, shape=(int(size), -1)), ins[1], axis=1)]
