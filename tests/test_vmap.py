@@ -293,6 +293,30 @@ def test_composes_with_jacobian_and_hessian() -> None:
         np.testing.assert_array_equal(jb[k, :, (k + 1) % 4, :], 0.0)
 
 
+def test_composes_with_forward_mode() -> None:
+    rng = np.random.default_rng(8)
+    xs, vs = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+
+    def f(x: Any) -> Any:
+        return onp.sin(x) * onp.sum(x ** 2)
+
+    y, t = opgraph.vmap(lambda x, v: opgraph.jvp(f, (x,), (v,)))(xs, vs)
+    loop = [opgraph.jvp(f, (x,), (v,)) for x, v in zip(xs, vs, strict=True)]
+    np.testing.assert_allclose(y, np.stack([p[0] for p in loop]), rtol=1e-13)
+    np.testing.assert_allclose(t, np.stack([p[1] for p in loop]), rtol=1e-13)
+    _, t2 = opgraph.jvp(opgraph.vmap(f), (xs,), (vs,))
+    np.testing.assert_allclose(t2, t, rtol=1e-13)
+    np.testing.assert_allclose(opgraph.vmap(opgraph.jacfwd(f))(xs), np.stack([opgraph.jacfwd(f)(x) for x in xs]),
+                               rtol=1e-13)
+
+    def loss(w: Any) -> Any:
+        return onp.sum(onp.exp(-w) * w)
+
+    _, hv = opgraph.vmap(lambda w, v: opgraph.hvp(loss, (w,), (v,)))(xs, vs)
+    np.testing.assert_allclose(hv, np.stack([opgraph.hvp(loss, (x,), (v,))[1] for x, v in zip(xs, vs, strict=True)]),
+                               rtol=1e-13)
+
+
 def test_control_flow_batches_through_the_fallback() -> None:
     # scan has no rule in this branch's families: its op runs once per example, the result is still right
     def f(x: Any) -> Any:

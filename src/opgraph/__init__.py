@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from opgraph import passes as passes
     from opgraph import runtime as runtime
     from opgraph import viz as viz
-    from opgraph.autodiff import grad, hessian, jacobian, value_and_grad, vjp
+    from opgraph.autodiff import grad, hessian, hvp, jacfwd, jacobian, jacrev, jvp, linearize, value_and_grad, vjp
     from opgraph.autodiff.batching import vmap
     from opgraph.frontend.control import call, cond, fori_loop, scan, subroutine, while_loop
     from opgraph.frontend.tensor_algebra import OpGraph, tensor_expr
@@ -90,12 +90,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VOID", "ArgumentError", "Attr", "ExecutionError", "FeedError", "FormatError", "Graph", "GraphBuilder",
-    "GraphError",
-    "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph", "OpTypeError",
-    "OutOfMemoryError", "Symbols", "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType", "all_ops",
-    "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "jacobian", "jit", "load",
-    "optimize", "register_op", "save", "scan", "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp",
-    "while_loop",
+    "GraphError", "MemoryLimitError", "MissingDependencyError", "Op", "OpBuildError", "OpDef", "OpGraph",
+    "OpTypeError", "OutOfMemoryError", "Symbols", "TensorType", "UnknownKeyError", "Value", "VerifyError", "VoidType",
+    "all_ops", "call", "compile", "cond", "draw", "fori_loop", "function", "get_op", "grad", "hessian", "hvp",
+    "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize", "load", "optimize", "register_op", "save", "scan",
+    "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp", "while_loop",
 ]
 __all__ += ["vmap"]
 
@@ -109,6 +108,11 @@ _LAZY_NAMES = {
     "function": "opgraph.frontend.trace",
     "grad": "opgraph.autodiff",
     "hessian": "opgraph.autodiff",
+    "hvp": "opgraph.autodiff",
+    "jacfwd": "opgraph.autodiff",
+    "jacrev": "opgraph.autodiff",
+    "jvp": "opgraph.autodiff",
+    "linearize": "opgraph.autodiff",
     "jacobian": "opgraph.autodiff",
     "jit": "opgraph.runtime.jit",
     "load": "opgraph.io",

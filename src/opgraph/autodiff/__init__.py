@@ -34,11 +34,14 @@ from typing import Any
 import numpy as np
 
 from opgraph.autodiff.batching import VmapFunction, batch_sweep, vmap
+from opgraph.autodiff.forward import NoTangentError, build_jvp_ops, lazy_jvp
 from opgraph.autodiff.reverse import NoGradientError, Record, build_grad_ops, build_vjp_ops, sweep
 from opgraph.core.graph import Value
 
-__all__ = ["GradFunction", "JacobianFunction", "NoGradientError", "build_grad_ops", "build_vjp_ops", "grad",
-           "hessian", "jacobian", "lazy_vjp", "value_and_grad", "vjp"]
+__all__ = [
+           "GradFunction", "HessianFunction", "JacfwdFunction", "JacobianFunction", "NoGradientError",
+           "NoTangentError", "build_grad_ops", "build_jvp_ops", "build_vjp_ops", "grad", "hessian", "hvp", "jacfwd",
+           "jacobian", "jacrev", "jvp", "lazy_jvp", "lazy_vjp", "linearize", "value_and_grad", "vjp"]
 __all__ += ["VmapFunction", "batch_sweep", "vmap"]  # batching (opgraph.autodiff.batching)
 
 
@@ -392,18 +395,57 @@ def jacobian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_a
     return JacobianFunction(fun, argnums, with_value=False, has_aux=has_aux)
 
 
-def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> GradFunction:
-    """The Hessian of scalar ``fun``: the :func:`jacobian` of its gradient (``jax.hessian``'s structure).
+class HessianFunction(GradFunction):
+    """The Hessian of a scalar function: the Jacobian of its gradient, forwards or in reverse (see :func:`hessian`).
 
-    For an input ``x`` the result has shape ``x.shape + x.shape``.
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> HessianFunction(lambda x: onp.sum(x ** 3), 0, with_value=False, mode="fwd")(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
+
+    label = "hessian"
+
+    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], with_value: bool, *,
+                 has_aux: bool = False, mode: str = "auto") -> None:
+        if mode not in ("auto", "fwd", "rev"):
+            raise ValueError(f"hessian: mode must be 'auto', 'fwd' or 'rev', not {mode!r}")
+        super().__init__(fn, argnums, with_value, has_aux=has_aux)
+        self.mode = mode
+        inner = GradFunction(fn, argnums, with_value=False, has_aux=has_aux, label="hessian")
+        self._fwd = JacfwdFunction(inner, argnums, with_value=False, has_aux=has_aux, label="hessian")
+        self._rev = JacobianFunction(inner, argnums, with_value=False, has_aux=has_aux, label="hessian")
+
+    def _lazy(self, *args: Any, **kwargs: Any) -> Any:
+        if self.mode == "rev":
+            return self._rev._lazy(*args, **kwargs)
+        if self.mode == "fwd":
+            return self._fwd._lazy(*args, **kwargs)
+        try:
+            return self._fwd._lazy(*args, **kwargs)
+        except NoTangentError:  # an op on the gradient's path cannot be differentiated forwards
+            return self._rev._lazy(*args, **kwargs)
+
+
+def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
+            mode: str = "auto") -> GradFunction:
+    """The Hessian of scalar ``fun`` for ``argnums`` (``jax.hessian``'s structure and method).
+
+    For an input ``x`` the result has shape ``x.shape + x.shape``. It is the
+    Jacobian of the gradient, taken forward-over-reverse (``mode="fwd"``, one
+    forward sweep over the gradient graph per input element, as
+    ``jax.hessian``) or reverse-over-reverse (``mode="rev"``, one reverse sweep
+    per element). A forward sweep adds about one op per op it crosses and
+    keeps nothing for later, a reverse sweep two or more and keeps the
+    intermediates it reads, so ``"auto"`` takes forward-over-reverse, and
+    reverse-over-reverse only where an op on the way has no tangent rule.
 
     >>> import numpy as np, opgraph.numpy as onp
     >>> hessian(lambda x: onp.sum(x ** 3))(np.array([1.0, 2.0]))
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    inner = GradFunction(fun, argnums, with_value=False, has_aux=has_aux, label="hessian")
-    return JacobianFunction(inner, argnums, with_value=False, has_aux=has_aux, label="hessian")
+    return HessianFunction(fun, argnums, with_value=False, has_aux=has_aux, mode=mode)
 
 
 def vjp(fun_or_outputs: Any, *args: Any, has_aux: bool = False, **kwargs: Any) -> Any:
@@ -484,3 +526,215 @@ def _function_vjp(fun: Callable[..., Any], primals: tuple[Any, ...], has_aux: bo
         return traced(primals, cotangent)
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+# ---------------------------------------------------------------- forward mode (JAX style)
+def _check_pair(what: str, primals: Any, tangents: Any) -> None:
+    """JAX's checks of jvp's arguments: tuples or lists of one length, each tangent shaped as its primal."""
+    from opgraph.frontend import pytree
+
+    for arg, label in ((primals, "primals"), (tangents, "tangents")):
+        if not isinstance(arg, (tuple, list)):
+            raise TypeError(f"{what}: {label} must be a tuple or list of arguments, not {type(arg).__name__} (write "
+                            f"({label[:-1]},) for one argument)")
+    if len(primals) != len(tangents):
+        raise TypeError(f"{what}: {len(primals)} primal(s) but {len(tangents)} tangent(s)")
+    for i, (p, t) in enumerate(zip(primals, tangents, strict=True)):
+        pl, ps = pytree.flatten(p)
+        tl, ts = pytree.flatten(t)
+        if ps != ts:
+            raise TypeError(f"{what}: tangent {i} has structure {ts}, but its primal has {ps}")
+        for a, c, path in zip(pl, tl, pytree.keystrs(f"primals[{i}]", p), strict=True):
+            if c is None:
+                continue
+            sa, sc = tuple(np.shape(a)), tuple(np.shape(c))
+            if sa != sc:
+                raise ValueError(f"{what}: the tangent of {path} has shape {sc}, but the primal has shape {sa}")
+
+
+def _lazy_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool,
+              what: str) -> Any:
+    """``jvp`` on lazy arrays: the tangent ops are recorded on the primal's graph."""
+    from opgraph.autodiff.forward import lazy_jvp as tangent_ops
+    from opgraph.frontend import pytree
+    from opgraph.frontend.lazy import as_lazy
+    from opgraph.ops.grad_helpers import is_float
+
+    args, wrt, tans = [], [], []
+    for p, t in zip(primals, tangents, strict=True):
+        pl, spec = pytree.flatten(p)
+        tl = pytree.flatten(t)[0]
+        lazies = [as_lazy(leaf) for leaf in pl]
+        for x, c in zip(lazies, tl, strict=True):
+            if c is not None and is_float(x.type):
+                wrt.append(x)
+                tans.append(as_lazy(c) if _is_lazy(c) else as_lazy(np.asarray(c, dtype=x.dtype)))
+        args.append(pytree.unflatten(spec, lazies))
+    result = fun(*args)
+    if has_aux:
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TypeError(f"{what} with has_aux=True: {_name(fun)} must return a pair (output, aux), but it "
+                            f"returned {_describe(result)}")
+        result, aux = result
+    leaves, spec = pytree.flatten(result)
+    outs = [as_lazy(o) for o in leaves]
+    touts = tangent_ops(outs, wrt, tans)
+    out = (pytree.unflatten(spec, outs), pytree.unflatten(spec, touts))
+    return (*out, aux) if has_aux else out
+
+
+def jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
+        has_aux: bool = False) -> Any:
+    """Jacobian-vector product (forward mode): ``(fun(*primals), J(primals) @ tangents)``, as ``jax.jvp``.
+
+    ``primals`` and ``tangents`` are tuples (or lists) of arguments of one
+    structure; each may be a pytree. The tangent comes out in the output's
+    structure. It costs about one more evaluation of ``fun``, whatever the
+    number of outputs. With ``has_aux=True``, ``fun`` returns ``(output,
+    aux)`` and ``jvp`` returns ``(output, tangent, aux)``. Called with lazy
+    arrays (inside ``opgraph.jit``, ``grad``, ``vmap``) it records the
+    tangent ops on their graph.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> y, t = jvp(lambda x: onp.sin(x) * x, (np.array([0.0, 1.0]),), (np.array([1.0, 1.0]),))
+    >>> t
+    array([0.        , 1.38177329])
+    >>> jvp(lambda p: p["a"] * p["b"], ({"a": np.array(2.0), "b": np.array(3.0)},),
+    ...     ({"a": np.array(1.0), "b": np.array(0.0)},))[1]
+    array(3.)
+    """
+    from opgraph.frontend.trace import TracedFunction
+
+    what = f"jvp({_name(fun)})"
+    _check_pair(what, primals, tangents)
+    if _any_lazy((primals, tangents)):
+        return _lazy_jvp(fun, primals, tangents, has_aux, what)
+    traced = TracedFunction(lambda p, t: _lazy_jvp(fun, p, t, has_aux, what), name=what)
+    return traced(tuple(primals), tuple(tangents))
+
+
+def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """``(fun(*primals), f_jvp)`` where ``f_jvp(*tangents)`` is the Jacobian-vector product at ``primals``.
+
+    As ``jax.linearize``: ``f_jvp`` is the linear map alone, traced once with
+    the primals as constants, so what depends only on them is folded when its
+    graph is optimised. With ``has_aux=True`` it returns ``(output, f_jvp, aux)``.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> y, f_jvp = linearize(lambda x: onp.exp(x), np.array([0.0, 1.0]))
+    >>> f_jvp(np.array([1.0, 2.0]))
+    array([1.        , 5.43656366])
+    """
+    from opgraph.frontend.lazy import constant
+    from opgraph.frontend.trace import TracedFunction
+
+    fname = _name(fun)
+    what = f"linearize({fname})"
+    if not primals:
+        raise TypeError(f"{what}: no primals given")
+    out = TracedFunction(fun, name=fname)(*primals)
+    aux = None
+    if has_aux:
+        out, aux = GradFunction(fun, 0, with_value=False, has_aux=True, label="linearize")._split(out)
+
+    def tangent_of(*tangents: Any) -> Any:
+        from opgraph.frontend import pytree
+
+        _check_pair(what, primals, tangents)
+        fixed = [pytree.unflatten(s, [constant(np.asarray(leaf)) for leaf in ls])
+                 for ls, s in (pytree.flatten(p) for p in primals)]
+        return _lazy_jvp(fun, fixed, tangents, has_aux, what)[1]
+
+    f_jvp = TracedFunction(tangent_of, name=f"linearize({fname}).jvp")
+    return (out, f_jvp, aux) if has_aux else (out, f_jvp)
+
+
+class JacfwdFunction(GradFunction):
+    """The Jacobian of a function in forward mode (made by :func:`jacfwd` and :func:`hessian`).
+
+    One Jacobian-vector product per element of the differentiated inputs; the
+    result for an output leaf ``o`` and an input leaf ``x`` has shape
+    ``o.shape + x.shape`` (as :class:`JacobianFunction`, ``jax.jacfwd``).
+
+    >>> import numpy as np
+    >>> JacfwdFunction(lambda x: x * x, 0, with_value=False)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+
+    label = "jacfwd"
+
+    def _lazy(self, *args: Any, **kwargs: Any) -> Any:
+        from opgraph.autodiff.forward import lazy_jvp as tangent_ops
+        from opgraph.frontend import api, pytree
+        from opgraph.frontend.lazy import as_lazy, constant
+
+        arglist = list(args)
+        _, specs, wrt = self._inputs(arglist)
+        out, aux = self._split(self.fn(*arglist, **kwargs))
+        leaves, spec = pytree.flatten(out)
+        outs = []
+        for leaf, path in zip(leaves, pytree.keystrs("output", out), strict=True):
+            o = as_lazy(leaf)
+            if o.dtype.kind not in "fc":
+                raise TypeError(f"{self._what}: {self.fname} returned {o.type} as {path}; the Jacobian needs a "
+                                "floating output")
+            outs.append(o)
+        # columns[j][k]: the tangent of output j along the k-th unit vector of input leaf w (one sweep each)
+        per_input: list[list[Any]] = []
+        for w in wrt:
+            shape = w.type.shape
+            if shape is None or any(d is None for d in shape):
+                raise TypeError(f"{self._what}: an input of type {w.type}; the Jacobian needs static input shapes")
+            n = int(np.prod(shape, dtype=np.int64))
+            eye = np.eye(n, dtype=w.dtype)
+            cols = [tangent_ops(outs, [w], [constant(eye[k].reshape(shape))]) for k in range(n)]
+            blocks = []
+            for j, o in enumerate(outs):
+                if n == 0:
+                    blocks.append(api.zeros(o.type.shape + shape, dtype=o.dtype))
+                    continue
+                stacked = api.stack([c[j] for c in cols], axis=-1)  # o.shape + (n,)
+                blocks.append(api.reshape(stacked, o.type.shape + shape))
+            per_input.append(blocks)
+        jacs = [self._structure(specs, [per_input[i][j] for i in range(len(wrt))]) for j in range(len(outs))]
+        jac = pytree.unflatten(spec, jacs)
+        return (jac, aux) if self.has_aux else jac
+
+
+def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> GradFunction:
+    """The Jacobian of ``fun`` for its argument(s) ``argnums`` in forward mode (``jax.jacfwd``).
+
+    One forward sweep per input element, so it suits few inputs and many
+    outputs (sensitivities of a simulation to a few parameters);
+    :func:`jacrev` suits the opposite. Shapes and pytrees as :func:`jacobian`.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> jacfwd(lambda p: onp.stack([p[0] * p[1], onp.sin(p[0]), p[1] ** 2]))(np.array([0.0, 2.0]))
+    array([[2., 0.],
+           [1., 0.],
+           [0., 4.]])
+    """
+    return JacfwdFunction(fun, argnums, with_value=False, has_aux=has_aux)
+
+
+jacrev = jacobian
+"""``jax.jacrev``'s name for :func:`jacobian` (reverse mode: one sweep per output element)."""
+
+
+def hvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
+    """Hessian-vector product of scalar ``fun`` by forward-over-reverse: ``(grad fun(*primals), H @ tangents)``.
+
+    The Hessian is never formed: the result costs a small multiple of one
+    gradient, which Newton-CG and trust-region methods need. With one primal
+    both results are in its structure; with several, tuples of them.
+
+    >>> import numpy as np, opgraph.numpy as onp
+    >>> g, hv = hvp(lambda x: onp.sum(x ** 3), (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+    >>> g, hv
+    (array([ 3., 12.]), array([6., 0.]))
+    """
+    _check_pair(f"hvp({_name(fun)})", primals, tangents)
+    argnums = 0 if len(primals) == 1 else tuple(range(len(primals)))
+    g = GradFunction(fun, argnums, with_value=False, label="hvp")
+    return jvp(g, primals, tangents)
