@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_autodiff_rules import CASES, NO_RULE_FAMILIES, ZERO
 
 import opgraph
 from opgraph.autodiff import build_vjp_ops
 from opgraph.autodiff.forward import build_jvp_ops
 from opgraph.frontend.lazy import apply, constant
+from test_autodiff_rules import CASES, NO_RULE_FAMILIES, ZERO
 
 # Kinds whose lazy jvp (opgraph.jvp over lazy arrays) is checked against the builder's tangent as well.
 LAZY = {"sum", "matmul", "einsum", "getitem", "softmax", "layer_norm", "solve", "cholesky", "eigh", "sort",

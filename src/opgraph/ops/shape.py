@@ -1225,9 +1225,10 @@ def _jvp_arange(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -
 
 set_rules("jvp", {
     **{k: linear(k) for k in ("reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split",
-                              "getitem", "take", "flip", "roll", "tile", "repeat", "moveaxis", "copy", "slice",
+                              "getitem", "take", "flip", "roll", "tile", "repeat", "moveaxis", "slice",
                               "alloc", "reshape_to")},
     "concat": linear("concat", None), "stack": linear("stack", None), "slice_update": linear("slice_update", (0, 1)),
     "pad": linear("pad", constant_value=0.0), "arange": _jvp_arange,
-    "assert_all": lambda b, ins, outs, tans, attrs: [tans[0]],
+    # a copy's tangent (and a checked x's) is the tangent itself: no second copy, no second check
+    **{k: lambda b, ins, outs, tans, attrs: [tans[0]] for k in ("copy", "assert_all")},
 })
