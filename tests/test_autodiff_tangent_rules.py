@@ -159,3 +159,40 @@ def test_every_differentiable_kind_is_covered() -> None:
         if op.family in ELSEWHERE or (op.grad is None and op.jvp is None):
             continue
         assert op.name in CASES or op.name in ZERO, f"op {op.name!r} can be differentiated but has no tangent case"
+
+
+def _tangent_op_count(name: str, case: dict[str, Any]) -> int:
+    """Ops (constants aside) of the tangent of the case's op, counting only those the tangent reads."""
+    rng = np.random.default_rng(0)
+    b = opgraph.GraphBuilder()
+    made = [_make(b, s, rng) for s in case["args"]]
+    wrt = [v for v, a in made if a is not None]
+    pre = case["pre"]
+    args = [pre(b, v) if pre and a is not None else v for v, a in made]
+    out = b.op(name, *args, **case["attrs"])
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.dtype.kind in "fc"]
+    first = b.num_ops
+    tans = build_jvp_ops(b, outs, wrt, [b.constant(np.ones(v.shape)) for v in wrt])
+    seen: set[int] = set()
+    stack = [t.id for t in tans]
+    while stack:
+        op = b.producer_of(stack.pop())
+        if op is None or op.id < first or op.id in seen:
+            continue
+        seen.add(op.id)
+        stack.extend(b.op_inputs(op.id))
+    return sum(1 for o in seen if b.kind_of(o) != "const")
+
+
+# Kinds whose gradient rule cannot be transposed (it reads the stand-in's run-time shape, or drops a complex
+# input's cotangent): their direct rule has nothing to be compared with.
+UNTRANSPOSABLE = {"alloc", "arange", "reshape_to", "slice_update", "rfft"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if opgraph.get_op(n).jvp is not None
+                                        and n not in UNTRANSPOSABLE))
+def test_direct_rule_costs_no_more_than_the_transposed_one(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    direct = [_tangent_op_count(name, case) for case in CASES[name]]
+    monkeypatch.setattr(opgraph.get_op(name), "jvp", None)
+    transposed = [_tangent_op_count(name, case) for case in CASES[name]]
+    assert all(d <= t for d, t in zip(direct, transposed, strict=True)), (name, direct, transposed)

@@ -879,4 +879,7 @@ mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equ
 # ---------------------------------------------------------------- tangent rules (the rest transpose their gradients)
 # real and imag are real-linear: the op on the tangent. Their gradient rules give a complex input no cotangent,
 # so the transposed rules would drop the tangent of a complex input (rfft(x) -> real: zero).
-set_rules("jvp", {k: (lambda b, ins, outs, tans, attrs, _k=k: [b.op(_k, tans[0])]) for k in ("real", "imag")})
+set_rules("jvp", {
+    "real": lambda b, ins, outs, tans, attrs: [b.op("real", tans[0]) if ins[0].type.dtype.kind == "c" else tans[0]],
+    "imag": lambda b, ins, outs, tans, attrs: [b.op("imag", tans[0]) if ins[0].type.dtype.kind == "c" else None],
+})
