@@ -618,5 +618,32 @@ def _jvp_eigvalsh(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any])
     return [_diag_of(b, _eig_tangent(b, v, tans[0]))]
 
 
-set_rules("jvp", {"inv": _jvp_inv, "det": _jvp_det, "slogdet": _jvp_slogdet, "solve": _jvp_solve,
+def _jvp_svd(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # Reduced a = u diag(s) vh, ds = u^T da v: ds -> diag(dS), du = u (f * (dS s + (dS s)^T)),
+    # dv = v (f * (s dS + (s dS)^T)), f_ij = 1 / (s_j^2 - s_i^2) off the diagonal; plus the parts of da
+    # outside the spans of u (M > N) or v (N > M).
+    a, (u, s, vh), ta = ins[0], outs, tans[0]
+    m, n = static_shape(a.type)[-2:]
+    if attrs["full_matrices"] and m != n:
+        raise NotImplementedError("svd tangent with full_matrices=True of a non-square matrix")
+    k = min(m, n)
+    v = swap_last(b, vh)
+    da_v = _mm(b, ta, v)
+    ds = _mm(b, swap_last(b, u), da_v)
+    s2 = b.op("square", s)
+    diff = b.op("subtract", b.op("expand_dims", s2, axis=-2), b.op("expand_dims", s2, axis=-1))
+    f = b.op("divide", _const(b, 1.0 - np.eye(k), u), b.op("add", diff, eye(b, k, u)))
+    s_row, s_col = b.op("expand_dims", s, axis=-2), b.op("expand_dims", s, axis=-1)
+    dss, sds = b.op("multiply", ds, s_row), b.op("multiply", s_col, ds)
+    du = _mm(b, u, b.op("multiply", f, b.op("add", dss, swap_last(b, dss))))
+    dv = _mm(b, v, b.op("multiply", f, b.op("add", sds, swap_last(b, sds))))
+    if m > k:  # (I - u u^T) da v / s
+        du = b.op("add", du, b.op("divide", b.op("subtract", da_v, _mm(b, u, ds)), s_row))
+    if n > k:  # (I - v v^T) da^T u / s
+        dat_u = _mm(b, swap_last(b, ta), u)
+        dv = b.op("add", dv, b.op("divide", b.op("subtract", dat_u, _mm(b, v, swap_last(b, ds))), s_row))
+    return [du, _diag_of(b, ds), swap_last(b, dv)]
+
+
+set_rules("jvp", {"svd": _jvp_svd, "inv": _jvp_inv, "det": _jvp_det, "slogdet": _jvp_slogdet, "solve": _jvp_solve,
                   "cholesky": _jvp_cholesky, "eigh": _jvp_eigh, "eigvalsh": _jvp_eigvalsh})
