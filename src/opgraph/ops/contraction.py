@@ -28,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, mark_traits, register_op
+from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, mark_traits, register_op, set_rules
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
 from opgraph.ops.grad_helpers import rank as _rank
 from opgraph.ops.grad_helpers import swap_last, unbroadcast
+from opgraph.ops.jvp_helpers import multilinear
 
 FAMILY = "contraction"
 Dim = int | None
@@ -759,3 +760,9 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "einsum", "matmul", "outer", "tensordot")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Every contraction is linear in each operand: the product rule, one contraction per operand with a tangent
+# (the transposed gradient rules add transposes and unbroadcasting sums on top).
+set_rules("jvp", {k: multilinear(k) for k in ("matmul", "einsum", "tensordot", "vecdot", "outer")})

@@ -21,7 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    Emit,
+    OpDef,
+    attr_dtype,
+    attr_float,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
@@ -864,3 +874,12 @@ mark_traits(
     "sign", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh", "trunc")
 mark_traits("truth_valued", "logical_and", "logical_not", "logical_or", "logical_xor")
 mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equal", "not_equal")
+
+
+# ---------------------------------------------------------------- tangent rules (the rest transpose their gradients)
+# real and imag are real-linear: the op on the tangent. Their gradient rules give a complex input no cotangent,
+# so the transposed rules would drop the tangent of a complex input (rfft(x) -> real: zero).
+set_rules("jvp", {
+    "real": lambda b, ins, outs, tans, attrs: [b.op("real", tans[0]) if ins[0].type.dtype.kind == "c" else tans[0]],
+    "imag": lambda b, ins, outs, tans, attrs: [b.op("imag", tans[0]) if ins[0].type.dtype.kind == "c" else None],
+})

@@ -42,11 +42,13 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import Shape, TensorType, ValueType, normalize_axes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "reduction"
 
@@ -392,3 +394,8 @@ register_op(OpDef(
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("promotes", "cumsum", "logsumexp", "mean", "prod", "std", "sum", "var")
 mark_traits("truth_valued", "all", "any")
+
+
+# ---------------------------------------------------------------- tangent rules
+# sum, mean and cumsum are linear: the op on the tangent (their transposed gradients broadcast and sum back).
+set_rules("jvp", {k: linear(k) for k in ("sum", "mean", "cumsum")})
