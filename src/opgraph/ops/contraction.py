@@ -35,6 +35,7 @@ from opgraph.ops import batch_helpers as bh
 from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
 from opgraph.ops.grad_helpers import rank as _rank
 from opgraph.ops.grad_helpers import swap_last, unbroadcast
+from opgraph.ops.jvp_helpers import multilinear
 
 FAMILY = "contraction"
 Dim = int | None
@@ -760,6 +761,12 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "einsum", "matmul", "outer", "tensordot")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Every contraction is linear in each operand: the product rule, one contraction per operand with a tangent
+# (the transposed gradient rules add transposes and unbroadcasting sums on top).
+set_rules("jvp", {k: multilinear(k) for k in ("matmul", "einsum", "tensordot", "vecdot", "outer")})
 
 
 # ---------------------------------------------------------------- batching rules (vmap)

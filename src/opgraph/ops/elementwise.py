@@ -877,6 +877,15 @@ mark_traits("truth_valued", "logical_and", "logical_not", "logical_or", "logical
 mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equal", "not_equal")
 
 
+# ---------------------------------------------------------------- tangent rules (the rest transpose their gradients)
+# real and imag are real-linear: the op on the tangent. Their gradient rules give a complex input no cotangent,
+# so the transposed rules would drop the tangent of a complex input (rfft(x) -> real: zero).
+set_rules("jvp", {
+    "real": lambda b, ins, outs, tans, attrs: [b.op("real", tans[0]) if ins[0].type.dtype.kind == "c" else tans[0]],
+    "imag": lambda b, ins, outs, tans, attrs: [b.op("imag", tans[0]) if ins[0].type.dtype.kind == "c" else None],
+})
+
+
 # ---------------------------------------------------------------- batching rules (vmap)
 def _batched_like(kind: str) -> Callable[..., list[Any]]:
     """The batching rule of an n-ary broadcasting kind: the same op on operands lined up by

@@ -37,11 +37,22 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.dtypes import dtype_code
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    OpDef,
+    attr_bool,
+    attr_int,
+    attr_str,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, static_shape, zeros_like
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "indexing"
 
@@ -690,3 +701,30 @@ _register("searchsorted", 1111, _searchsorted_infer, _searchsorted_kernel,
 
 # ---------------------------------------------------------------- traits
 mark_traits("linear_time", *family_kinds(FAMILY))
+
+
+# ---------------------------------------------------------------- tangent rules
+# The gathers, trilu, reverse_sequence and one_hot (in its values) are linear: the op on the tangent. sort and
+# topk pass on the tangent at the indices they chose (one gather, where the transposed rule scatters and
+# gathers back); a scatter that overwrites or adds is linear in x and the updates jointly.
+def _jvp_selected(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("gather_elements", tans[0], outs[1], axis=attrs["axis"]), None]
+
+
+def _jvp_scatter(kind: str) -> Any:
+    joint = linear(kind, (0, 2))
+
+    def rule(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+        if attrs["reduction"] not in ("none", "add"):
+            raise NotImplementedError(f"{kind} tangent: reduction {attrs['reduction']!r} is not supported "
+                                      "(only 'none', 'add')")
+        return joint(b, ins, outs, tans, attrs)
+
+    return rule
+
+
+set_rules("jvp", {
+    **{k: linear(k) for k in ("gather_elements", "gather_nd", "trilu", "reverse_sequence")},
+    "one_hot": linear("one_hot", (1,)), "sort": _jvp_selected, "topk": _jvp_selected,
+    "scatter_elements": _jvp_scatter("scatter_elements"), "scatter_nd": _jvp_scatter("scatter_nd"),
+})

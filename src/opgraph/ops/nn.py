@@ -72,11 +72,13 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import const_like, normalize_axis, tensor, version_of_first, write_out
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
+from opgraph.ops.jvp_helpers import linear, multilinear
 
 FAMILY = "nn"
 
@@ -1651,3 +1653,85 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "conv", "conv2d", "conv_transpose", "log_softmax", "relu", "softmax")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Written where the transposed gradient rule costs many more ops than the derivative: the convolutions are
+# bilinear (two convolutions, where the transposed input gradient dilates, pads, flips and crops), a max pool
+# passes on the tangent at each window's maximum (its argmax, where the transposed rule compares every
+# kernel tap and scatters back), the average pools are linear.
+def _take_at_argmax(b: Any, t: Any, idx: Any, out_shape: tuple[int, ...]) -> Any:
+    """``t`` (N, C, *spatial) at the flat positions ``idx`` (N, C, *out) within each (n, c) plane."""
+    n, c = static_shape(t.type)[:2]
+    flat_t = b.op("reshape", t, shape=(n, c, -1))
+    flat_i = b.op("reshape", idx, shape=(n, c, -1))
+    return b.op("reshape", b.op("gather_elements", flat_t, flat_i, axis=2), shape=out_shape)
+
+
+def _jvp_max_pool(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    if tans[0] is None:
+        return [None]
+    idx = b.op("max_pool_argmax", ins[0], **attrs)
+    return [_take_at_argmax(b, tans[0], idx, static_shape(outs[0].type))]
+
+
+def _jvp_max_pool2d(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    if tans[0] is None:
+        return [None]
+    (kh, kw), (sh, sw), (top, bottom, left, right) = _pool_params(attrs)
+    idx = b.op("max_pool_argmax", _batched(b, ins[0]), kernel_size=(kh, kw), stride=(sh, sw),
+               padding=((top, bottom), (left, right)))
+    return [_take_at_argmax(b, _batched(b, tans[0]), idx, static_shape(outs[0].type))]
+
+
+def _jvp_relu(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    return [mask(b, b.op("greater", x, scalar(b, 0.0, x)), tans[0])]
+
+
+def _jvp_softmax(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # dy = y * (t - sum(y * t))
+    y, t = outs[0], tans[0]
+    dot = b.op("sum", b.op("multiply", y, t), axis=attrs["axis"], keepdims=True)
+    return [b.op("multiply", y, b.op("subtract", t, dot))]
+
+
+def _jvp_log_softmax(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # dy = t - sum(softmax * t), softmax = exp(y)
+    y, t = outs[0], tans[0]
+    return [b.op("subtract", t, b.op("sum", b.op("multiply", b.op("exp", y), t), axis=attrs["axis"], keepdims=True))]
+
+
+def _jvp_layer_norm(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # xhat = (x - mean) * rstd: dxhat = rstd * (dc - xhat * mean(xhat * dc)), dc = dx - mean(dx);
+    # y = xhat * scale + bias: dy = dxhat * scale + xhat * dscale + dbias
+    from opgraph.ops.jvp_helpers import add_all
+
+    x, *rest = ins
+    tx, *trest = tans
+    axes = tuple(range(normalize_axis(attrs["axis"], len(static_shape(x.type))), len(x.type.shape)))
+
+    def mean(v: Any) -> Any:
+        return b.op("mean", v, axis=axes, keepdims=True)
+
+    d = b.op("subtract", x, mean(x))
+    rstd = b.op("reciprocal", b.op("sqrt", b.op("add", mean(b.op("square", d)), scalar(b, attrs["epsilon"], x))))
+    xhat = b.op("multiply", d, rstd)
+    terms = []
+    if tx is not None:
+        dc = b.op("subtract", tx, mean(tx))
+        dxhat = b.op("multiply", rstd, b.op("subtract", dc, b.op("multiply", xhat, mean(b.op("multiply", xhat, dc)))))
+        terms.append(b.op("multiply", dxhat, rest[0]) if rest else dxhat)
+    if rest and trest[0] is not None:
+        terms.append(b.op("multiply", xhat, trest[0]))
+    if len(rest) > 1 and trest[1] is not None:
+        terms.append(trest[1])
+    return [add_all(b, terms)]
+
+
+set_rules("jvp", {
+    **{k: multilinear(k) for k in ("conv2d", "conv", "conv_transpose")},
+    **{k: linear(k) for k in ("avg_pool2d", "avg_pool")},
+    "max_pool2d": _jvp_max_pool2d, "max_pool": _jvp_max_pool, "relu": _jvp_relu, "softmax": _jvp_softmax,
+    "log_softmax": _jvp_log_softmax, "layer_norm": _jvp_layer_norm,
+})

@@ -49,6 +49,7 @@ from opgraph.errors import OpTypeError
 from opgraph.ops import batch_helpers as bh
 from opgraph.ops._common import normalize_axis, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "reduction"
 
@@ -394,6 +395,11 @@ register_op(OpDef(
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("promotes", "cumsum", "logsumexp", "mean", "prod", "std", "sum", "var")
 mark_traits("truth_valued", "all", "any")
+
+
+# ---------------------------------------------------------------- tangent rules
+# sum, mean and cumsum are linear: the op on the tangent (their transposed gradients broadcast and sum back).
+set_rules("jvp", {k: linear(k) for k in ("sum", "mean", "cumsum")})
 
 
 # ---------------------------------------------------------------- batching rules (vmap)

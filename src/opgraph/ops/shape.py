@@ -60,6 +60,7 @@ from opgraph.ops._common import (
     write_out,
 )
 from opgraph.ops.grad_helpers import dilate, no_grad, rank, static_shape, unbroadcast, zeros_like
+from opgraph.ops.jvp_helpers import add_all, linear
 
 FAMILY = "shape"
 
@@ -1206,6 +1207,32 @@ VIEW_OPS: frozenset[str] = mark_traits(
 
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("promotes", "concat", "copy", "stack")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Every op here is linear in its floating inputs (indices, shapes and bounds are fixed), so its tangent is the
+# op on the tangents: one op, where transposing the gradient rule costs several and, for the ops whose
+# gradient reads a run-time shape (reshape_to, alloc, slice_update), cannot be formed.
+def _jvp_arange(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # out[i] = start + i * step (the length moves in jumps with stop: zero a.e.)
+    out = outs[0]
+    if out.type.dtype.kind != "f":
+        return [None]
+    n = b.op("getitem", b.op("shape", out), index=(0,))
+    i = b.op("arange", b.constant(np.int64(0)), n, b.constant(np.int64(1)), dtype=out.type.dtype)
+    t_start, _, t_step = tans
+    return [add_all(b, [t_start, None if t_step is None else b.op("multiply", i, t_step)])]
+
+
+set_rules("jvp", {
+    **{k: linear(k) for k in ("reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split",
+                              "getitem", "take", "flip", "roll", "tile", "repeat", "moveaxis", "slice",
+                              "alloc", "reshape_to")},
+    "concat": linear("concat", None), "stack": linear("stack", None), "slice_update": linear("slice_update", (0, 1)),
+    "pad": linear("pad", constant_value=0.0), "arange": _jvp_arange,
+    # a copy's tangent (and a checked x's) is the tangent itself: no second copy, no second check
+    **{k: lambda b, ins, outs, tans, attrs: [tans[0]] for k in ("copy", "assert_all")},
+})
 
 
 # ---------------------------------------------------------------- batching rules (vmap)
