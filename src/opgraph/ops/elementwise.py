@@ -387,7 +387,10 @@ _UNARY_GRADS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
     "exp2": lambda b, x, y, g: _m(b, g, y, _c(b, _LN2, y)),
     "cbrt": lambda b, x, y, g: _d(b, g, _m(b, _c(b, 3.0, y), b.op("square", y))),
     "conj": lambda b, x, y, g: b.op("conj", g),
-    "real": lambda b, x, y, g: g if not x.type.dtype.kind == "c" else None,
+    # the parts of a complex value: cotangents complex(g, 0) and complex(0, -g), JAX's transposes of real and imag
+    "real": lambda b, x, y, g: b.op("cast", g, dtype=x.type.dtype) if x.type.dtype.kind == "c" else g,
+    "imag": lambda b, x, y, g: (_m(b, b.op("cast", g, dtype=x.type.dtype), b.constant(np.array(-1j, x.type.dtype)))
+                                if x.type.dtype.kind == "c" else None),
 }
 _BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] = {
     "add": lambda b, x1, x2, y, g: (g, g),
@@ -417,7 +420,7 @@ _BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] =
 
 # Zero gradient (piecewise constant, comparisons, logic, integer/bit ops): not an error, no cotangent.
 ZERO_GRAD = ("sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "isfinite", "logical_not",
-             "bitwise_invert", "signbit", "imag", "floor_divide", "nextafter", "equal", "not_equal", "less",
+             "bitwise_invert", "signbit", "floor_divide", "nextafter", "equal", "not_equal", "less",
              "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
              "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")
 GRADS: dict[str, Callable[..., Any]] = {
