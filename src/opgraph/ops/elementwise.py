@@ -35,6 +35,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
+from opgraph.ops.batch_helpers import same_rank
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
 FAMILY = "elementwise"
@@ -886,3 +887,18 @@ set_rules("jvp", {
     "real": lambda b, ins, outs, tans, attrs: [b.op("real", tans[0]) if ins[0].type.dtype.kind == "c" else tans[0]],
     "imag": lambda b, ins, outs, tans, attrs: [b.op("imag", tans[0]) if ins[0].type.dtype.kind == "c" else None],
 })
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _batched_like(kind: str) -> Callable[..., list[Any]]:
+    """The batching rule of an n-ary broadcasting kind: the same op on operands lined up by
+    :func:`~opgraph.ops.batch_helpers.same_rank` (the batch axis in front of the examples' broadcast axes)."""
+
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: Mapping[str, Any]) -> list[Any]:
+        return [b.op(kind, *same_rank(b, ins, batched), **attrs)]
+
+    rule.__name__ = f"_batch_{kind}"
+    return rule
+
+
+set_rules("batch", {kind: _batched_like(kind) for kind in family_kinds(FAMILY)})
