@@ -37,10 +37,21 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.dtypes import dtype_code
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    OpDef,
+    attr_bool,
+    attr_int,
+    attr_str,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
+from opgraph.ops.batch_fold import all_batched, axis_in_batched, example_shape, lead_to, static, to_lead, with_batch
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, static_shape, zeros_like
 
 FAMILY = "indexing"
@@ -690,3 +701,95 @@ _register("searchsorted", 1111, _searchsorted_infer, _searchsorted_kernel,
 
 # ---------------------------------------------------------------- traits
 mark_traits("linear_time", *family_kinds(FAMILY))
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Every input gets the batch axis (the unbatched ones broadcast) and the op's axes move past it; scatter_nd, which
+# indexes x's leading axes, gets each example's batch index as the first column of its indices. unique and
+# nonzero have no rule: their result's length depends on each example's values, so examples do not stack.
+def _batch_on_axis(kind: str, ranked: int = 0) -> Any:
+    """The rule of an op whose inputs all get the batch axis and whose ``axis`` attribute moves past it
+    (input ``ranked`` gives the rank the axis counts in)."""
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        xs = all_batched(b, ins, batched, size)
+        axis = axis_in_batched(attrs["axis"], len(example_shape(ins[ranked], batched[ranked])))
+        res = b.op(kind, *xs, **{**attrs, "axis": axis})
+        return list(res) if isinstance(res, (tuple, list)) else [res]
+    return rule
+
+
+def _gather_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                     attrs: dict[str, Any]) -> list[Any]:
+    x, idx = all_batched(b, ins, batched, size)
+    return [b.op("gather_nd", x, idx, batch_dims=attrs["batch_dims"] + 1)]
+
+
+def _scatter_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                      attrs: dict[str, Any]) -> list[Any]:
+    x, idx, upd = all_batched(b, ins, batched, size)
+    shape = static(idx.type)
+    # example e's rows index x[e, ...]: its number leads each row of indices
+    rows = np.broadcast_to(np.arange(size, dtype=idx.type.dtype).reshape((size,) + (1,) * (len(shape) - 1)),
+                           (*shape[:-1], 1))
+    idx = b.op("concat", b.constant(np.ascontiguousarray(rows)), idx, axis=-1)
+    return [b.op("scatter_nd", x, idx, upd, **attrs)]
+
+
+def _trilu_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("trilu", ins[0], **attrs)]  # it works on the last two axes whatever leads them
+
+
+def _one_hot_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                   attrs: dict[str, Any]) -> list[Any] | None:
+    if batched[1]:
+        return None  # each example's own (off, on) pair: the fallback
+    axis = attrs["axis"]
+    return [b.op("one_hot", ins[0], ins[1], depth=attrs["depth"], axis=axis + 1 if axis >= 0 else axis)]
+
+
+def _reverse_sequence_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                            attrs: dict[str, Any]) -> list[Any]:
+    # vmap's axis folds into the op's batch axis: the lengths of example e's rows are lengths[e]
+    x, lengths = all_batched(b, ins, batched, size)
+    shape = example_shape(ins[0], batched[0])
+    at = attrs["batch_axis"] % len(shape)
+    merged = list(shape)
+    merged[at] *= size
+    x = b.op("reshape", lead_to(b, x, at), shape=tuple(merged))
+    y = b.op("reverse_sequence", x, b.op("reshape", lengths, shape=(-1,)), **attrs)
+    y = b.op("reshape", y, shape=(*shape[:at], size, *shape[at:]))
+    return [to_lead(b, y, at)]
+
+
+def _searchsorted_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                        attrs: dict[str, Any]) -> list[Any]:
+    a, v = ins
+    if not batched[0]:
+        return [b.op("searchsorted", a, v, **attrs)]
+    # each example has its own sorted row: count the entries that sort before each value (after equal ones
+    # with side='right'), NaN sorting last as np.searchsorted has it
+    v = with_batch(b, v, batched[1], size)
+    vr = len(static(v.type))
+    row = b.op("reshape", a, shape=(size,) + (1,) * (vr - 1) + (static(a.type)[1],))
+    val = b.op("expand_dims", v, axis=-1)
+    before = b.op("less" if attrs["side"] == "left" else "less_equal", row, val)
+    if np.result_type(a.type.dtype, v.type.dtype).kind == "f":
+        nan_v = b.op("isnan", val)
+        if attrs["side"] == "left":
+            nan_v = b.op("logical_and", nan_v, b.op("logical_not", b.op("isnan", row)))
+        before = b.op("logical_or", before, nan_v)
+    return [b.op("sum", b.op("cast", before, dtype="int64"), axis=-1)]
+
+
+set_rules("batch", {
+    "gather_elements": _batch_on_axis("gather_elements"),
+    "scatter_elements": _batch_on_axis("scatter_elements"),
+    "gather_nd": _gather_nd_batch,
+    "scatter_nd": _scatter_nd_batch,
+    "topk": _batch_on_axis("topk"),
+    "sort": _batch_on_axis("sort"),
+    "one_hot": _one_hot_batch,
+    "trilu": _trilu_batch,
+    "reverse_sequence": _reverse_sequence_batch,
+    "searchsorted": _searchsorted_batch,
+})

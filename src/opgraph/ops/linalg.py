@@ -40,10 +40,12 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
+from opgraph.ops.batch_fold import all_batched, example_shape, static
 from opgraph.ops.grad_helpers import eye, rank, static_shape, swap_last, unbroadcast
 
 FAMILY = "linalg"
@@ -547,3 +549,35 @@ _op("eig", 911, _eig_infer, _eig_kernel,
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "det")
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Every kind takes leading batch dims already, so vmap's axis is one more of them; solve lines up its two
+# operands' batch dims first (a 1-d b is a vector only when exactly 1-d, as NumPy 2 has it).
+def _leading_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        res = b.op(kind, ins[0], **attrs)
+        return list(res) if isinstance(res, (tuple, list)) else [res]
+    return rule
+
+
+def _solve_batch(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    a, rhs = all_batched(b, ins, batched, size)
+    vector = len(example_shape(ins[1], batched[1])) == 1
+    if vector:
+        rhs = b.op("expand_dims", rhs, axis=-1)
+    # batch dims align from the right: pad the shorter stack after vmap's axis
+    ra, rb = len(static(a.type)), len(static(rhs.type))
+    if ra < rb:
+        a = b.op("expand_dims", a, axis=tuple(range(1, 1 + rb - ra)))
+    elif rb < ra:
+        rhs = b.op("expand_dims", rhs, axis=tuple(range(1, 1 + ra - rb)))
+    x = b.op("solve", a, rhs)
+    return [b.op("squeeze", x, axis=-1) if vector else x]
+
+
+set_rules("batch", {
+    **{k: _leading_batch(k) for k in ("eigh", "qr", "svd", "cholesky", "inv", "det", "slogdet", "eigvalsh",
+                                      "svdvals", "pinv", "eig")},
+    "solve": _solve_batch,
+})

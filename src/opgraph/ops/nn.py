@@ -72,10 +72,12 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import const_like, normalize_axis, tensor, version_of_first, write_out
+from opgraph.ops.batch_fold import all_batched, axis_in_batched, example_shape, fold, static, unfold, with_batch
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 
 FAMILY = "nn"
@@ -1651,3 +1653,89 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "conv", "conv2d", "conv_transpose", "log_softmax", "relu", "softmax")
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# vmap's axis folds into the op's own batch axis N (convolutions, pools, lrn, grid_sample); a batched kernel w
+# folds into the channels instead, as a grouped convolution with one group of channels per example (JAX's rule).
+def _unary_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        return [b.op(kind, ins[0], **attrs)]
+    return rule
+
+
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": axis_in_batched(attrs["axis"], len(static(x.type)) - 1)})]
+    return rule
+
+
+def _folded_batch(kind: str) -> Any:
+    """The rule of an op on (N, ...) inputs, every input folded into N."""
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        xs = [fold(b, x) for x in all_batched(b, ins, batched, size)]
+        res = b.op(kind, *xs, **attrs)
+        return [unfold(b, r, size) for r in (res if isinstance(res, (tuple, list)) else [res])]
+    return rule
+
+
+def _conv_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        x, w = ins
+        if not batched[1]:
+            return [unfold(b, b.op(kind, fold(b, x), w, **attrs), size)]
+        x = with_batch(b, x, batched[0], size)
+        xs, ws = static(x.type), static(w.type)
+        # x (B, N, C, ...) -> (N, B * C, ...); w (B, O, C/g, ...) -> (B * O, C/g, ...) [conv_transpose: (B, C,
+        # M/g, ...) -> (B * C, M/g, ...)]; groups B * g: group (e, j) sees example e's channels and kernels only
+        x = b.op("reshape", b.op("moveaxis", x, source=(0,), destination=(1,)), shape=(xs[1], size * xs[2], *xs[3:]))
+        w = b.op("reshape", w, shape=(size * ws[1], *ws[2:]))
+        y = b.op(kind, x, w, **{**attrs, "groups": size * attrs["groups"]})
+        ys = static(y.type)
+        y = b.op("reshape", y, shape=(ys[0], size, ys[1] // size, *ys[2:]))
+        return [b.op("moveaxis", y, source=(1,), destination=(0,))]
+    return rule
+
+
+def _resize_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                  attrs: dict[str, Any]) -> list[Any]:
+    # the batch axis keeps its size and scale 1 (the identity, which the kernel and ONNX leave alone)
+    scales, roi = attrs["scales"], attrs["roi"]
+    if roi is not None:
+        half = len(roi) // 2
+        roi = (0.0, *roi[:half], 1.0, *roi[half:])
+    return [b.op("resize", ins[0], **{**attrs, "sizes": (size, *attrs["sizes"]),
+                                      "scales": None if scales is None else (1.0, *scales), "roi": roi})]
+
+
+def _layer_norm_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                      attrs: dict[str, Any]) -> list[Any]:
+    x = with_batch(b, ins[0], batched[0], size)
+    rank = len(example_shape(ins[0], batched[0]))
+    axis = axis_in_batched(attrs["axis"], rank)
+    if not any(batched[1:]):
+        return [b.op("layer_norm", x, *ins[1:], axis=axis, epsilon=attrs["epsilon"])]
+    # an example's own scale or bias: normalise, then scale and shift with their batch axis lined up with x's
+    y = b.op("layer_norm", x, axis=axis, epsilon=attrs["epsilon"])
+    for kind, p, f in zip(("multiply", "add"), ins[1:], batched[1:], strict=False):
+        if f:
+            extra = rank - (len(static(p.type)) - 1)
+            if extra:
+                p = b.op("expand_dims", p, axis=tuple(range(1, 1 + extra)))
+        y = b.op(kind, y, p)
+    return [y]
+
+
+set_rules("batch", {
+    "relu": _unary_batch("relu"),
+    "softmax": _axis_batch("softmax"),
+    "log_softmax": _axis_batch("log_softmax"),
+    "conv2d": _conv_batch("conv2d"),
+    "conv": _conv_batch("conv"),
+    "conv_transpose": _conv_batch("conv_transpose"),
+    **{k: _folded_batch(k) for k in ("max_pool2d", "avg_pool2d", "max_pool", "max_pool_argmax", "avg_pool",
+                                     "lp_pool", "lrn", "grid_sample")},
+    "resize": _resize_batch,
+    "layer_norm": _layer_norm_batch,
+})

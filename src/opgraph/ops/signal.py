@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, optional, register_op
+from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, optional, register_op, set_rules
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor
+from opgraph.ops.batch_fold import axis_in_batched, static
 from opgraph.ops.grad_helpers import is_float, rank
 
 FAMILY = "signal"
@@ -253,3 +254,14 @@ _register("irfft", 1202, _irfft_infer, _irfft_kernel,
           "irfft(x, axis=-1, n=None, norm='backward'): np.fft.irfft: the real signal of length n (default "
           "2 * (m - 1)) whose rfft is the one-sided spectrum x; keeps x's precision (complex64 -> float32)",
           _g_irfft, inverse_attr=False)
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": axis_in_batched(attrs["axis"], len(static(x.type)) - 1)})]
+    return rule
+
+
+set_rules("batch", {k: _axis_batch(k) for k in ("fft", "rfft", "irfft")})
