@@ -143,3 +143,173 @@ def test_rule_matches_a_loop(kind: str) -> None:
         n = len(case["args"])
         for flags in _patterns(n):
             _check_rule(kind, case, flags, rng)
+
+
+# ---------------------------------------------------------------- control flow
+try:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+except ImportError:  # pragma: no cover - jax is an optional extra
+    jax = None
+
+needs_jax = pytest.mark.skipif(jax is None, reason="jax is not installed (the loop checks still run)")
+
+
+def _traced(fn: Any, specs: list[tuple[tuple[int, ...], str]]) -> Any:
+    """``fn`` traced on placeholders of ``specs`` (shape, dtype) into a body."""
+    import opgraph.numpy as onp
+    from opgraph.core.subgraph import Subgraph
+
+    ins = [onp.placeholder(shape, dtype, name=f"a{i}") for i, (shape, dtype) in enumerate(specs)]
+    outs = fn(*ins)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    return Subgraph(onp.to_graph(outs, inputs=ins), name=getattr(fn, "__name__", "f"))
+
+
+def _vmapped(fn: Any, args: list[np.ndarray], batched: tuple[bool, ...]) -> tuple[list[np.ndarray], Any]:
+    """``fn`` batched by the rules (through the body batcher) on ``args`` and the loop over examples."""
+    from opgraph.autodiff.control import batch_body
+    from opgraph.ops.control import body_fn
+
+    specs = [((a.shape[1:] if f else a.shape), a.dtype.name) for a, f in zip(args, batched, strict=True)]
+    body = _traced(fn, specs)
+    vb = batch_body(body, batched, B)
+    got = body_fn(vb)(args)
+    one = body_fn(body)
+    per = [one([a[e] if f else a for a, f in zip(args, batched, strict=True)]) for e in range(B)]
+    want = [np.stack([p[j] for p in per]) for j in range(len(per[0]))]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    return got, vb
+
+
+def _against_jax(got: list[np.ndarray], jfn: Any, args: list[np.ndarray], batched: tuple[bool, ...]) -> None:
+    if jax is None:
+        return
+    res = jax.vmap(jfn, in_axes=tuple(0 if f else None for f in batched))(*args)
+    res = list(res) if isinstance(res, (tuple, list)) else [res]
+    for g, r in zip(got, res, strict=True):
+        np.testing.assert_allclose(g, np.asarray(r), rtol=1e-12, atol=1e-12)
+
+
+def _kinds_in(vb: Any) -> set[str]:
+    return {op.kind for op in vb.graph.ops()}
+
+
+RNG = np.random.default_rng(37)
+
+
+def test_call_batched_and_shared_arguments() -> None:
+    def f(x, y):
+        return opgraph.call(lambda u, v: (opgraph.numpy.sin(u) * v + 1.0, v * 2.0), x, y)
+
+    args = [RNG.standard_normal((B, 2)), RNG.standard_normal(2)]
+    got, vb = _vmapped(f, args, (True, False))
+    assert "call" in _kinds_in(vb)
+    _against_jax(got, lambda x, y: (jnp.sin(x) * y + 1.0, y * 2.0), args, (True, False))
+
+
+@pytest.mark.parametrize("pred_batched", [False, True])
+def test_cond(pred_batched: bool) -> None:
+    def f(p, x, c):
+        return opgraph.cond(p > 0, lambda u, v: (u * v, opgraph.numpy.sum(u)),
+                            lambda u, v: (opgraph.numpy.sin(u) + v, opgraph.numpy.max(u)), x, c)
+
+    p = np.array([1.0, -1.0, 2.0]) if pred_batched else np.array(-0.5)
+    args = [p, RNG.standard_normal((B, 3)), RNG.standard_normal(3)]
+    flags = (pred_batched, True, False)
+    got, vb = _vmapped(f, args, flags)
+    assert ("where" in _kinds_in(vb)) == pred_batched and ("cond" in _kinds_in(vb)) != pred_batched
+
+    def jf(p, x, c):
+        return jax.lax.cond(p > 0, lambda u, v: (u * v, jnp.sum(u)), lambda u, v: (jnp.sin(u) + v, jnp.max(u)), x, c)
+    _against_jax(got, jf, args, flags)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("w_batched", [False, True])
+def test_scan_consts_carries_xs(reverse: bool, w_batched: bool) -> None:
+    onp = opgraph.numpy
+
+    def f(w, h0, xs):
+        def step(carry, x):
+            h, n = carry
+            h2 = onp.tanh(w * h + x)
+            return (h2, n + 1.0), (h2 * 2.0, n * 3.0)
+        (h, n), (ys, ns) = opgraph.scan(step, (h0, onp.asarray(0.0)), xs, reverse=reverse)
+        return h, n, ys, ns
+
+    w = RNG.standard_normal((B, 2)) if w_batched else RNG.standard_normal(2)
+    args = [w, RNG.standard_normal(2), RNG.standard_normal((B, 4, 2))]
+    flags = (w_batched, False, True)  # h0 is shared: the body makes its carry batched (fixed point)
+    got, vb = _vmapped(f, args, flags)
+    (scan,) = [op for op in vb.graph.ops() if op.kind == "scan"]
+    # the counter stays one carry for the batch, broadcast only after the loop
+    assert [t.shape for t in scan.attrs["body"].in_types[1:3]] == [(B, 2), ()]
+
+    def jf(w, h0, xs):
+        def step(carry, x):
+            h, n = carry
+            h2 = jnp.tanh(w * h + x)
+            return (h2, n + 1.0), (h2 * 2.0, n * 3.0)
+        (h, n), (ys, ns) = jax.lax.scan(step, (h0, 0.0), xs, reverse=reverse)
+        return h, n, ys, ns
+    _against_jax(got, jf, args, flags)
+
+
+def test_while_loop_shared_predicate() -> None:
+    onp = opgraph.numpy
+
+    def f(bound, x, acc0):
+        i, acc = opgraph.while_loop(lambda c: c[0] < bound, lambda c: (c[0] + 1, c[1] * 0.5 + x),
+                                    (onp.asarray(0), acc0))
+        return i, acc
+
+    args = [np.array(4), RNG.standard_normal((B, 3)), RNG.standard_normal(3)]
+    flags = (False, True, False)
+    got, vb = _vmapped(f, args, flags)
+    (loop,) = [op for op in vb.graph.ops() if op.kind == "while_loop"]
+    assert loop.attrs["cond_body"].in_types[-2:] == (opgraph.TensorType("int64", ()), opgraph.TensorType(
+        "float64", (B, 3)))
+
+    def jf(bound, x, acc0):
+        return jax.lax.while_loop(lambda c: c[0] < bound, lambda c: (c[0] + 1, c[1] * 0.5 + x), (0, acc0))
+    _against_jax(got, jf, args, flags)
+
+
+def test_while_loop_batched_predicate() -> None:
+    onp = opgraph.numpy
+
+    def f(limit, x):
+        return opgraph.while_loop(lambda c: c[1] < limit, lambda c: (c[0] + 1.0, c[1] * 2.0 + 1.0),
+                                  (onp.asarray(0.0), x))
+
+    args = [np.array(20.0), np.array([0.5, 3.0, 30.0])]  # 4, 3 and 0 trips
+    flags = (False, True)
+    got, vb = _vmapped(f, args, flags)
+    np.testing.assert_array_equal(got[0], [4.0, 3.0, 0.0])
+
+    def jf(limit, x):
+        return jax.lax.while_loop(lambda c: c[1] < limit, lambda c: (c[0] + 1.0, c[1] * 2.0 + 1.0), (0.0, x))
+    _against_jax(got, jf, args, flags)
+    # a batched limit too (a const of the loop)
+    args = [np.array([5.0, 100.0, 1.0]), np.array([0.5, 3.0, 30.0])]
+    got, _ = _vmapped(f, args, (True, True))
+    _against_jax(got, jf, args, (True, True))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_fori_loop(dynamic: bool) -> None:
+    def f(n, x):
+        return opgraph.fori_loop(0, n if dynamic else 3, lambda i, v: v * 0.5 + i, x)
+
+    args = [np.array([1, 3, 5]) if dynamic else np.array(3), RNG.standard_normal((B, 2))]
+    flags = (dynamic, True)
+    got, vb = _vmapped(f, args, flags)
+    assert ("while_loop" if dynamic else "scan") in _kinds_in(vb)
+    _against_jax(got, lambda n, x: jax.lax.fori_loop(0, n if dynamic else 3, lambda i, v: v * 0.5 + i, x),
+                 args, flags)
