@@ -290,7 +290,7 @@ def test_while_loop_batched_predicate() -> None:
 
     args = [np.array(20.0), np.array([0.5, 3.0, 30.0])]  # 4, 3 and 0 trips
     flags = (False, True)
-    got, vb = _vmapped(f, args, flags)
+    got, _ = _vmapped(f, args, flags)
     np.testing.assert_array_equal(got[0], [4.0, 3.0, 0.0])
 
     def jf(limit, x):
