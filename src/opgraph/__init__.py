@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from opgraph import runtime as runtime
     from opgraph import viz as viz
     from opgraph.autodiff import grad, hessian, jacobian, value_and_grad, vjp
+    from opgraph.autodiff.batching import vmap
     from opgraph.frontend.control import call, cond, fori_loop, scan, subroutine, while_loop
     from opgraph.frontend.tensor_algebra import OpGraph, tensor_expr
     from opgraph.frontend.trace import function, trace
@@ -96,6 +97,7 @@ __all__ = [
     "optimize", "register_op", "save", "scan", "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp",
     "while_loop",
 ]
+__all__ += ["vmap"]
 
 # Public names that live in layers imported on first use: name -> module that defines it.
 _LAZY_NAMES = {
@@ -119,6 +121,7 @@ _LAZY_NAMES = {
     "trace": "opgraph.frontend.trace",
     "value_and_grad": "opgraph.autodiff",
     "vjp": "opgraph.autodiff",
+    "vmap": "opgraph.autodiff",
     "while_loop": "opgraph.frontend.control",
 }
 _SUBMODULES = frozenset({"autodiff", "backends", "cli", "core", "errors", "frontend", "io", "memory", "nn", "numpy",

@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.batching import VmapFunction, batch_sweep, vmap
 from opgraph.autodiff.reverse import NoGradientError, Record, build_grad_ops, build_vjp_ops, sweep
 from opgraph.core.graph import Value
 
 __all__ = ["GradFunction", "JacobianFunction", "NoGradientError", "build_grad_ops", "build_vjp_ops", "grad",
            "hessian", "jacobian", "lazy_vjp", "value_and_grad", "vjp"]
+__all__ += ["VmapFunction", "batch_sweep", "vmap"]  # batching (opgraph.autodiff.batching)
 
 
 class _LazyEmitter:
