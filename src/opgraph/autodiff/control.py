@@ -28,11 +28,11 @@ because ops sit below autodiff in the layers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+import numpy as np
 
 from opgraph.core import hooks
 from opgraph.core.builder import GraphBuilder
-from opgraph.core.registry import CONST, get_op
 from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
@@ -103,51 +103,6 @@ def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int
 hooks.BODY_VJP.set(vjp_body)
 
 
-def batch_op(b: Any, opdef: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
-             attrs: dict[str, Any]) -> list[Any]:
-    """TEMPORARY until the vmap engine lands: the op's rule, else the op per example, stacked."""
-    if opdef.batch is not None:
-        res = opdef.batch(b, list(ins), tuple(batched), size, attrs)
-        if res is not None:
-            return list(res)
-    per = []
-    for e in range(size):
-        r = b.op(opdef.name, *[b.op("getitem", v, index=(e,)) if f else v for v, f in zip(ins, batched, strict=True)],
-                 **attrs)
-        per.append(list(r) if isinstance(r, (tuple, list)) else [r])
-    return [b.op("stack", *col, axis=0) for col in zip(*per, strict=True)]
-
-
-def _batch_ops(b: GraphBuilder, g: Any, params: Sequence[Any], flags: Sequence[bool],
-               size: int) -> tuple[list[Any], list[bool]]:
-    """Copy the ops of graph ``g`` that its outputs need onto ``b`` on ``params``, batching each op with a batched
-    input; return the outputs and which of them are batched."""
-    env: dict[int, tuple[Any, bool]] = {int(v): (p, f) for v, p, f in zip(g.inputs, params, flags, strict=True)}
-    needed = g.needed_ops(g.outputs)
-    for op in g.topological_order():
-        op = int(op)
-        if not needed[op]:
-            continue
-        outs = g.op_outputs(op)
-        kind = int(g.op_kind[op])
-        if kind == CONST.id:
-            env[int(outs[0])] = (b.constant(g.constant_of(op)), False)
-            continue
-        ins = [env[int(v)] for v in g.op_inputs(op)]
-        vals, on = [v for v, _ in ins], tuple(f for _, f in ins)
-        if not any(on):
-            res = b.op(kind, *vals, **g.attrs_of(op))
-            res = list(res) if isinstance(res, (tuple, list)) else [res]
-            for v, r in zip(outs, res, strict=True):
-                env[int(v)] = (r, False)
-            continue
-        res = batch_op(b, get_op(kind), vals, on, size, g.attrs_of(op))
-        for v, r in zip(outs, res, strict=True):
-            env[int(v)] = (r, True)
-    got = [env[int(v)] for v in g.outputs]
-    return [r for r, _ in got], [f for _, f in got]
-
-
 def batch_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched: Sequence[int] = ()) -> Subgraph:
     """``body`` run on a batch: the parameters flagged in ``batched`` and its results carry a leading batch axis.
 
@@ -173,22 +128,32 @@ def batch_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched: Se
         raise GraphError(f"body {body.label} takes {body.num_inputs} parameter(s), got {len(flags)} batch flags")
 
     def make() -> Subgraph:
-        from opgraph.ops.batch_fold import with_batch
+        from opgraph.autodiff.batching import batch_sweep, builder_records
+        from opgraph.ops.batch_helpers import broadcast_batch
 
         g = body.graph
         b = GraphBuilder()
-        params = []
-        for t, v, f in zip(body.in_types, g.inputs, flags, strict=True):
-            params.append(b.input(TensorType(t.dtype, (size, *t.shape)) if f else t, name=g.name_of(int(v))))
-        results, on = _batch_ops(b, g, params, flags, size)
+        # the body copied on one example's parameters, then the engine's sweep batches what depends on the batched
+        # ones (fed by parameters with the batch axis); the copies nothing reads any more are pruned below
+        example = [b.input(t, name=None if f else g.name_of(int(v)))
+                   for t, v, f in zip(body.in_types, g.inputs, flags, strict=True)]
+        whole = [b.input(TensorType(t.dtype, (size, *t.shape)), name=g.name_of(int(v))) if f else None
+                 for t, v, f in zip(body.in_types, g.inputs, flags, strict=True)]
+        results = inline_body(b, body, example)
+        done = batch_sweep(b, builder_records(b, b.num_ops), lambda v: v.id,
+                           {e.id: w for e, w in zip(example, whole, strict=True) if w is not None}, size)
         outs = []
-        for j, (r, f) in enumerate(zip(results, on, strict=True)):
-            if j in keep and f:
+        for j, r in enumerate(results):
+            got = done.get(r.id)
+            if j in keep and got is not None:
                 raise GraphError(f"body {body.label}: result {j} depends on a batched parameter; it cannot stay "
                                  "unbatched")
-            outs.append(r if f or j in keep else with_batch(b, r, False, size))
+            outs.append(got if got is not None else r if j in keep else broadcast_batch(b, r, size))
         b.output(*outs)
-        return pruned_body(b.freeze(), f"vmap({body.name})" if body.name else "vmap")
+        full = b.freeze()
+        params = np.array([(w if w is not None else e).id for e, w in zip(example, whole, strict=True)],
+                          dtype=full.inputs.dtype)
+        return pruned_body(full.replace(inputs=params), f"vmap({body.name})" if body.name else "vmap")
 
     return body.cache(("batch-body", flags, int(size), keep), make)  # type: ignore[no-any-return]
 

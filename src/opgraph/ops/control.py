@@ -59,6 +59,7 @@ from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import write_out
+from opgraph.ops.batch_helpers import broadcast_batch
 from opgraph.ops.grad_helpers import is_float, zeros_like
 
 FAMILY = "control"
@@ -651,13 +652,6 @@ def _batched_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched:
                                   unbatched=tuple(unbatched))
 
 
-def _broadcast_batch(b: Any, x: Any, size: int) -> Any:
-    shape = x.type.shape
-    if shape is None or None in shape:
-        raise OpTypeError(f"batching needs static shapes, got {x.type}")
-    return b.op("broadcast_to", b.op("expand_dims", x, axis=0), shape=(size, *shape))
-
-
 def _as_flag(b: Any, pred: Any, size: int) -> Any:
     """A batched predicate ``(size, 1, ...)`` as ``(size,)`` booleans (nonzero is true)."""
     p = b.op("reshape", pred, shape=(size,))
@@ -707,7 +701,7 @@ def _scan_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, 
     cf, xf = batched[:nc], batched[nc + ncarry:]
     cb, res = _carry_fixed_point(body, cf, batched[nc:nc + ncarry], xf)
     yb = res[ncarry:]
-    init = [_broadcast_batch(b, v, size) if c and not f else v
+    init = [broadcast_batch(b, v, size) if c and not f else v
             for v, c, f in zip(ins[nc:nc + ncarry], cb, batched[nc:nc + ncarry], strict=True)]
     # a batched x is scanned along its own leading axis: the batch axis goes second
     xs = [b.op("moveaxis", x, source=(0,), destination=(1,)) if f else x for x, f in zip(ins[nc + ncarry:], xf,
@@ -716,8 +710,8 @@ def _scan_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, 
     step = _batched_body(body, (*cf, *cb, *xf), size, keep)
     out = _as_list(b.op("scan", *ins[:nc], *init, *xs, body=step, num_consts=nc, num_carry=ncarry,
                         length=attrs["length"], reverse=attrs["reverse"]))
-    carry = [v if c else _broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
-    ys = [b.op("moveaxis", y, source=(1,), destination=(0,)) if f else _broadcast_batch(b, y, size)
+    carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+    ys = [b.op("moveaxis", y, source=(1,), destination=(0,)) if f else broadcast_batch(b, y, size)
           for y, f in zip(out[ncarry:], yb, strict=True)]
     return carry + ys
 
@@ -735,7 +729,7 @@ def _while_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
                 f"vmap of a while_loop (body {body.label}) whose predicate differs between examples, with stacked "
                 "ys: each example would stack its own number of trips; return the values as carries instead")
         cb = [True] * ncarry
-    init = [_broadcast_batch(b, v, size) if c and not f else v for v, c, f in zip(ins[nc:], cb, batched[nc:],
+    init = [broadcast_batch(b, v, size) if c and not f else v for v, c, f in zip(ins[nc:], cb, batched[nc:],
                                                                                    strict=True)]
     flags = (*cf, *cb)
     if not pred_batched:
@@ -744,7 +738,7 @@ def _while_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
         test = _batched_body(cond_body, flags, size, (0,))
         out = _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,
                             max_trip=attrs["max_trip"]))
-        carry = [v if c else _broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+        carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
         return carry + [b.op("moveaxis", y, source=(1,), destination=(0,)) for y in out[ncarry:]]
     test, step = _while_any(cond_body, body, flags, size, ncarry)
     return _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,

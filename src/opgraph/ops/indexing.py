@@ -51,7 +51,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
-from opgraph.ops.batch_fold import all_batched, axis_in_batched, example_shape, lead_to, static, to_lead, with_batch
+from opgraph.ops.batch_helpers import all_batched, batch_axis, broadcast_batch, example_ndim, move_axis
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, static_shape, zeros_like
 
 FAMILY = "indexing"
@@ -712,7 +712,7 @@ def _batch_on_axis(kind: str, ranked: int = 0) -> Any:
     (input ``ranked`` gives the rank the axis counts in)."""
     def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
         xs = all_batched(b, ins, batched, size)
-        axis = axis_in_batched(attrs["axis"], len(example_shape(ins[ranked], batched[ranked])))
+        axis = batch_axis(attrs["axis"], example_ndim(ins[ranked], batched[ranked]))
         res = b.op(kind, *xs, **{**attrs, "axis": axis})
         return list(res) if isinstance(res, (tuple, list)) else [res]
     return rule
@@ -727,7 +727,7 @@ def _gather_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: 
 def _scatter_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
                       attrs: dict[str, Any]) -> list[Any]:
     x, idx, upd = all_batched(b, ins, batched, size)
-    shape = static(idx.type)
+    shape = static_shape(idx.type)
     # example e's rows index x[e, ...]: its number leads each row of indices
     rows = np.broadcast_to(np.arange(size, dtype=idx.type.dtype).reshape((size,) + (1,) * (len(shape) - 1)),
                            (*shape[:-1], 1))
@@ -751,14 +751,14 @@ def _reverse_sequence_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool],
                             attrs: dict[str, Any]) -> list[Any]:
     # vmap's axis folds into the op's batch axis: the lengths of example e's rows are lengths[e]
     x, lengths = all_batched(b, ins, batched, size)
-    shape = example_shape(ins[0], batched[0])
+    shape = static_shape(ins[0].type)[int(batched[0]):]
     at = attrs["batch_axis"] % len(shape)
     merged = list(shape)
     merged[at] *= size
-    x = b.op("reshape", lead_to(b, x, at), shape=tuple(merged))
+    x = b.op("reshape", move_axis(b, x, 0, at), shape=tuple(merged))
     y = b.op("reverse_sequence", x, b.op("reshape", lengths, shape=(-1,)), **attrs)
     y = b.op("reshape", y, shape=(*shape[:at], size, *shape[at:]))
-    return [to_lead(b, y, at)]
+    return [move_axis(b, y, at, 0)]
 
 
 def _searchsorted_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
@@ -768,9 +768,9 @@ def _searchsorted_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], siz
         return [b.op("searchsorted", a, v, **attrs)]
     # each example has its own sorted row: count the entries that sort before each value (after equal ones
     # with side='right'), NaN sorting last as np.searchsorted has it
-    v = with_batch(b, v, batched[1], size)
-    vr = len(static(v.type))
-    row = b.op("reshape", a, shape=(size,) + (1,) * (vr - 1) + (static(a.type)[1],))
+    v = v if batched[1] else broadcast_batch(b, v, size)
+    vr = len(static_shape(v.type))
+    row = b.op("reshape", a, shape=(size,) + (1,) * (vr - 1) + (static_shape(a.type)[1],))
     val = b.op("expand_dims", v, axis=-1)
     before = b.op("less" if attrs["side"] == "left" else "less_equal", row, val)
     if np.result_type(a.type.dtype, v.type.dtype).kind == "f":

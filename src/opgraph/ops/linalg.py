@@ -45,7 +45,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
-from opgraph.ops.batch_fold import all_batched, example_shape, static
+from opgraph.ops.batch_helpers import all_batched, example_ndim
 from opgraph.ops.grad_helpers import eye, rank, static_shape, swap_last, unbroadcast
 
 FAMILY = "linalg"
@@ -563,11 +563,11 @@ def _leading_batch(kind: str) -> Any:
 
 def _solve_batch(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
     a, rhs = all_batched(b, ins, batched, size)
-    vector = len(example_shape(ins[1], batched[1])) == 1
+    vector = example_ndim(ins[1], batched[1]) == 1
     if vector:
         rhs = b.op("expand_dims", rhs, axis=-1)
     # batch dims align from the right: pad the shorter stack after vmap's axis
-    ra, rb = len(static(a.type)), len(static(rhs.type))
+    ra, rb = len(static_shape(a.type)), len(static_shape(rhs.type))
     if ra < rb:
         a = b.op("expand_dims", a, axis=tuple(range(1, 1 + rb - ra)))
     elif rb < ra:

@@ -39,7 +39,7 @@ from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor
-from opgraph.ops.batch_fold import axis_in_batched, static
+from opgraph.ops.batch_helpers import batch_axis, example_ndim
 from opgraph.ops.grad_helpers import is_float, rank
 
 FAMILY = "signal"
@@ -260,7 +260,7 @@ _register("irfft", 1202, _irfft_infer, _irfft_kernel,
 def _axis_batch(kind: str) -> Any:
     def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
         (x,) = ins
-        return [b.op(kind, x, **{**attrs, "axis": axis_in_batched(attrs["axis"], len(static(x.type)) - 1)})]
+        return [b.op(kind, x, **{**attrs, "axis": batch_axis(attrs["axis"], example_ndim(x, True))})]
     return rule
 
 
