@@ -313,3 +313,156 @@ def test_fori_loop(dynamic: bool) -> None:
     assert ("while_loop" if dynamic else "scan") in _kinds_in(vb)
     _against_jax(got, lambda n, x: jax.lax.fori_loop(0, n if dynamic else 3, lambda i, v: v * 0.5 + i, x),
                  args, flags)
+
+
+# ---------------------------------------------------------------- per-example gradients, jit
+def _fallbacks(graph: Any) -> set[str]:
+    """The kinds a batched graph runs once per example (the engine's fallback: a scan over the batch whose body is
+    the op alone, named after it), looked for in bodies too."""
+    found: set[str] = set()
+    for op in graph.ops():
+        for body in (v for v in op.attrs.values() if isinstance(v, opgraph.core.subgraph.Subgraph)):
+            kinds = [o.kind for o in body.graph.ops() if o.kind != "const"]
+            if op.kind == "scan" and len(kinds) == 1 and body.name == f"vmap({kinds[0]})":
+                found.add(kinds[0])
+            found |= _fallbacks(body.graph)
+    return found
+
+
+def _mlp_loss(onp: Any, params: dict[str, Any], x: Any, y: Any) -> Any:
+    h = onp.tanh(onp.matmul(x, params["w1"]) + params["b1"])
+    logits = onp.matmul(h, params["w2"])
+    return -onp.sum(y * opgraph.nn.log_softmax(logits))
+
+
+def _rnn_loss(onp: Any, scan: Any, params: dict[str, Any], xs: Any, y: Any) -> Any:
+    def step(h, x):
+        h2 = onp.tanh(onp.matmul(h, params["w"]) + x * params["u"])
+        return h2, onp.sum(h2)
+    h, ys = scan(step, onp.zeros(3), xs)
+    return onp.sum((h - y) ** 2) + 0.1 * onp.sum(ys)
+
+
+def _per_example(loss: Any, params: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray) -> dict[str, np.ndarray]:
+    got = opgraph.vmap(opgraph.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    loop = [opgraph.grad(loss)(params, x, y) for x, y in zip(xs, ys, strict=True)]
+    for k, p in params.items():
+        assert got[k].shape == (len(xs), *p.shape)
+        np.testing.assert_allclose(got[k], np.stack([g[k] for g in loop]), rtol=1e-10, atol=1e-12, err_msg=k)
+    return got
+
+
+def _against_jax_grads(got: dict[str, np.ndarray], jloss: Any, params: dict[str, np.ndarray], xs: np.ndarray,
+                       ys: np.ndarray) -> None:
+    if jax is None:
+        return
+    want = jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0))(params, xs, ys)
+    for k in params:
+        np.testing.assert_allclose(got[k], np.asarray(want[k]), rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_per_example_gradients_of_an_mlp() -> None:
+    onp = opgraph.numpy
+    rng = np.random.default_rng(1)
+    params = {"w1": rng.standard_normal((4, 5)), "b1": rng.standard_normal(5), "w2": rng.standard_normal((5, 3))}
+    xs, ys = rng.standard_normal((6, 4)), np.eye(3)[rng.integers(0, 3, 6)]
+    got = _per_example(lambda p, x, y: _mlp_loss(onp, p, x, y), params, xs, ys)
+
+    def jloss(p, x, y):
+        return -jnp.sum(y * jax.nn.log_softmax(jnp.matmul(jnp.tanh(jnp.matmul(x, p["w1"]) + p["b1"]), p["w2"])))
+    _against_jax_grads(got, jloss, params, xs, ys)
+    assert not _fallbacks(opgraph.vmap(opgraph.grad(lambda p, x, y: _mlp_loss(onp, p, x, y)), in_axes=(None, 0, 0))
+                          .graph(params, xs, ys)) & set(_kinds())
+
+
+def test_per_example_gradients_through_a_scan() -> None:
+    onp = opgraph.numpy
+    rng = np.random.default_rng(2)
+    params = {"w": rng.standard_normal((3, 3)) * 0.5, "u": rng.standard_normal(3)}
+    xs, ys = rng.standard_normal((4, 5, 1)), rng.standard_normal((4, 3))
+    loss = lambda p, x, y: _rnn_loss(onp, opgraph.scan, p, x, y)  # noqa: E731
+    got = _per_example(loss, params, xs, ys)
+    _against_jax_grads(got, lambda p, x, y: _rnn_loss(jnp, jax.lax.scan, p, x, y), params, xs, ys)
+    graph = opgraph.vmap(opgraph.grad(loss), in_axes=(None, 0, 0)).graph(params, xs, ys)
+    assert "scan" in {op.kind for op in graph.ops()} and "scan" not in _fallbacks(graph)
+
+
+@needs_jax
+def test_jit_of_vmap_on_the_jax_engine() -> None:
+    onp = opgraph.numpy
+
+    def f(limit, x):
+        return opgraph.while_loop(lambda c: c[1] < limit, lambda c: (c[0] + 1.0, onp.sin(c[1]) + c[1] * 2.0),
+                                  (onp.asarray(0.0), x))
+
+    args = (np.array([5.0, 100.0, 1.0]), np.array([0.5, 3.0, 30.0]))
+    got = opgraph.jit(opgraph.vmap(f), backend="jax")(*args)
+
+    def jf(limit, x):
+        return jax.lax.while_loop(lambda c: c[1] < limit, lambda c: (c[0] + 1.0, jnp.sin(c[1]) + c[1] * 2.0),
+                                  (0.0, x))
+    want = jax.jit(jax.vmap(jf))(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-12)
+
+
+def test_per_example_gradients_through_a_while_loop() -> None:
+    # each example stops after its own number of trips: the reverse pass batches a cond with a batched predicate
+    onp = opgraph.numpy
+
+    def loss(p, x, y):
+        _, h = opgraph.while_loop(lambda c: c[0] < y, lambda c: (c[0] + 1.0, onp.sin(c[1] * p) + x),
+                                  (onp.asarray(0.0), x), max_trip=8)
+        return onp.sum(h * h)
+
+    params = np.array([0.7, -1.1])
+    xs, ys = np.random.default_rng(3).standard_normal((4, 2)), np.array([0.0, 2.0, 5.0, 3.0])
+    got = opgraph.vmap(opgraph.grad(loss), in_axes=(None, 0, 0))(params, xs, ys)
+    want = np.stack([opgraph.grad(loss)(params, x, y) for x, y in zip(xs, ys, strict=True)])
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    if jax is not None:
+        def jloss(p, x, y):
+            def step(c, _):
+                go = c[0] < y
+                return (jnp.where(go, c[0] + 1.0, c[0]), jnp.where(go, jnp.sin(c[1] * p) + x, c[1])), None
+            (_, h), _ = jax.lax.scan(step, (0.0, x), None, length=8)
+            return jnp.sum(h * h)
+        np.testing.assert_allclose(got, jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0))(params, xs, ys),
+                                   rtol=1e-10, atol=1e-12)
+
+
+def _while_with_ys() -> tuple[Any, Any]:
+    """A while_loop op's bodies with a stacked y: (limit, x, i) -> i < limit; (limit, x, i) -> (x * 2, i + 1, x)."""
+    from opgraph.core.subgraph import Subgraph
+
+    cb = opgraph.GraphBuilder()
+    lim, _, i = cb.input(("float64", ())), cb.input(("float64", (2,))), cb.input(("float64", ()))
+    cb.output(cb.less(i, lim))
+    sb = opgraph.GraphBuilder()
+    lim2, x2, i2 = sb.input(("float64", ())), sb.input(("float64", (2,))), sb.input(("float64", ()))
+    sb.output(sb.multiply(x2, 2.0), sb.add(i2, 1.0), sb.add(x2, lim2))
+    return Subgraph(cb.freeze(), name="test"), Subgraph(sb.freeze(), name="step")
+
+
+@pytest.mark.parametrize("limit_batched", [False, True])
+def test_while_loop_stacked_ys(limit_batched: bool) -> None:
+    test, step = _while_with_ys()
+    limits = np.array([2.0, 3.0, 1.0]) if limit_batched else np.array(3.0)
+    xs = RNG.standard_normal((B, 2))
+    b = opgraph.GraphBuilder()
+    lim = b.input(("float64", limits.shape))
+    x = b.input(("float64", (B, 2)))
+    i0 = b.constant(np.array(0.0))
+    attrs = {"cond_body": test, "body": step, "num_consts": 1, "max_trip": None}
+    if limit_batched:  # each example would stack its own number of trips
+        with pytest.raises(opgraph.errors.OpTypeError, match="stacked ys"):
+            get_op("while_loop").batch(b, [lim, x, i0], (True, True, False), B, attrs)
+        return
+    outs = get_op("while_loop").batch(b, [lim, x, i0], (False, True, False), B, attrs)
+    got = b.run({lim: limits, x: xs}, outs)
+    for e in range(B):
+        g = opgraph.GraphBuilder()
+        le, xe = g.input(("float64", ())), g.input(("float64", (2,)))
+        want = g.run({le: limits, xe: xs[e]}, list(g.op("while_loop", le, xe, g.constant(np.array(0.0)), **attrs)))
+        for k in range(3):
+            np.testing.assert_array_equal(got[k][e], want[k])
