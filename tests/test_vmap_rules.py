@@ -66,6 +66,7 @@ def test_every_kind_has_a_rule_or_a_reason() -> None:
         op = get_op(kind)
         assert (op.batch is not None) != (kind in NO_BATCH_RULE), kind
         assert kind in NO_BATCH_RULE or _cases(kind), f"{kind} has a batching rule but no case"
+    assert all(get_op(k).batch is not None for k in family_kinds("control"))  # each tested below
 
 
 def _example(spec: Any, rng: np.random.Generator, pre: Any) -> tuple[np.ndarray, bool]:
