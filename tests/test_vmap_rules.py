@@ -467,3 +467,24 @@ def test_while_loop_stacked_ys(limit_batched: bool) -> None:
         want = g.run({le: limits, xe: xs[e]}, list(g.op("while_loop", le, xe, g.constant(np.array(0.0)), **attrs)))
         for k in range(3):
             np.testing.assert_array_equal(got[k][e], want[k])
+
+
+def test_nested_vmap_of_a_scan() -> None:
+    onp = opgraph.numpy
+
+    def f(w, xs):
+        return opgraph.scan(lambda h, x: (onp.tanh(h * w + x), h), onp.zeros(2), xs)
+
+    w, xs = RNG.standard_normal((3, 2)), RNG.standard_normal((4, 3, 5, 2))  # xs: 4 x 3 examples
+    got = opgraph.vmap(opgraph.vmap(f, in_axes=(0, 0)), in_axes=(None, 0))(w, xs)
+    for i in range(4):
+        for j in range(3):
+            h, hs = f(w[j], xs[i, j])
+            np.testing.assert_allclose(got[0][i, j], h.eval(), rtol=1e-12)
+            np.testing.assert_allclose(got[1][i, j], hs.eval(), rtol=1e-12)
+    if jax is not None:
+        def jf(w, xs):
+            return jax.lax.scan(lambda h, x: (jnp.tanh(h * w + x), h), jnp.zeros(2), xs)
+        want = jax.vmap(jax.vmap(jf, in_axes=(0, 0)), in_axes=(None, 0))(w, xs)
+        for g, r in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, np.asarray(r), rtol=1e-12)
