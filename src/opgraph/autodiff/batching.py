@@ -218,7 +218,6 @@ class VmapFunction:
 
     def __init__(self, fn: Callable[..., Any], in_axes: Any, out_axes: Any, axis_size: int | None) -> None:
         import functools
-        import inspect
 
         from opgraph.frontend.trace import TracedFunction
 
@@ -236,11 +235,9 @@ class VmapFunction:
         self.in_axes = in_axes
         self.out_axes = out_axes
         self.axis_size = axis_size
+        # traced by (*args, **kwargs), not by fn's parameters: binding to those would move keyword arguments and
+        # defaults among the positional ones, which in_axes counts
         self._traced = TracedFunction(self._lazy, name=self.fname)
-        try:
-            self._traced.signature = inspect.signature(fn)
-        except (TypeError, ValueError):  # no signature (some builtins): take anything positionally
-            pass
 
     def _arg_names(self, n: int) -> list[str]:
         import inspect
@@ -273,6 +270,10 @@ class VmapFunction:
             raise ValueError(f"{what}: in_axes must be an int, None, or a tuple of entries corresponding to the "
                              f"positional arguments passed to the function, but got {self.in_axes!r}")
         names = self._arg_names(len(args))
+        if kwargs:  # keyword arguments are mapped over their leading axis, as in JAX
+            names.append("kwargs")
+            arg_axes.append(0)
+            args = (*args, kwargs)
         b = _LazyEmitter()
         new_args = []
         mapped: list[tuple[Any, int, str]] = []  # (lazy leaf, axis, where) of each mapped leaf
@@ -309,6 +310,7 @@ class VmapFunction:
         if size is None:
             raise ValueError(f"{what}: the mapped axis has an unknown size ({mapped[0][2]}); vmap needs it known")
         holders: dict[Hashable, Any] = {}
+        alive = []  # the placeholders, kept until the sweep is done: their ids are the keys
 
         def key(v: Any) -> Hashable:
             return (id(v._node), v._index)
@@ -323,9 +325,10 @@ class VmapFunction:
                                 + tuple(x.type.shape[a % len(x.type.shape) + 1:]), x.dtype,
                                 name="vmap_example", weak=x._node.weak)
                 holders[key(p)] = batched
+                alive.append(p)
                 leaves[k] = p
             new_args.append(pytree.unflatten(spec, leaves))
-        result = self.fn(*new_args, **kwargs)
+        result = self.fn(*new_args[:len(new_args) - 1], **new_args[-1]) if kwargs else self.fn(*new_args)
         outs, ospec = pytree.flatten(result)
         if isinstance(self.out_axes, list):
             out_axes = _prefix_axes(what, "out_axes", tuple(self.out_axes), result, "the output")

@@ -21,10 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    Emit,
+    OpDef,
+    attr_dtype,
+    attr_float,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
+from opgraph.ops.batch_helpers import same_rank
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
 FAMILY = "elementwise"
@@ -864,3 +875,18 @@ mark_traits(
     "sign", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh", "trunc")
 mark_traits("truth_valued", "logical_and", "logical_not", "logical_or", "logical_xor")
 mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equal", "not_equal")
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _batched_like(kind: str) -> Callable[..., list[Any]]:
+    """The batching rule of an n-ary broadcasting kind: the same op on operands lined up by
+    :func:`~opgraph.ops.batch_helpers.same_rank` (the batch axis in front of the examples' broadcast axes)."""
+
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: Mapping[str, Any]) -> list[Any]:
+        return [b.op(kind, *same_rank(b, ins, batched), **attrs)]
+
+    rule.__name__ = f"_batch_{kind}"
+    return rule
+
+
+set_rules("batch", {kind: _batched_like(kind) for kind in family_kinds(FAMILY)})
