@@ -188,18 +188,18 @@ def _type_str(x: Any) -> str:
     return f"{t.dtype.name}[{','.join('?' if d is None else str(d) for d in (t.shape or ()))}]"
 
 
-def _sizes_message(what: str, found: list[tuple[int | None, str]]) -> str:
+def _sizes_message(what: str, found: list[tuple[int | None, str]], axis_size: int | None) -> str:
     by: dict[Any, list[str]] = {}
     for n, where in found:
         by.setdefault(n, []).append(where)
-    lines = []
-    for n, wheres in sorted(by.items(), key=lambda kv: -len(kv[1])):
+    lines = [] if axis_size is None else [f"  * the `axis_size` argument was {axis_size}"]
+    groups = sorted(by.items(), key=lambda kv: -len(kv[1]))
+    for k, (n, wheres) in enumerate(groups):
         if len(wheres) == 1:
             lines.append(f"  * one axis had size {n}: {wheres[0]}")
         else:
-            lines.append(f"  * most axes ({len(wheres)} of them) had size {n}, e.g. {wheres[0]}"
-                         if len(by) > 1 and n == max(by, key=lambda k: len(by[k])) else
-                         f"  * some axes ({len(wheres)} of them) had size {n}, e.g. {wheres[0]}")
+            most = "most" if k == 0 and len(wheres) > len(groups[1][1] if len(groups) > 1 else ()) else "some"
+            lines.append(f"  * {most} axes ({len(wheres)} of them) had size {n}, e.g. {wheres[0]}")
     return f"{what} got inconsistent sizes for array axes to be mapped:\n" + ";\n".join(lines)
 
 
@@ -260,9 +260,9 @@ class VmapFunction:
         what = self._what
         if isinstance(self.in_axes, tuple):
             if len(self.in_axes) != len(args):
-                raise ValueError(f"{what}: in_axes specification must be a tree prefix of the corresponding value, "
-                                 f"got specification {self.in_axes!r} for value tree of {len(args)} positional "
-                                 f"argument(s) (in_axes is a tuple of {len(self.in_axes)})")
+                raise ValueError(f"{what}: in_axes must be an int, None, or a tuple of entries corresponding to the "
+                                 f"positional arguments passed to the function, but got "
+                                 f"len(in_axes)={len(self.in_axes)}, len(args)={len(args)}")
             arg_axes = list(self.in_axes)
         elif isinstance(self.in_axes, (int, type(None))):
             arg_axes = [self.in_axes] * len(args)
@@ -299,13 +299,12 @@ class VmapFunction:
                 leaves[k] = x
                 mapped.append((x, a % r, f"axis {a} of argument {path} of type {_type_str(x)}"))
         sizes = [(m[0].type.shape[m[1]], m[2]) for m in mapped]
-        if self.axis_size is not None:
-            sizes.append((self.axis_size, f"axis_size={self.axis_size}")) if any(
-                n != self.axis_size for n, _ in sizes) else None
-        if len({n for n, _ in sizes}) > 1:
-            raise ValueError(_sizes_message(what, sizes))
+        wrong_size = self.axis_size is not None and any(n != self.axis_size for n, _ in sizes)
+        if wrong_size or len({n for n, _ in sizes}) > 1:
+            raise ValueError(_sizes_message(what, sizes, self.axis_size if wrong_size else None))
         if not mapped and self.axis_size is None:
-            raise ValueError(f"{what} must have at least one non-None value in in_axes (or be given axis_size)")
+            raise ValueError(f"{what} must have at least one non-None value in in_axes or axis_size must be "
+                             "specified")
         size = sizes[0][0] if sizes else self.axis_size
         if size is None:
             raise ValueError(f"{what}: the mapped axis has an unknown size ({mapped[0][2]}); vmap needs it known")
@@ -330,10 +329,7 @@ class VmapFunction:
             new_args.append(pytree.unflatten(spec, leaves))
         result = self.fn(*new_args[:len(new_args) - 1], **new_args[-1]) if kwargs else self.fn(*new_args)
         outs, ospec = pytree.flatten(result)
-        if isinstance(self.out_axes, list):
-            out_axes = _prefix_axes(what, "out_axes", tuple(self.out_axes), result, "the output")
-        else:
-            out_axes = _prefix_axes(what, "out_axes", self.out_axes, result, "the output")
+        out_axes = _prefix_axes(what, "out_axes", self.out_axes, result, "the output")
         lazies = []
         for o in outs:
             if not (isinstance(o, LazyArray) or is_array(o) or isinstance(o, (int, float, complex, bool))):
@@ -346,7 +342,8 @@ class VmapFunction:
             r = len(o.type.shape or ())
             if a is None:
                 if got is not None:
-                    raise ValueError(f"{what}: vmap has mapped output ({path}) but out_axes is None")
+                    raise ValueError(f"{what}: at vmap out_axes, got axis spec None but output was batched on "
+                                     f"axis 0 ({path})")
                 final.append(o)
                 continue
             if not -(r + 1) <= a < r + 1:

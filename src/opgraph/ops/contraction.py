@@ -770,6 +770,12 @@ def _fresh_letter(used: str) -> str | None:
 def _b_matmul(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
     x, y = ins
     rx, ry = bh.ndim(x) - batched[0], bh.ndim(y) - batched[1]
+    # one shared matrix: the batch axis is one more row axis, so the whole batch is a single product (a GEMM
+    # for a batch of vectors, as x @ w in a per-example layer)
+    if not batched[1] and ry == 2:
+        return [b.op("matmul", x, y)]
+    if not batched[0] and rx == 2 and ry == 1:
+        return [b.op("matmul", y, b.op("permute_dims", x, axes=(1, 0)))]
     drop = []
     if rx == 1:  # a vector is a 1 x k matrix whose row axis goes again afterwards, as NumPy does it
         x, rx = b.op("expand_dims", x, axis=(bh.ndim(x) - 1,)), 2
