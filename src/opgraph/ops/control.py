@@ -54,11 +54,12 @@ from typing import Any
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, get_op, optional, register_op
+from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, get_op, optional, register_op, set_rules
 from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import write_out
+from opgraph.ops.batch_helpers import broadcast_batch
 from opgraph.ops.grad_helpers import is_float, zeros_like
 
 FAMILY = "control"
@@ -612,6 +613,164 @@ def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Seq
     return g[:len(inputs)]
 
 
+# ---------------------------------------------------------------- batching rules (vmap)
+# As JAX batches its control primitives: a body runs batched (hooks.BODY_BATCH, filled by the autodiff layer);
+# a loop's carry is batched when its init is or when the body makes it so (a fixed point over the carries, the
+# inits of the batched ones broadcast); a batched predicate runs both branches of a cond and selects, and runs a
+# while_loop while any example goes on, each example's carry frozen once its own predicate is false.
+def batched_results(body: Subgraph, batched: Sequence[bool]) -> tuple[bool, ...]:
+    """Which results of ``body`` depend on its parameters flagged in ``batched`` (and so carry a batch axis when
+    the body runs batched: every op with a batched input gives batched outputs).
+
+    >>> import opgraph
+    >>> sb = opgraph.GraphBuilder(); x, y = sb.input(("f8", ()), name="x"), sb.input(("f8", ()), name="y")
+    >>> sb.output(sb.sin(x), sb.cos(y), x)
+    >>> batched_results(Subgraph(sb.freeze()), (False, True))
+    (False, True, False)
+    """
+    flags = tuple(bool(f) for f in batched)
+    if len(flags) != body.num_inputs:
+        raise OpTypeError(f"body {body.label} takes {body.num_inputs} parameter(s), got {len(flags)} batch flags")
+
+    def make() -> tuple[bool, ...]:
+        g = body.graph
+        on = np.zeros(g.num_values, dtype=bool)
+        on[np.asarray(g.inputs, dtype=np.int64)[list(flags)] if any(flags) else []] = True
+        for op in g.topological_order():
+            ins = g.op_inputs(int(op))
+            if len(ins) and on[ins].any():
+                on[g.op_outputs(int(op))] = True
+        return tuple(bool(on[int(v)]) for v in g.outputs)
+
+    return body.cache(("batched-results", flags), make)  # type: ignore[no-any-return]
+
+
+def _batched_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched: Sequence[int] = ()) -> Subgraph:
+    """``body`` with a leading batch axis of ``size`` on the parameters flagged in ``batched`` and on its results
+    (but those in ``unbatched``), built once per body by the autodiff layer (:data:`hooks.BODY_BATCH`)."""
+    return hooks.BODY_BATCH.get()(body, tuple(bool(f) for f in batched), size,  # type: ignore[no-any-return]
+                                  unbatched=tuple(unbatched))
+
+
+def _as_flag(b: Any, pred: Any, size: int) -> Any:
+    """A batched predicate ``(size, 1, ...)`` as ``(size,)`` booleans (nonzero is true)."""
+    p = b.op("reshape", pred, shape=(size,))
+    if p.type.dtype != np.dtype(bool):
+        p = b.op("not_equal", p, b.constant(np.zeros((), dtype=p.type.dtype)))
+    return p
+
+
+def _select(b: Any, flag: Any, yes: Any, no: Any) -> Any:
+    """``yes`` for the examples whose ``flag`` is true, else ``no`` (both batched)."""
+    rank = len(yes.type.shape)
+    f = flag if rank == 1 else b.op("reshape", flag, shape=(flag.type.shape[0],) + (1,) * (rank - 1))
+    return b.op("where", f, yes, no)
+
+
+def _call_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    return _as_list(b.op("call", *ins, body=_batched_body(attrs["body"], batched, size)))
+
+
+def _cond_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    pred, ops, flags = ins[0], ins[1:], batched[1:]
+    then_b = _batched_body(attrs["then_body"], flags, size)
+    else_b = _batched_body(attrs["else_body"], flags, size)
+    if not batched[0]:
+        return _as_list(b.op("cond", pred, *ops, then_body=then_b, else_body=else_b))
+    # each example takes its own branch: run both, select per example (jax's select)
+    flag = _as_flag(b, pred, size)
+    yes, no = _as_list(b.op("call", *ops, body=then_b)), _as_list(b.op("call", *ops, body=else_b))
+    return [_select(b, flag, t, e) for t, e in zip(yes, no, strict=True)]
+
+
+def _carry_fixed_point(body: Subgraph, before: Sequence[bool], carry: Sequence[bool],
+                       after: Sequence[bool]) -> tuple[list[bool], tuple[bool, ...]]:
+    """Which carries are batched (those whose init is, and those the body makes batched from them, until nothing
+    changes), and which results the body then gives batched."""
+    cb = list(carry)
+    while True:
+        res = batched_results(body, (*before, *cb, *after))
+        new = [c or r for c, r in zip(cb, res, strict=False)]
+        if new == cb:
+            return cb, res
+        cb = new
+
+
+def _scan_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    body, nc, ncarry = attrs["body"], attrs["num_consts"], attrs["num_carry"]
+    cf, xf = batched[:nc], batched[nc + ncarry:]
+    cb, res = _carry_fixed_point(body, cf, batched[nc:nc + ncarry], xf)
+    yb = res[ncarry:]
+    init = [broadcast_batch(b, v, size) if c and not f else v
+            for v, c, f in zip(ins[nc:nc + ncarry], cb, batched[nc:nc + ncarry], strict=True)]
+    # a batched x is scanned along its own leading axis: the batch axis goes second
+    xs = [b.op("moveaxis", x, source=(0,), destination=(1,)) if f else x for x, f in zip(ins[nc + ncarry:], xf,
+                                                                                         strict=True)]
+    keep = [k for k in range(ncarry) if not cb[k]] + [ncarry + j for j, f in enumerate(yb) if not f]
+    step = _batched_body(body, (*cf, *cb, *xf), size, keep)
+    out = _as_list(b.op("scan", *ins[:nc], *init, *xs, body=step, num_consts=nc, num_carry=ncarry,
+                        length=attrs["length"], reverse=attrs["reverse"]))
+    carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+    ys = [b.op("moveaxis", y, source=(1,), destination=(0,)) if f else broadcast_batch(b, y, size)
+          for y, f in zip(out[ncarry:], yb, strict=True)]
+    return carry + ys
+
+
+def _while_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                 attrs: dict[str, Any]) -> list[Any]:
+    body, cond_body, nc = attrs["body"], attrs["cond_body"], attrs["num_consts"]
+    ncarry = len(ins) - nc
+    cf = tuple(batched[:nc])
+    cb, _ = _carry_fixed_point(body, cf, batched[nc:], ())
+    (pred_batched,) = batched_results(cond_body, (*cf, *cb))
+    if pred_batched:
+        if body.num_outputs > ncarry:
+            raise OpTypeError(
+                f"vmap of a while_loop (body {body.label}) whose predicate differs between examples, with stacked "
+                "ys: each example would stack its own number of trips; return the values as carries instead")
+        cb = [True] * ncarry
+    init = [broadcast_batch(b, v, size) if c and not f else v for v, c, f in zip(ins[nc:], cb, batched[nc:],
+                                                                                   strict=True)]
+    flags = (*cf, *cb)
+    if not pred_batched:
+        # every y batched: their trip count is known only at run time, so they are not broadcast after the loop
+        step = _batched_body(body, flags, size, [k for k in range(ncarry) if not cb[k]])
+        test = _batched_body(cond_body, flags, size, (0,))
+        out = _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,
+                            max_trip=attrs["max_trip"]))
+        carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+        return carry + [b.op("moveaxis", y, source=(1,), destination=(0,)) for y in out[ncarry:]]
+    test, step = _while_any(cond_body, body, flags, size, ncarry)
+    return _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,
+                         max_trip=attrs["max_trip"]))
+
+
+def _while_any(cond_body: Subgraph, body: Subgraph, flags: tuple[bool, ...], size: int,
+               ncarry: int) -> tuple[Subgraph, Subgraph]:
+    """A while_loop with a batched predicate as one loop: go on while any example's predicate holds; an example's
+    carry stays as it is once its own is false (``where(pred, new, old)``)."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> tuple[Subgraph, Subgraph]:
+        test = _batched_body(cond_body, flags, size)
+        step = _batched_body(body, flags, size)
+        tb = GraphBuilder()
+        params = [tb.input(t) for t in step.in_types]
+        (pred,) = inline_body(tb, test, params)
+        tb.output(tb.op("any", _as_flag(tb, pred, size)))
+        sb = GraphBuilder()
+        params = [sb.input(t) for t in step.in_types]
+        (pred,) = inline_body(sb, test, params)
+        flag = _as_flag(sb, pred, size)
+        new = inline_body(sb, step, params)[:ncarry]
+        old = params[len(params) - ncarry:]
+        sb.output(*[_select(sb, flag, n, o) for n, o in zip(new, old, strict=True)])
+        return (Subgraph(tb.freeze(), name=f"vmap_any({cond_body.name})"),
+                Subgraph(sb.freeze(), name=f"vmap_while({body.name})"))
+
+    return body.cache(("vmap-while-any", cond_body, flags, size), make)  # type: ignore[no-any-return]
+
+
 # ---------------------------------------------------------------- workspaces (memory/plan.py counts them)
 # A control op runs its bodies on their own plans: its workspace is the bodies' peaks (both of a while_loop,
 # the larger branch of a cond) plus, for a loop, one carry (the one a trip reads while it makes the next).
@@ -920,3 +1079,6 @@ def _fold_guard(kind: str) -> Callable[[Mapping[str, Any], Sequence[np.ndarray]]
 # Folding runs a control op at build time: only while its work there is bounded (a while_loop may not stop).
 for _kind in ("call", "cond", "while_loop", "scan"):
     get_op(_kind).fold_guard = _fold_guard(_kind)
+
+
+set_rules("batch", {"call": _call_batch, "cond": _cond_batch, "scan": _scan_batch, "while_loop": _while_batch})

@@ -45,6 +45,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
+from opgraph.ops.batch_helpers import all_batched, example_ndim
 from opgraph.ops.grad_helpers import eye, rank, static_shape, swap_last, unbroadcast
 
 FAMILY = "linalg"
@@ -647,3 +648,35 @@ def _jvp_svd(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> l
 
 set_rules("jvp", {"svd": _jvp_svd, "inv": _jvp_inv, "det": _jvp_det, "slogdet": _jvp_slogdet, "solve": _jvp_solve,
                   "cholesky": _jvp_cholesky, "eigh": _jvp_eigh, "eigvalsh": _jvp_eigvalsh})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Every kind takes leading batch dims already, so vmap's axis is one more of them; solve lines up its two
+# operands' batch dims first (a 1-d b is a vector only when exactly 1-d, as NumPy 2 has it).
+def _leading_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        res = b.op(kind, ins[0], **attrs)
+        return list(res) if isinstance(res, (tuple, list)) else [res]
+    return rule
+
+
+def _solve_batch(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    a, rhs = all_batched(b, ins, batched, size)
+    vector = example_ndim(ins[1], batched[1]) == 1
+    if vector:
+        rhs = b.op("expand_dims", rhs, axis=-1)
+    # batch dims align from the right: pad the shorter stack after vmap's axis
+    ra, rb = len(static_shape(a.type)), len(static_shape(rhs.type))
+    if ra < rb:
+        a = b.op("expand_dims", a, axis=tuple(range(1, 1 + rb - ra)))
+    elif rb < ra:
+        rhs = b.op("expand_dims", rhs, axis=tuple(range(1, 1 + ra - rb)))
+    x = b.op("solve", a, rhs)
+    return [b.op("squeeze", x, axis=-1) if vector else x]
+
+
+set_rules("batch", {
+    **{k: _leading_batch(k) for k in ("eigh", "qr", "svd", "cholesky", "inv", "det", "slogdet", "eigvalsh",
+                                      "svdvals", "pinv", "eig")},
+    "solve": _solve_batch,
+})

@@ -77,6 +77,7 @@ from opgraph.core.registry import (
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import const_like, normalize_axis, tensor, version_of_first, write_out
+from opgraph.ops.batch_helpers import all_batched, batch_axis, broadcast_batch, example_ndim
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
 from opgraph.ops.jvp_helpers import linear, multilinear
 
@@ -1734,4 +1735,102 @@ set_rules("jvp", {
     **{k: linear(k) for k in ("avg_pool2d", "avg_pool")},
     "max_pool2d": _jvp_max_pool2d, "max_pool": _jvp_max_pool, "relu": _jvp_relu, "softmax": _jvp_softmax,
     "log_softmax": _jvp_log_softmax, "layer_norm": _jvp_layer_norm,
+})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# vmap's axis folds into the op's own batch axis N (convolutions, pools, lrn, grid_sample); a batched kernel w
+# folds into the channels instead, as a grouped convolution with one group of channels per example (JAX's rule).
+def _fold(b: Any, x: Any) -> Any:
+    """``(B, N, ...) -> (B * N, ...)``."""
+    shape = static_shape(x.type)
+    return b.op("reshape", x, shape=(shape[0] * shape[1], *shape[2:]))
+
+
+def _unfold(b: Any, y: Any, size: int) -> Any:
+    """``(B * N, ...) -> (B, N, ...)``."""
+    shape = static_shape(y.type)
+    return b.op("reshape", y, shape=(size, shape[0] // size, *shape[1:]))
+
+
+def _unary_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        return [b.op(kind, ins[0], **attrs)]
+    return rule
+
+
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": batch_axis(attrs["axis"], example_ndim(x, True))})]
+    return rule
+
+
+def _folded_batch(kind: str) -> Any:
+    """The rule of an op on (N, ...) inputs, every input folded into N."""
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        xs = [_fold(b, x) for x in all_batched(b, ins, batched, size)]
+        res = b.op(kind, *xs, **attrs)
+        return [_unfold(b, r, size) for r in (res if isinstance(res, (tuple, list)) else [res])]
+    return rule
+
+
+def _conv_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        x, w = ins
+        if not batched[1]:
+            return [_unfold(b, b.op(kind, _fold(b, x), w, **attrs), size)]
+        x = x if batched[0] else broadcast_batch(b, x, size)
+        xs, ws = static_shape(x.type), static_shape(w.type)
+        # x (B, N, C, ...) -> (N, B * C, ...); w (B, O, C/g, ...) -> (B * O, C/g, ...) [conv_transpose: (B, C,
+        # M/g, ...) -> (B * C, M/g, ...)]; groups B * g: group (e, j) sees example e's channels and kernels only
+        x = b.op("reshape", b.op("moveaxis", x, source=(0,), destination=(1,)), shape=(xs[1], size * xs[2], *xs[3:]))
+        w = b.op("reshape", w, shape=(size * ws[1], *ws[2:]))
+        y = b.op(kind, x, w, **{**attrs, "groups": size * attrs["groups"]})
+        ys = static_shape(y.type)
+        y = b.op("reshape", y, shape=(ys[0], size, ys[1] // size, *ys[2:]))
+        return [b.op("moveaxis", y, source=(1,), destination=(0,))]
+    return rule
+
+
+def _resize_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                  attrs: dict[str, Any]) -> list[Any]:
+    # the batch axis keeps its size and scale 1 (the identity, which the kernel and ONNX leave alone)
+    scales, roi = attrs["scales"], attrs["roi"]
+    if roi is not None:
+        half = len(roi) // 2
+        roi = (0.0, *roi[:half], 1.0, *roi[half:])
+    return [b.op("resize", ins[0], **{**attrs, "sizes": (size, *attrs["sizes"]),
+                                      "scales": None if scales is None else (1.0, *scales), "roi": roi})]
+
+
+def _layer_norm_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                      attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0] if batched[0] else broadcast_batch(b, ins[0], size)
+    rank = example_ndim(ins[0], batched[0])
+    axis = batch_axis(attrs["axis"], rank)
+    if not any(batched[1:]):
+        return [b.op("layer_norm", x, *ins[1:], axis=axis, epsilon=attrs["epsilon"])]
+    # an example's own scale or bias: normalise, then scale and shift with their batch axis lined up with x's
+    y = b.op("layer_norm", x, axis=axis, epsilon=attrs["epsilon"])
+    for kind, p, f in zip(("multiply", "add"), ins[1:], batched[1:], strict=False):
+        if f:
+            extra = rank - example_ndim(p, True)
+            if extra:
+                p = b.op("expand_dims", p, axis=tuple(range(1, 1 + extra)))
+        y = b.op(kind, y, p)
+    return [y]
+
+
+set_rules("batch", {
+    "relu": _unary_batch("relu"),
+    "softmax": _axis_batch("softmax"),
+    "log_softmax": _axis_batch("log_softmax"),
+    "conv2d": _conv_batch("conv2d"),
+    "conv": _conv_batch("conv"),
+    "conv_transpose": _conv_batch("conv_transpose"),
+    **{k: _folded_batch(k) for k in ("max_pool2d", "avg_pool2d", "max_pool", "max_pool_argmax", "avg_pool",
+                                     "lp_pool", "lrn", "grid_sample")},
+    "resize": _resize_batch,
+    "layer_norm": _layer_norm_batch,
 })

@@ -39,6 +39,7 @@ from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, op
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor
+from opgraph.ops.batch_helpers import batch_axis, example_ndim
 from opgraph.ops.grad_helpers import is_float, rank
 from opgraph.ops.jvp_helpers import linear
 
@@ -260,3 +261,14 @@ _register("irfft", 1202, _irfft_infer, _irfft_kernel,
 # The transforms are linear: the op on the tangent. (rfft's gradient takes a real part, and the reverse rule
 # of real drops a complex input's cotangent, so its transpose would lose the tangent.)
 set_rules("jvp", {k: linear(k) for k in ("fft", "rfft", "irfft")})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": batch_axis(attrs["axis"], example_ndim(x, True))})]
+    return rule
+
+
+set_rules("batch", {k: _axis_batch(k) for k in ("fft", "rfft", "irfft")})
