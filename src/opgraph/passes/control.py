@@ -62,7 +62,7 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import CONST, Attrs, exact_key, get_op
 from opgraph.core.subgraph import Subgraph, bodies_in, subgraphs_of
 from opgraph.ops.control import inline_body
-from opgraph.passes.base import PassResult
+from opgraph.passes.base import PassResult, compact
 from opgraph.passes.dce import cse, dce
 from opgraph.passes.rewrite import Match, P, Rule, RuleSet, rewrite
 
@@ -392,3 +392,176 @@ def _merged_scans(graph: Graph, ops: list[int], ncarry: int) -> dict[int, tuple[
     # DCE drops the ops of a body that did not join (its carry differs); it keeps every parameter
     body = Subgraph(dce(sb.freeze()).graph, name="+".join(n for n in names if n))
     return {o: (body, p) for o, p in zip(members, picks, strict=True)}
+
+
+# ---------------------------------------------------------------- merging an op into one that extends it
+def _layout(graph: Graph, op: int) -> tuple[Any, list[list[int]], list[str]] | None:
+    """How a control op's inputs are laid out: (what must be equal, the groups of body parameters, the bodies)."""
+    kind, ins, a = graph.kind_of(op), graph.op_inputs(op).tolist(), graph.attrs_of(op)
+    if kind == "call":
+        return (), [ins], ["body"]
+    if kind == "cond":
+        return (ins[0],), [ins[1:]], ["then_body", "else_body"]
+    if kind == "scan":
+        nc, ncarry = a["num_consts"], a["num_carry"]
+        return (a["length"], a["reverse"]), [ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]], ["body"]
+    if kind == "while_loop":
+        nc = a["num_consts"]
+        return (a["max_trip"],), [ins[:nc], ins[nc:]], ["cond_body", "body"]
+    return None
+
+
+def _param_map(small: list[list[int]], big: list[list[int]], carry_group: int | None) -> list[int] | None:
+    """Where each parameter of the smaller op is among the bigger op's (same group, same value); None if one is not.
+
+    Carries must map to distinct carries (two carries from one init may evolve differently; the bodies decide).
+    """
+    mapping, offset = [], 0
+    for g, (s, bg) in enumerate(zip(small, big, strict=True)):
+        used: set[int] = set()
+        for v in s:
+            pos = [i for i, w in enumerate(bg) if w == v and (g != carry_group or i not in used)]
+            if not pos:
+                return None
+            used.add(pos[0])
+            mapping.append(offset + pos[0])
+        offset += len(bg)
+    return mapping
+
+
+def _same_results(small: Subgraph, big: Subgraph, mapping: list[int]) -> list[int] | None:
+    """For each result of ``small``, a result of ``big`` that is the same value when ``small``'s parameters are
+    ``big``'s at ``mapping`` (None if one is not found). Control ops inside are merged first (nested loops)."""
+    if any(small.in_types[i] != big.in_types[m] for i, m in enumerate(mapping)):
+        return None
+    sb = GraphBuilder()
+    params = [sb.input(t) for t in big.in_types]
+    rb = inline_body(sb, big, params)
+    rs = inline_body(sb, small, [params[m] for m in mapping])
+    sb.output(*rb, *rs)
+    g = cse(merge_subsumed(sb.freeze()).graph).graph
+    outs = g.outputs.tolist()
+    first: dict[int, int] = {}
+    for j, v in enumerate(outs[:len(rb)]):
+        first.setdefault(v, j)
+    found = [first.get(v) for v in outs[len(rb):]]
+    return None if any(j is None for j in found) else found  # type: ignore[return-value]
+
+
+def _subsumed_outputs(graph: Graph, small: int, big: int) -> list[int] | None:
+    """The outputs of op ``big`` that are op ``small``'s outputs, in order (None when ``big`` does not compute
+    them all)."""
+    kind = graph.kind_of(small)
+    ls, lb = _layout(graph, small), _layout(graph, big)
+    if ls is None or lb is None or ls[0] != lb[0]:
+        return None
+    loop = kind in LOOPS
+    mapping = _param_map(ls[1], lb[1], 1 if loop else None)
+    if mapping is None:
+        return None
+    sa, ba = graph.attrs_of(small), graph.attrs_of(big)
+    picks: list[int] | None = None
+    for name in ls[2]:
+        found = _same_results(sa[name], ba[name], mapping)
+        if found is None:
+            return None
+        if name == "cond_body":
+            if found != [0]:
+                return None
+            continue
+        if loop:
+            # the carries: the small op's carry k must be the big op's carry it was mapped to, each trip
+            nc_s, nc_b = len(ls[1][0]), len(lb[1][0])
+            carries = [m - nc_b for m in mapping[nc_s:nc_s + len(ls[1][1])]]
+            if found[:len(carries)] != carries:
+                return None
+            if any(j < len(lb[1][1]) for j in found[len(carries):]):
+                return None  # a y that is a carry of the big loop is not stacked by it
+        if picks is not None and found != picks:
+            return None  # the branches of a cond must agree on where each result is
+        picks = found
+    return picks
+
+
+def merge_subsumed(graph: Graph) -> PassResult:
+    """Read a control op's results off another op of its kind that computes them too, and drop it.
+
+    Op ``B`` subsumes op ``A`` (both ``call``, ``cond``, ``scan`` or
+    ``while_loop``) when its inputs include ``A``'s in the same roles (each
+    const among its consts, each carry among its carries, each x among its
+    xs, the same predicate, trip count and direction) and its bodies,
+    given those parameters, compute ``A``'s results (carry for carry; for a
+    ``while_loop`` the same predicate). Forward mode makes such pairs: the
+    tangent op of a loop carries the primal values beside their tangents
+    (:mod:`opgraph.ops.control`, "tangent rules"), so after merging the loop
+    runs once. Nested control ops are compared after merging theirs.
+    ``counts['merge.subsumed']`` is the number of ops dropped.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> def body(with_sum):
+    ...     sb = opgraph.GraphBuilder()
+    ...     c = sb.input(("float64", (2,)), name="c")
+    ...     s = sb.input(("float64", ()), name="s") if with_sum else None   # one more carry
+    ...     x = sb.input(("float64", (2,)), name="x")
+    ...     c2 = sb.tanh(sb.add(c, x))
+    ...     sb.output(*((c2, sb.add(s, sb.sum(c2))) if with_sum else (c2,)))
+    ...     return Subgraph(sb.freeze())
+    >>> b = opgraph.GraphBuilder()
+    >>> c0, xs, s0 = b.input(("float64", (2,)), name="c0"), b.input(("float64", (5, 2)), name="xs"), \\
+    ...     b.input(("float64", ()), name="s0")
+    >>> h = b.op("scan", c0, xs, body=body(False), num_carry=1)
+    >>> h2, total = b.op("scan", c0, s0, xs, body=body(True), num_carry=2)
+    >>> b.output(h, total); g = b.freeze()
+    >>> r = merge_subsumed(g)
+    >>> r.counts, int((r.graph.op_kind == g.op_kind[0]).sum())
+    ({'merge.subsumed': 1}, 1)
+    >>> feeds = {"c0": np.zeros(2), "xs": np.ones((5, 2)), "s0": np.zeros(())}
+    >>> all(np.array_equal(p, q) for p, q in zip(r.graph.run(feeds), g.run(feeds)))
+    True
+    """
+    total = 0
+    while True:
+        graph, dropped = _merge_subsumed_once(graph)
+        if not dropped:
+            return PassResult(graph, {"merge.subsumed": total} if total else {})
+        total += dropped
+        # ops reading the merged results become equal (a cond's predicate, say): CSE them, then look again
+        graph = cse(graph).graph
+
+
+def _merge_subsumed_once(graph: Graph) -> tuple[Graph, int]:
+    if not graph.subgraphs:
+        return graph, 0
+    kinds = {get_op(k).id for k in ("call", "cond", "scan", "while_loop")}
+    ops = [int(o) for o in np.flatnonzero(np.isin(graph.op_kind, list(kinds)))]
+    if len(ops) < 2:
+        return graph, 0
+    vmap = np.arange(graph.num_values, dtype=np.int64)
+    keep = np.ones(graph.num_ops, dtype=bool)
+    for a in ops:
+        ins_a = set(graph.op_inputs(a).tolist())
+        for b in ops:
+            if b == a or not keep[b] or graph.op_kind[a] != graph.op_kind[b]:
+                continue
+            ins_b = graph.op_inputs(b)
+            if len(ins_b) <= graph.op_inputs(a).size or not ins_a <= set(ins_b.tolist()):
+                continue
+            picks = _subsumed_outputs(graph, a, b)
+            if picks is None:
+                continue
+            outs_a, outs_b = graph.op_outputs(a), graph.op_outputs(b)
+            if any(graph.type_of(int(outs_a[i])) != graph.type_of(int(outs_b[j])) for i, j in enumerate(picks)):
+                continue
+            if graph.needed_ops(ins_b)[a]:
+                continue  # b reads what a computes: a cannot read b's results
+            vmap[outs_a] = vmap[outs_b[picks]]
+            keep[a] = False
+            break
+    dropped = int((~keep).sum())
+    if not dropped:
+        return graph, 0
+    # a dropped op's results may stand for another dropped op's (chains): follow them to the end
+    for _ in range(dropped):
+        vmap = vmap[vmap]
+    return compact(graph, keep, vmap), dropped
