@@ -252,6 +252,25 @@ def test_nested_hvp() -> None:
                                **TOL)
 
 
+def test_jvp_of_jvp_and_while_inside_scan() -> None:
+    """Forward over forward, through a scan whose body holds a while_loop."""
+    def f(a: Any, xs: Any) -> Any:
+        def step(c: Any, x: Any) -> Any:
+            return newton_sqrt(a + x * x, c), c
+        c, ys = opgraph.scan(step, onp.ones(1), xs)
+        return c + onp.sum(ys)
+    def fj(a: Any, xs: Any) -> Any:
+        def step(c: Any, x: Any) -> Any:
+            return newton_sqrt_jax(a + x * x, c), c
+        c, ys = lax.scan(step, jnp.ones(1), xs)
+        return c + jnp.sum(ys)
+    a, xs, u, v = np.array([2.0]), RNG.normal(size=(3, 1)), np.array([1.0]), np.array([0.5])
+    check_jvp(f, fj, (a, xs))
+    got = opgraph.jvp(lambda a: opgraph.jvp(lambda a: f(a, xs), (a,), (u,))[1], (a,), (v,))[1]
+    want = jax.jvp(lambda a: jax.jvp(lambda a: fj(a, xs), (a,), (u,))[1], (a,), (v,))[1]
+    np.testing.assert_allclose(got, np.asarray(want), **TOL)
+
+
 # ---------------------------------------------------------------- the jvp'd body
 def test_jvp_body_recomputes_no_primal_op() -> None:
     sb = opgraph.GraphBuilder()
@@ -291,7 +310,8 @@ def test_merge_subsumed_leaves_different_loops_alone() -> None:
 # ---------------------------------------------------------------- engines, files
 @pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
 def test_jvp_graph_on_engines(backend: str) -> None:
-    pytest.importorskip(backend) if backend != "numpy" else None
+    if backend != "numpy":
+        pytest.importorskip(backend)
     w, h0, xs = RNG.normal(size=(3, 3)) * 0.5, RNG.normal(size=3), RNG.normal(size=(5, 3))
     tw = RNG.normal(size=(3, 3))
     a = np.array([2.5]), np.array([1.0])

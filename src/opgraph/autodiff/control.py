@@ -33,7 +33,7 @@ from opgraph.core import hooks
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.subgraph import Subgraph
 from opgraph.errors import GraphError
-from opgraph.ops.control import inline_body, pruned_body
+from opgraph.ops.control import inline_body, pruned_body, tangent_names
 from opgraph.ops.grad_helpers import is_float
 
 
@@ -140,7 +140,7 @@ def jvp_body(body: Subgraph, wrt: Sequence[int] | None = None) -> Subgraph:
         names = [body.graph.name_of(int(v)) for v in body.graph.inputs]
         params = [b.input(t, name=n) for t, n in zip(ins, names, strict=True)]
         results = inline_body(b, body, params)
-        tans_in = [b.input(ins[i], name=f"t_{names[i]}" if names[i] else None) for i in w]
+        tans_in = [b.input(ins[i], name=n) for i, n in zip(w, tangent_names(names, w), strict=True)]
         floats = [r for r in results if is_float(r.type)]
         tans = build_jvp_ops(b, floats, [params[i] for i in w], tans_in)
         b.output(*results, *tans)

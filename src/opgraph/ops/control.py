@@ -622,6 +622,25 @@ def _jvp_body(body: Subgraph, wrt: Sequence[int]) -> Subgraph:
     return hooks.BODY_JVP.get()(body, tuple(wrt))  # type: ignore[no-any-return]
 
 
+def tangent_names(names: Sequence[str | None], wrt: Sequence[int]) -> list[str | None]:
+    """Names for the tangents of parameters ``wrt``: ``t_<name>``, or none where that name is taken already
+    (a tangent body's own ``t_x``, say, when it is differentiated again).
+
+    >>> tangent_names(["x", "t_x", None], [0, 1, 2])
+    [None, 't_t_x', None]
+    """
+    taken = {n for n in names if n}
+    out: list[str | None] = []
+    for i in wrt:
+        n = f"t_{names[i]}" if names[i] else None
+        if n in taken:
+            n = None
+        if n:
+            taken.add(n)
+        out.append(n)
+    return out
+
+
 def _floats(types: Sequence[ValueType]) -> list[int]:
     return [j for j, t in enumerate(types) if is_float(t)]
 
@@ -668,17 +687,13 @@ def _loop_step(body: Subgraph, nc: int, ncarry: int, tc: Sequence[int], fcar: Se
         jb = _jvp_body(body, wrt)
         sb = GraphBuilder()
         names = [body.graph.name_of(int(v)) for v in body.graph.inputs]
-
-        def param(i: int, prefix: str = "") -> Any:
-            name = names[i]
-            return sb.input(ins[i], name=f"{prefix}{name}" if name else None)
-
-        consts = [param(i) for i in range(nc)]
-        t_consts = [param(i, "t_") for i in tc]
-        carry = [param(nc + k) for k in range(ncarry)]
-        t_carry = [param(nc + k, "t_") for k in fcar]
-        xs = [param(nc + ncarry + k) for k in range(nx)]
-        t_xs = [param(nc + ncarry + k, "t_") for k in tx]
+        tname = dict(zip(wrt, tangent_names(names, wrt), strict=True))
+        consts = [sb.input(ins[i], name=names[i]) for i in range(nc)]
+        t_consts = [sb.input(ins[i], name=tname[i]) for i in tc]
+        carry = [sb.input(ins[nc + k], name=names[nc + k]) for k in range(ncarry)]
+        t_carry = [sb.input(ins[nc + k], name=tname[nc + k]) for k in fcar]
+        xs = [sb.input(ins[i], name=names[i]) for i in range(nc + ncarry, nc + ncarry + nx)]
+        t_xs = [sb.input(ins[nc + ncarry + k], name=tname[nc + ncarry + k]) for k in tx]
         res = inline_body(sb, jb, [*consts, *carry, *xs, *t_consts, *t_carry, *t_xs])
         m = body.num_outputs
         prim, tans = res[:m], res[m:]
