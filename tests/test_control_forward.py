@@ -1,5 +1,5 @@
 """Forward mode through call / cond / scan / while_loop / fori_loop (tangent rules in ops/control.py,
-``jvp_body`` in autodiff/control.py, ``merge_subsumed`` in passes/control.py).
+``jvp_body`` in autodiff/control.py, ``merge_subsumed`` and ``merge_overlapping_scans`` in passes/control.py).
 
 Each tangent is checked against ``jax.jvp`` of the same ``jax.lax`` program (x64) and against central finite
 differences; the jvp graphs also run on the jax and torch engines and after a save/load round trip.
@@ -17,7 +17,7 @@ import opgraph
 import opgraph.numpy as onp
 from opgraph.autodiff.control import jvp_body
 from opgraph.core.subgraph import Subgraph
-from opgraph.passes.control import merge_subsumed
+from opgraph.passes.control import merge_overlapping_scans, merge_subsumed
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
@@ -176,6 +176,14 @@ def test_jacfwd_of_rk4_ode_matches_jax() -> None:
     assert got.shape == (2, 3)
     np.testing.assert_allclose(got, np.asarray(want), **TOL)
     np.testing.assert_allclose(got, opgraph.jacrev(lambda p: rk4(p, y0))(p), **TOL)
+    # one tangent scan per parameter, each carrying the primal state: optimised, one loop steps them all
+    jac = opgraph.jacfwd(lambda p: rk4(p, y0))
+    g = opgraph.trace(jac, p)
+    opt = opgraph.optimize(g)
+    assert kinds(g).count("scan") == 3 and kinds(opt).count("scan") == 1
+    (op,) = [o for o in range(opt.num_ops) if opt.kind_of(o) == "scan"]
+    assert opt.attrs_of(op)["num_carry"] == 1 + 1 + 3  # the counter, the state, three tangents of it
+    np.testing.assert_allclose(opgraph.jit(jac)(p), np.asarray(want), **TOL)
 
 
 def test_hvp_through_scan_matches_jax() -> None:
@@ -305,6 +313,7 @@ def test_merge_subsumed_leaves_different_loops_alone() -> None:
     x, xs = RNG.normal(size=2), RNG.normal(size=(3, 2))
     g = opgraph.trace(f, x, xs)
     assert merge_subsumed(g).counts == {}
+    assert merge_overlapping_scans(g).counts == {}  # they share inputs, but no op of their bodies
 
 
 # ---------------------------------------------------------------- engines, files

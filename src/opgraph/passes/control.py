@@ -565,3 +565,190 @@ def _merge_subsumed_once(graph: Graph) -> tuple[Graph, int]:
     for _ in range(dropped):
         vmap = vmap[vmap]
     return compact(graph, keep, vmap), dropped
+
+
+# ---------------------------------------------------------------- merging scans that share inputs
+def _trips(graph: Graph, op: int) -> int | None:
+    a = graph.attrs_of(op)
+    if a["length"] is not None:
+        return int(a["length"])
+    xs = graph.op_inputs(op)[a["num_consts"] + a["num_carry"]:]
+    if not len(xs):
+        return None
+    shape = getattr(graph.type_of(int(xs[0])), "shape", None)
+    return None if not shape or shape[0] is None else int(shape[0])
+
+
+def _clusters(graph: Graph, scans: list[int]) -> list[list[int]]:
+    """Groups of scans of one static trip count and direction, each sharing an input with another of its group,
+    none reading what another computes."""
+    groups: dict[Any, list[int]] = {}
+    for op in scans:
+        n = _trips(graph, op)
+        if n is not None:
+            groups.setdefault((n, graph.attrs_of(op)["reverse"]), []).append(op)
+    out = []
+    for ops in groups.values():
+        pending = list(ops)
+        while len(pending) > 1:
+            first, rest = pending[0], pending[1:]
+            cluster, seen = [first], set(graph.op_inputs(first).tolist())
+            for op in rest:
+                ins = graph.op_inputs(op)
+                if seen.isdisjoint(ins.tolist()):
+                    continue
+                if any(graph.needed_ops(ins)[o] or graph.needed_ops(graph.op_inputs(o))[op] for o in cluster):
+                    continue
+                cluster.append(op)
+                seen.update(ins.tolist())
+            pending = [op for op in rest if op not in cluster]
+            if len(cluster) > 1:
+                out.append(cluster)
+    return out
+
+
+def _overlap_plan(graph: Graph, ops: list[int]) -> tuple[Subgraph, list[int], int, int, list[list[int]]] | None:
+    """One scan for scans ``ops``: (body, inputs, num_consts, num_carry, per op the positions of its results),
+    or None when the merged body would share nothing.
+
+    Consts and xs that are the same value become one parameter. Carries with the same initial value are
+    assumed to be one carry, and the assumption is checked: a group whose members' new carries are not one
+    value (hash-consed) on the shared parameters is split, and the bodies are inlined again, until every
+    group holds."""
+    lay = []
+    for op in ops:
+        a, ins = graph.attrs_of(op), graph.op_inputs(op).tolist()
+        nc, ncarry = a["num_consts"], a["num_carry"]
+        lay.append((a["body"], ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]))
+    consts = list(dict.fromkeys(v for _, c, _, _ in lay for v in c))
+    xs = list(dict.fromkeys(v for _, _, _, x in lay for v in x))
+    # carry groups: (member, carry index) -> group; split until each group's new carry is one value
+    group: dict[tuple[int, int], int] = {}
+    inits: list[int] = []
+    for m, (_, _, k, _) in enumerate(lay):
+        for i, v in enumerate(k):
+            if v not in inits:
+                inits.append(v)
+            group[(m, i)] = inits.index(v)
+    while True:
+        ctype: dict[int, Any] = {}
+        for (m, i), gid in group.items():
+            ctype.setdefault(gid, lay[m][0].in_types[len(lay[m][1]) + i])
+        sb = GraphBuilder()
+        pc = {v: sb.input(graph.type_of(v)) for v in consts}
+        pk = [sb.input(ctype[gid]) for gid in range(len(inits))]
+        px = {}
+        for body, c, k, x in lay:
+            for j, v in enumerate(x):
+                if v not in px:
+                    px[v] = sb.input(body.in_types[len(c) + len(k) + j])
+        results = []
+        for m, (body, c, k, x) in enumerate(lay):
+            args = [pc[v] for v in c] + [pk[group[(m, i)]] for i in range(len(k))] + [px[v] for v in x]
+            if any(a.type != t for a, t in zip(args, body.in_types, strict=True)):
+                return None
+            results.append(inline_body(sb, body, args))
+        new_of: dict[int, list[tuple[tuple[int, int], int]]] = {}
+        for (m, i), gid in group.items():
+            new_of.setdefault(gid, []).append(((m, i), results[m][i].id))
+        split = False
+        for gid, members in new_of.items():
+            ids = [v for _, v in members]
+            if len(set(ids)) > 1:
+                split = True
+                for key, v in members:
+                    if v != ids[0]:  # a new group per differing new carry (same initial value)
+                        group[key] = len(inits) + sorted(set(ids) - {ids[0]}).index(v)
+                inits.extend(inits[gid] for _ in range(len(set(ids)) - 1))
+        if not split:
+            break
+    carries = [next(results[m][i] for (m, i), g2 in group.items() if g2 == gid) for gid in range(len(inits))]
+    ys: list[Any] = []
+    picks = []
+    for m, (_, _, k, _) in enumerate(lay):
+        pos = [group[(m, i)] for i in range(len(k))]
+        for y in results[m][len(k):]:
+            ids = [v.id for v in ys]
+            if y.id not in ids:
+                ys.append(y)
+                ids.append(y.id)
+            pos.append(len(inits) + ids.index(y.id))
+        picks.append(pos)
+    sb.output(*carries, *ys)
+    merged = dce(sb.freeze()).graph
+    if merged.num_ops >= sum(body.graph.num_ops for body, _, _, _ in lay):
+        return None  # nothing in common: separate loops are as good
+    names = dict.fromkeys(body.name for body, _, _, _ in lay if body.name)
+    return Subgraph(merged, name="+".join(names)), [*consts, *inits, *xs], len(consts), len(inits), picks
+
+
+def merge_overlapping_scans(graph: Graph) -> PassResult:
+    """Run scans of one trip count and direction that share inputs as one scan, computing what they share once.
+
+    Consts and xs that are the same value are passed once; carries with the
+    same initial value whose bodies compute the same new carry are one carry;
+    the other carries and the ys are each scan's own. Scans merge only when
+    some op of their bodies is shared (and neither reads the other's
+    results). ``jacfwd`` makes such scans: one tangent scan per input element,
+    each carrying the primal values; merged, the primal step runs once per
+    trip for all of them, as JAX's batched tangents do. ``counts['merge.overlap']``
+    is the number of scans replaced.
+
+    >>> import numpy as np, opgraph
+    >>> from opgraph.core.subgraph import Subgraph
+    >>> def body(k):
+    ...     sb = opgraph.GraphBuilder()
+    ...     c, t, x = (sb.input(("float64", (2,)), name=n) for n in "ctx")
+    ...     c2 = sb.tanh(sb.add(c, x))
+    ...     sb.output(c2, sb.add(sb.multiply(t, c2), sb.constant(np.full(2, float(k)))))
+    ...     return Subgraph(sb.freeze(), name=f"tangent{k}")
+    >>> b = opgraph.GraphBuilder()
+    >>> c0, xs = b.input(("float64", (2,)), name="c0"), b.input(("float64", (5, 2)), name="xs")
+    >>> t1, t2 = b.input(("float64", (2,)), name="t1"), b.input(("float64", (2,)), name="t2")
+    >>> _, u1 = b.op("scan", c0, t1, xs, body=body(1), num_carry=2)
+    >>> _, u2 = b.op("scan", c0, t2, xs, body=body(2), num_carry=2)
+    >>> b.output(u1, u2); g = b.freeze()
+    >>> r = merge_overlapping_scans(g)
+    >>> r.counts, int((r.graph.op_kind == g.op_kind[0]).sum())
+    ({'merge.overlap': 2}, 1)
+    >>> r.graph.subgraphs[0].graph.num_ops    # add and tanh once; per tangent multiply, const, add
+    8
+    >>> feeds = {"c0": np.zeros(2), "xs": np.ones((5, 2)), "t1": np.ones(2), "t2": np.full(2, 2.0)}
+    >>> all(np.allclose(p, q) for p, q in zip(r.graph.run(feeds), g.run(feeds)))
+    True
+    """
+    if not graph.subgraphs:
+        return PassResult(graph, {})
+    scans = [int(o) for o in np.flatnonzero(graph.op_kind == get_op("scan").id)]
+    if len(scans) < 2:
+        return PassResult(graph, {})
+    from opgraph.passes.base import Emitter
+
+    e = Emitter(graph)
+    order = graph.topological_order()
+    pos = np.empty(graph.num_ops, dtype=np.int64)
+    pos[order] = np.arange(graph.num_ops)
+    merged = 0
+    for ops in _clusters(graph, scans):
+        plan = _overlap_plan(graph, ops)
+        if plan is None:
+            continue
+        body, ins, nc, ncarry, picks = plan
+        last = max(ops, key=lambda o: pos[o])
+        a = graph.attrs_of(last)
+        mark = e.checkpoint()
+        e.root = last  # the merged scan is placed where the last of them was
+        res = e.op("scan", *ins, body=body, num_consts=nc, num_carry=ncarry, length=_trips(graph, last),
+                   reverse=a["reverse"])
+        res = res if isinstance(res, tuple) else (res,)
+        pairs = [(int(o), res[p]) for op, ps in zip(ops, picks, strict=True)
+                 for o, p in zip(graph.op_outputs(op), ps, strict=True)]
+        if any(graph.type_of(o) != e.type_of(n) for o, n in pairs):
+            e.rollback(mark)
+            continue
+        for o, n in pairs:
+            e.replace(o, n)
+        merged += len(ops)
+    if not merged:
+        return PassResult(graph, {})
+    return PassResult(e.finish(), {"merge.overlap": merged})
