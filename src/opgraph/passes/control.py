@@ -691,8 +691,9 @@ def merge_overlapping_scans(graph: Graph) -> PassResult:
     some op of their bodies is shared (and neither reads the other's
     results). ``jacfwd`` makes such scans: one tangent scan per input element,
     each carrying the primal values; merged, the primal step runs once per
-    trip for all of them, as JAX's batched tangents do. ``counts['merge.overlap']``
-    is the number of scans replaced.
+    trip for all of them. ``counts['merge.overlap']`` is the number of scans
+    replaced. Not in :func:`opgraph.optimize`'s pipeline: the NumPy engine
+    runs the merged loop faster, XLA the separate ones (docs/passes.md).
 
     >>> import numpy as np, opgraph
     >>> from opgraph.core.subgraph import Subgraph

@@ -30,7 +30,6 @@ from opgraph.passes.base import PassResult, merge_counts, use_counts
 from opgraph.passes.control import (
     BodyOptimizer,
     hoist_invariants,
-    merge_overlapping_scans,
     merge_sibling_scans,
     merge_subsumed,
 )
@@ -281,7 +280,7 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
 
     >>> [n for n, _ in pipeline_for(2).passes]
     ['bodies', 'dce', 'cse', 'simplify', 'fold_affine', 'fuse_updates', 'fuse', 'layout', 'merge_subsumed',
-     'merge_scans', 'merge_overlap', 'hoist']
+     'merge_scans', 'hoist']
     """
     flags = ("fast_math",) if fast_math else ()
     passes: list[tuple[str, PassFn]] = []
@@ -301,8 +300,7 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
         # simplified bodies. One BodyOptimizer per pipeline: each distinct body is optimised once.
         bodies = BodyOptimizer(lambda g: _as_result(pipe.run(g)))
         pipe.passes = [("bodies", bodies), *passes, ("merge_subsumed", merge_subsumed),
-                       ("merge_scans", merge_sibling_scans), ("merge_overlap", merge_overlapping_scans),
-                       ("hoist", hoist_invariants)]
+                       ("merge_scans", merge_sibling_scans), ("hoist", hoist_invariants)]
     return pipe
 
 
