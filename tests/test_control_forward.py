@@ -195,6 +195,15 @@ def test_hvp_through_scan_matches_jax() -> None:
     np.testing.assert_allclose(hv, np.asarray(jhv), **TOL)
 
 
+def test_linearize_and_forward_hessian_through_scan() -> None:
+    w, h0, xs = RNG.normal(size=(2, 2)) * 0.5, RNG.normal(size=2), RNG.normal(size=(4, 2))
+    v = RNG.normal(size=(2, 2))
+    _, f_jvp = opgraph.linearize(lambda w: rnn(w, h0, xs), w)
+    np.testing.assert_allclose(f_jvp(v), np.asarray(jax.jvp(lambda w: rnn_jax(w, h0, xs), (w,), (v,))[1]), **TOL)
+    h = opgraph.hessian(lambda w: rnn(w, h0, xs), mode="fwd")(w)
+    np.testing.assert_allclose(h, np.asarray(jax.hessian(lambda w: rnn_jax(w, h0, xs))(w)), **TOL)
+
+
 def test_hvp_through_while_loop_with_max_trip() -> None:
     def f(x: Any) -> Any:
         def body(c: Any) -> Any:
