@@ -217,6 +217,9 @@ def test_hvp_through_while_loop_with_max_trip() -> None:
     x, t = RNG.normal(size=3), RNG.normal(size=3)
     _, hv = opgraph.hvp(f, (x,), (t,))
     np.testing.assert_allclose(hv, np.asarray(jax.jvp(jax.grad(fj), (x,), (t,))[1]), **TOL)
+    # reverse over forward: the tangent while_loop keeps max_trip
+    got = opgraph.grad(lambda x: opgraph.jvp(f, (x,), (t,))[1])(x)
+    np.testing.assert_allclose(got, np.asarray(jax.grad(lambda x: jax.jvp(fj, (x,), (t,))[1])(x)), **TOL)
 
 
 def test_grad_of_jvp_through_scan() -> None:
