@@ -164,6 +164,7 @@ _fill_on_first_use(_hooks.RUN, "opgraph.runtime.executor", "execute")
 _fill_on_first_use(_hooks.GRAD, "opgraph.autodiff.reverse", "build_grad_ops")
 _fill_on_first_use(_hooks.BODY, "opgraph.runtime.bodies", "compile_body")
 _fill_on_first_use(_hooks.BODY_VJP, "opgraph.autodiff.control", "vjp_body")
+_fill_on_first_use(_hooks.BODY_JVP, "opgraph.autodiff.control", "jvp_body")
 _fill_on_first_use(_hooks.SVG, "opgraph.viz", "graph_repr_svg")
 _fill_on_first_use(_hooks.BODY_BATCH, "opgraph.autodiff.control", "batch_body")
 

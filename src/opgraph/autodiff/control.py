@@ -36,7 +36,7 @@ from opgraph.core.builder import GraphBuilder
 from opgraph.core.subgraph import Subgraph
 from opgraph.core.types import TensorType
 from opgraph.errors import GraphError
-from opgraph.ops.control import inline_body, pruned_body
+from opgraph.ops.control import inline_body, pruned_body, tangent_names
 from opgraph.ops.grad_helpers import is_float
 
 
@@ -101,6 +101,60 @@ def vjp_body(body: Subgraph, wrt: Sequence[int] | None = None, cts: Sequence[int
 
 
 hooks.BODY_VJP.set(vjp_body)
+
+
+def jvp_body(body: Subgraph, wrt: Sequence[int] | None = None) -> Subgraph:
+    """The Jacobian-vector body of ``body``: ``(*params, *tangents of params wrt) -> (*results, *tangents)``.
+
+    From a body ``(p_1..p_n) -> (r_1..r_m)``, a body that also takes a
+    tangent for each parameter in ``wrt`` (default: every floating one), in
+    order, and returns the results followed by the tangent of each floating
+    result (zeros where no tangent reaches it). The body's ops are copied
+    once and the tangent sweep appends to them, so the tangents read the
+    primal values the body computes anyway (nothing runs twice; a control op
+    inside runs once, carrying its tangents: see
+    :func:`opgraph.passes.control.merge_subsumed`). Built once per
+    (body, wrt) and kept on the body; the tangent rules of ``call``,
+    ``cond``, ``scan`` and ``while_loop`` reach it through
+    :data:`opgraph.core.hooks.BODY_JVP`.
+
+    >>> import numpy as np, opgraph
+    >>> sb = opgraph.GraphBuilder()
+    >>> x, y = sb.input(("float64", (2,)), name="x"), sb.input(("float64", (2,)), name="y")
+    >>> sb.output(sb.multiply(sb.sin(x), y))
+    >>> j = jvp_body(Subgraph(sb.freeze(), name="f"), (0,))
+    >>> j
+    Subgraph('jvp(f)': (f64[2], f64[2], f64[2]) -> (f64[2], f64[2]), 5 ops)
+    >>> r, t = opgraph.ops.control.body_fn(j)([np.zeros(2), np.full(2, 3.0), np.ones(2)])
+    >>> r, t    # sin(0) * 3 and cos(0) * 3
+    (array([0., 0.]), array([3., 3.]))
+    """
+    ins = body.in_types
+    w = tuple(i for i, t in enumerate(ins) if is_float(t)) if wrt is None else tuple(int(i) for i in wrt)
+    for i in w:
+        if not 0 <= i < len(ins) or not is_float(ins[i]):
+            raise GraphError(f"body {body.label}: parameter {i} is not a floating parameter (it has no tangent)")
+
+    def make() -> Subgraph:
+        from opgraph.autodiff.forward import build_jvp_ops
+        from opgraph.passes.control import merge_subsumed
+
+        b = GraphBuilder()
+        names = [body.graph.name_of(int(v)) for v in body.graph.inputs]
+        params = [b.input(t, name=n) for t, n in zip(ins, names, strict=True)]
+        results = inline_body(b, body, params)
+        tans_in = [b.input(ins[i], name=n) for i, n in zip(w, tangent_names(names, w), strict=True)]
+        floats = [r for r in results if is_float(r.type)]
+        tans = build_jvp_ops(b, floats, [params[i] for i in w], tans_in)
+        b.output(*results, *tans)
+        # the primal control ops inside are read off their tangent ops (one loop each), then pruned
+        full = merge_subsumed(b.freeze()).graph
+        return pruned_body(full, f"jvp({body.name})" if body.name else "jvp")
+
+    return body.cache(("jvp-body", w), make)  # type: ignore[no-any-return]
+
+
+hooks.BODY_JVP.set(jvp_body)
 
 
 def batch_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched: Sequence[int] = ()) -> Subgraph:

@@ -613,6 +613,166 @@ def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Seq
     return g[:len(inputs)]
 
 
+# ---------------------------------------------------------------- tangent rules
+# Each rule emits one op of its own kind on the jvp bodies (hooks.BODY_JVP, built by the autodiff layer): the
+# primal results come out of the same op as the tangents (a loop runs once, carrying both, as JAX's jvp of
+# scan does). The sweep keeps the primal op too; passes.control.merge_subsumed reads its results off the new op.
+def _jvp_body(body: Subgraph, wrt: Sequence[int]) -> Subgraph:
+    """``(*params, *tangents of params wrt) -> (*results, *tangents of the floating results)`` (built and cached
+    by the autodiff layer; see :func:`opgraph.autodiff.control.jvp_body`)."""
+    return hooks.BODY_JVP.get()(body, tuple(wrt))  # type: ignore[no-any-return]
+
+
+def tangent_names(names: Sequence[str | None], wrt: Sequence[int]) -> list[str | None]:
+    """Names for the tangents of parameters ``wrt``: ``t_<name>``, or none where that name is taken already
+    (a tangent body's own ``t_x``, say, when it is differentiated again).
+
+    >>> tangent_names(["x", "t_x", None], [0, 1, 2])
+    [None, 't_t_x', None]
+    """
+    taken = {n for n in names if n}
+    out: list[str | None] = []
+    for i in wrt:
+        n = f"t_{names[i]}" if names[i] else None
+        if n in taken:
+            n = None
+        if n:
+            taken.add(n)
+        out.append(n)
+    return out
+
+
+def _floats(types: Sequence[ValueType]) -> list[int]:
+    return [j for j, t in enumerate(types) if is_float(t)]
+
+
+def _with_tangents(res: Sequence[Any], float_results: Sequence[int], tans: Sequence[Any]) -> list[Any]:
+    """The tangent of each of ``res`` (None for a non-floating one) from the tangents of the floating ones."""
+    return _scatter(len(res), float_results, tans)
+
+
+def _call_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    wrt = [i for i, t in enumerate(tangents) if t is not None]
+    body = attrs["body"]
+    res = _as_list(b.op("call", *inputs, *[tangents[i] for i in wrt], body=_jvp_body(body, wrt)))
+    m = body.num_outputs
+    return _with_tangents(outputs, _floats(body.out_types), res[m:])
+
+
+def _cond_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    operands, tans = inputs[1:], tangents[1:]
+    wrt = [i for i, t in enumerate(tans) if t is not None]
+    then_body, else_body = attrs["then_body"], attrs["else_body"]
+    res = _as_list(b.op("cond", inputs[0], *operands, *[tans[i] for i in wrt],
+                        then_body=_jvp_body(then_body, wrt), else_body=_jvp_body(else_body, wrt)))
+    m = len(outputs)
+    return _with_tangents(outputs, _floats([o.type for o in outputs]), res[m:])
+
+
+def _loop_step(body: Subgraph, nc: int, ncarry: int, tc: Sequence[int], fcar: Sequence[int],
+               tx: Sequence[int]) -> Subgraph:
+    """A loop body with tangents in a loop's layout: ``(*consts, *t_consts[tc], *carry, *t_carry[fcar], *xs,
+    *t_xs[tx]) -> (*carry', *t_carry'[fcar], *ys, *t_ys of the floating ys)``.
+
+    It is the body's jvp body with its parameters and results reordered, so
+    the primal step and its tangents are one body and run in one loop.
+    """
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        ins = body.in_types
+        nx = body.num_inputs - nc - ncarry
+        wrt = [*tc, *(nc + k for k in fcar), *(nc + ncarry + k for k in tx)]
+        jb = _jvp_body(body, wrt)
+        sb = GraphBuilder()
+        names = [body.graph.name_of(int(v)) for v in body.graph.inputs]
+        tname = dict(zip(wrt, tangent_names(names, wrt), strict=True))
+        consts = [sb.input(ins[i], name=names[i]) for i in range(nc)]
+        t_consts = [sb.input(ins[i], name=tname[i]) for i in tc]
+        carry = [sb.input(ins[nc + k], name=names[nc + k]) for k in range(ncarry)]
+        t_carry = [sb.input(ins[nc + k], name=tname[nc + k]) for k in fcar]
+        xs = [sb.input(ins[i], name=names[i]) for i in range(nc + ncarry, nc + ncarry + nx)]
+        t_xs = [sb.input(ins[nc + ncarry + k], name=tname[nc + ncarry + k]) for k in tx]
+        res = inline_body(sb, jb, [*consts, *carry, *xs, *t_consts, *t_carry, *t_xs])
+        m = body.num_outputs
+        prim, tans = res[:m], res[m:]
+        fout = _floats(body.out_types)
+        tan_of = dict(zip(fout, tans, strict=True))
+        sb.output(*prim[:ncarry], *(tan_of[k] for k in fcar), *prim[ncarry:],
+                  *(tan_of[j] for j in fout if j >= ncarry))
+        return Subgraph(sb.freeze(), name=f"jvp({body.name})" if body.name else "jvp")
+
+    key = ("jvp-loop-step", nc, ncarry, tuple(tc), tuple(fcar), tuple(tx))
+    return body.cache(key, make)  # type: ignore[no-any-return]
+
+
+def _loop_tangents(b: Any, res: Sequence[Any], body: Subgraph, ncarry: int, fcar: Sequence[int]) -> list[Any]:
+    """The tangent of each result of a loop from the results of its tangent loop (see :func:`_loop_step`)."""
+    ny = body.num_outputs - ncarry
+    nf = len(fcar)
+    carry_t = _scatter(ncarry, fcar, res[ncarry:ncarry + nf])
+    fy = [j for j in range(ny) if is_float(body.out_types[ncarry + j])]
+    ys_t = _scatter(ny, fy, res[ncarry + nf + ny:])
+    return [*carry_t, *ys_t]
+
+
+def _carry_tangents(b: Any, init: Sequence[Any], tangents: Sequence[Any]) -> tuple[list[int], list[Any]]:
+    """Every floating carry gets a tangent (the body may give one to a carry whose init has none): zeros there."""
+    fcar = [k for k, v in enumerate(init) if is_float(v.type)]
+    return fcar, [tangents[k] if tangents[k] is not None else zeros_like(b, init[k]) for k in fcar]
+
+
+def _scan_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    body, nc, ncarry = attrs["body"], attrs["num_consts"], attrs["num_carry"]
+    consts, init, xs = inputs[:nc], inputs[nc:nc + ncarry], inputs[nc + ncarry:]
+    t_c, t_init, t_x = tangents[:nc], tangents[nc:nc + ncarry], tangents[nc + ncarry:]
+    tc = [i for i, t in enumerate(t_c) if t is not None]
+    tx = [k for k, t in enumerate(t_x) if t is not None]
+    fcar, t_carry = _carry_tangents(b, init, t_init)
+    step = _loop_step(body, nc, ncarry, tc, fcar, tx)
+    res = _as_list(b.op("scan", *consts, *(t_c[i] for i in tc), *init, *t_carry, *xs, *(t_x[k] for k in tx),
+                        body=step, num_consts=nc + len(tc), num_carry=ncarry + len(fcar), length=attrs["length"],
+                        reverse=attrs["reverse"]))
+    return _loop_tangents(b, res, body, ncarry, fcar)
+
+
+def _while_cond_step(cond_body: Subgraph, nc: int, tc: Sequence[int], fcar: Sequence[int]) -> Subgraph:
+    """The predicate body of a tangent while_loop: ``cond_body`` on the primal parameters (tangents unread)."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        ins = cond_body.in_types
+        sb = GraphBuilder()
+        consts = [sb.input(ins[i]) for i in range(nc)]
+        for i in tc:
+            sb.input(ins[i])
+        carry = [sb.input(t) for t in ins[nc:]]
+        for k in fcar:
+            sb.input(ins[nc + k])
+        sb.output(*inline_body(sb, cond_body, [*consts, *carry]))
+        return Subgraph(sb.freeze(), name=cond_body.name)
+
+    return cond_body.cache(("jvp-cond-step", nc, tuple(tc), tuple(fcar)), make)  # type: ignore[no-any-return]
+
+
+def _while_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+               attrs: dict[str, Any]) -> list[Any]:
+    body, nc = attrs["body"], attrs["num_consts"]
+    ncarry = len(inputs) - nc
+    consts, init = inputs[:nc], inputs[nc:]
+    t_c = tangents[:nc]
+    tc = [i for i, t in enumerate(t_c) if t is not None]
+    fcar, t_carry = _carry_tangents(b, init, tangents[nc:])
+    step = _loop_step(body, nc, ncarry, tc, fcar, ())
+    test = _while_cond_step(attrs["cond_body"], nc, tc, fcar)
+    res = _as_list(b.op("while_loop", *consts, *(t_c[i] for i in tc), *init, *t_carry, cond_body=test, body=step,
+                        num_consts=nc + len(tc), max_trip=attrs["max_trip"]))
+    return _loop_tangents(b, res, body, ncarry, fcar)
+
+
 # ---------------------------------------------------------------- batching rules (vmap)
 # As JAX batches its control primitives: a body runs batched (hooks.BODY_BATCH, filled by the autodiff layer);
 # a loop's carry is batched when its init is or when the body makes it so (a fixed point over the carries, the
@@ -1007,6 +1167,8 @@ SCAN = register_op(OpDef(
 # computes no cotangent nobody asked for (an RNN's gradient for W alone skips U's, b's and the xs').
 for _rule in (_call_grad, _cond_grad, _scan_grad, _while_grad):
     _rule.takes_needed = True  # type: ignore[attr-defined]
+
+set_rules("jvp", {"call": _call_jvp, "cond": _cond_jvp, "scan": _scan_jvp, "while_loop": _while_jvp})
 
 
 # ---------------------------------------------------------------- folding bounds
