@@ -54,7 +54,7 @@ UNARY_DOMAIN = {
 CASES: dict[str, list[dict[str, Any]]] = {}
 for _n in ("negative", "positive", "abs", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "square",
            "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-           "atanh", "sigmoid", "erf", "erfc", "exp2", "cbrt", "conj", "real"):
+           "atanh", "sigmoid", "erf", "erfc", "exp2", "cbrt", "conj", "real", "imag"):
     dom = UNARY_DOMAIN.get(_n)
     CASES[_n] = [C(dom(*S) if dom else S)]
 for _n in ("add", "subtract", "multiply", "maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "logaddexp"):

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from opgraph import runtime as runtime
     from opgraph import viz as viz
     from opgraph.autodiff import grad, hessian, hvp, jacfwd, jacobian, jacrev, jvp, linearize, value_and_grad, vjp
+    from opgraph.autodiff.batching import vmap
     from opgraph.frontend.control import call, cond, fori_loop, scan, subroutine, while_loop
     from opgraph.frontend.tensor_algebra import OpGraph, tensor_expr
     from opgraph.frontend.trace import function, trace
@@ -95,6 +96,7 @@ __all__ = [
     "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize", "load", "optimize", "register_op", "save", "scan",
     "subroutine", "tensor_expr", "trace", "value_and_grad", "vjp", "while_loop",
 ]
+__all__ += ["vmap"]
 
 # Public names that live in layers imported on first use: name -> module that defines it.
 _LAZY_NAMES = {
@@ -123,6 +125,7 @@ _LAZY_NAMES = {
     "trace": "opgraph.frontend.trace",
     "value_and_grad": "opgraph.autodiff",
     "vjp": "opgraph.autodiff",
+    "vmap": "opgraph.autodiff",
     "while_loop": "opgraph.frontend.control",
 }
 _SUBMODULES = frozenset({"autodiff", "backends", "cli", "core", "errors", "frontend", "io", "memory", "nn", "numpy",
@@ -161,7 +164,9 @@ _fill_on_first_use(_hooks.RUN, "opgraph.runtime.executor", "execute")
 _fill_on_first_use(_hooks.GRAD, "opgraph.autodiff.reverse", "build_grad_ops")
 _fill_on_first_use(_hooks.BODY, "opgraph.runtime.bodies", "compile_body")
 _fill_on_first_use(_hooks.BODY_VJP, "opgraph.autodiff.control", "vjp_body")
+_fill_on_first_use(_hooks.BODY_JVP, "opgraph.autodiff.control", "jvp_body")
 _fill_on_first_use(_hooks.SVG, "opgraph.viz", "graph_repr_svg")
+_fill_on_first_use(_hooks.BODY_BATCH, "opgraph.autodiff.control", "batch_body")
 
 
 class _ModuleOnFirstUse(types.ModuleType):

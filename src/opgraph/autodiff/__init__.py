@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from opgraph.autodiff.batching import VmapFunction, batch_sweep, vmap
 from opgraph.autodiff.forward import NoTangentError, build_jvp_ops, lazy_jvp
 from opgraph.autodiff.reverse import NoGradientError, Record, build_grad_ops, build_vjp_ops, sweep
 from opgraph.core.graph import Value
@@ -41,6 +42,7 @@ __all__ = [
            "GradFunction", "HessianFunction", "JacfwdFunction", "JacobianFunction", "NoGradientError",
            "NoTangentError", "build_grad_ops", "build_jvp_ops", "build_vjp_ops", "grad", "hessian", "hvp", "jacfwd",
            "jacobian", "jacrev", "jvp", "lazy_jvp", "lazy_vjp", "linearize", "value_and_grad", "vjp"]
+__all__ += ["VmapFunction", "batch_sweep", "vmap"]  # batching (opgraph.autodiff.batching)
 
 
 class _LazyEmitter:
@@ -555,7 +557,7 @@ def _lazy_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequenc
     """``jvp`` on lazy arrays: the tangent ops are recorded on the primal's graph."""
     from opgraph.autodiff.forward import lazy_jvp as tangent_ops
     from opgraph.frontend import pytree
-    from opgraph.frontend.lazy import as_lazy
+    from opgraph.frontend.lazy import apply, as_lazy
     from opgraph.ops.grad_helpers import is_float
 
     args, wrt, tans = [], [], []
@@ -563,8 +565,13 @@ def _lazy_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequenc
         pl, spec = pytree.flatten(p)
         tl = pytree.flatten(t)[0]
         lazies = [as_lazy(leaf) for leaf in pl]
-        for x, c in zip(lazies, tl, strict=True):
+        for k, (x, c) in enumerate(zip(lazies, tl, strict=True)):
             if c is not None and is_float(x.type):
+                if x._node.const is not None:
+                    # a constant with a tangent (linearize's primals) enters through an op: a control-flow body
+                    # copies a small outer constant into itself (frontend.control.SMALL_CONST), which would cut
+                    # the tangent's path
+                    x = lazies[k] = apply("positive", x)
                 wrt.append(x)
                 tans.append(as_lazy(c) if _is_lazy(c) else as_lazy(np.asarray(c, dtype=x.dtype)))
         args.append(pytree.unflatten(spec, lazies))

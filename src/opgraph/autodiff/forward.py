@@ -112,7 +112,16 @@ def transposed_grad(b: Any, rec: Record, tangents: Sequence[Any], level: Level) 
             f"op {rec.opdef.name!r}{rec.label} has neither a tangent rule nor a gradient rule; cannot "
             "differentiate through it (add a jvp= or grad= rule to its OpDef, or stop the gradient before it)")
     rb = _Recording(b, record_of, key)
-    us = [stand_in(o) if is_float(o.type) else None for o in rec.outputs]
+    us: list[Any] = []
+    taken: set[Hashable] = set()
+    for o in rec.outputs:
+        u = stand_in(o) if is_float(o.type) else None
+        # hash-consing hands outputs of one type the same stand-in; each output needs its own
+        while u is not None and key(u) in taken:
+            u = b.op("positive", u)
+        if u is not None:
+            taken.add(key(u))
+        us.append(u)
     if getattr(rule, "takes_needed", False):
         needed = tuple(t is not None for t in tangents)
         cots = rule(rb, tuple(rec.inputs), tuple(rec.outputs), tuple(us), rec.attrs, needed=needed)

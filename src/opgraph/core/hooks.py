@@ -90,10 +90,10 @@ BODY_JVP: Hook[Callable[..., Any]] = Hook("tangents of control-flow ops", "opgra
 """``jvp_body(subgraph, wrt)``: the body ``(*params, *tangents of params wrt) -> (*results, *tangents of the
 floating results)``, built once per body (set by :mod:`opgraph.autodiff.control`; used by the tangent rules in
 :mod:`opgraph.ops.control`)."""
-BODY_BATCH: Hook[Callable[..., Any]] = Hook("batching of control-flow ops", "opgraph.autodiff.batching")
-"""``batch_body(subgraph, batched, size)``: the body with a leading batch axis of ``size`` on the parameters
-flagged in ``batched`` and on every result, built once per body (set by :mod:`opgraph.autodiff.batching`; used
-by the batching rules in :mod:`opgraph.ops.control`)."""
+BODY_BATCH: Hook[Callable[..., Any]] = Hook("batching of control-flow ops", "opgraph.autodiff.control")
+"""``batch_body(subgraph, batched, size, unbatched=())``: the body with a leading batch axis of ``size`` on the
+parameters flagged in ``batched`` and on every result but those listed in ``unbatched``, built once per body
+(set by :mod:`opgraph.autodiff.control`; used by the batching rules in :mod:`opgraph.ops.control`)."""
 GRAD: Hook[Callable[..., list[Any]]] = Hook("GraphBuilder.build_grad_ops", "opgraph.autodiff")
 """``build_grad_ops(builder, loss, values)``: appends gradient ops (set by :mod:`opgraph.autodiff.reverse`)."""
 

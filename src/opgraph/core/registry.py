@@ -526,7 +526,7 @@ def mark_traits(trait: str, *kinds: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
-RULES = ("grad", "jvp", "batch")
+RULE_KINDS = ("grad", "jvp", "batch")
 """The transformation rules an op kind may carry (see :class:`OpDef`)."""
 
 
@@ -545,8 +545,8 @@ def set_rules(rule: str, table: Mapping[str, Callable[..., Any]]) -> frozenset[s
     ...
     ValueError: unknown op rule 'hvp' (known: grad, jvp, batch)
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown op rule {rule!r} (known: {', '.join(RULES)})")
+    if rule not in RULE_KINDS:
+        raise ValueError(f"unknown op rule {rule!r} (known: {', '.join(RULE_KINDS)})")
     for kind, fn in table.items():
         setattr(get_op(kind), rule, fn)
     return frozenset(table)

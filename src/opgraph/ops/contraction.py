@@ -28,12 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, mark_traits, register_op
+from opgraph.core.registry import Attr, OpDef, attr_any, attr_int, attr_str, mark_traits, register_op, set_rules
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes, shape_str
 from opgraph.errors import OpTypeError
+from opgraph.ops import batch_helpers as bh
 from opgraph.ops._common import normalize_axis, tensor, ufunc_dtypes, write_out
 from opgraph.ops.grad_helpers import rank as _rank
 from opgraph.ops.grad_helpers import swap_last, unbroadcast
+from opgraph.ops.jvp_helpers import multilinear
 
 FAMILY = "contraction"
 Dim = int | None
@@ -759,3 +761,91 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "einsum", "matmul", "outer", "tensordot")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Every contraction is linear in each operand: the product rule, one contraction per operand with a tangent
+# (the transposed gradient rules add transposes and unbroadcasting sums on top).
+set_rules("jvp", {k: multilinear(k) for k in ("matmul", "einsum", "tensordot", "vecdot", "outer")})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _fresh_letter(used: str) -> str | None:
+    return next((c for c in string.ascii_letters if c not in used), None)
+
+
+def _b_matmul(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    rx, ry = bh.ndim(x) - batched[0], bh.ndim(y) - batched[1]
+    # one shared matrix: the batch axis is one more row axis, so the whole batch is a single product (a GEMM
+    # for a batch of vectors, as x @ w in a per-example layer)
+    if not batched[1] and ry == 2:
+        return [b.op("matmul", x, y)]
+    if not batched[0] and rx == 2 and ry == 1:
+        return [b.op("matmul", y, b.op("permute_dims", x, axes=(1, 0)))]
+    drop = []
+    if rx == 1:  # a vector is a 1 x k matrix whose row axis goes again afterwards, as NumPy does it
+        x, rx = b.op("expand_dims", x, axis=(bh.ndim(x) - 1,)), 2
+        drop.append(-2)
+    if ry == 1:
+        y, ry = b.op("expand_dims", y, axis=(bh.ndim(y),)), 2
+        drop.append(-1)
+    x = bh.lift_rank(b, x, max(rx, ry)) if batched[0] else x
+    y = bh.lift_rank(b, y, max(rx, ry)) if batched[1] else y
+    out = b.op("matmul", x, y)
+    if drop:
+        out = b.op("squeeze", out, axis=tuple(bh.ndim(out) + d for d in drop))
+    return [out]
+
+
+def _example_shapes(ins: Sequence[Any], batched: Sequence[bool]) -> list[Any]:
+    return [x.type.shape[1:] if f else x.type.shape for x, f in zip(ins, batched, strict=True)]
+
+
+def _b_einsum(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    explicit, _ = einsum_signature(attrs["subscripts"], _example_shapes(ins, batched))
+    z = _fresh_letter(explicit)
+    if z is None:
+        return None  # all 52 letters taken: the per-example fallback
+    lhs, rhs = explicit.split("->")
+    terms = [z + t if f else t for t, f in zip(lhs.split(","), batched, strict=True)]
+    return [b.op("einsum", *ins, subscripts=",".join(terms) + "->" + z + rhs, optimize=attrs["optimize"])]
+
+
+def _b_tensordot(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    x, y = ins
+    rx, ry = bh.ndim(x) - batched[0], bh.ndim(y) - batched[1]
+    ax, ay = tensordot_axes(attrs["axes"], rx, ry)
+    if not batched[1]:
+        return [b.op("tensordot", x, y, axes=(tuple(i + 1 for i in ax), ay))]
+    if not batched[0]:  # the batch axis comes out after x's free axes
+        out = b.op("tensordot", x, y, axes=(ax, tuple(j + 1 for j in ay)))
+        return [bh.move_axis(b, out, rx - len(ax), 0)]
+    lx, ly, lo = tensordot_subscripts(attrs["axes"], rx, ry)
+    z = _fresh_letter(lx + ly)
+    if z is None:
+        return None
+    out = b.op("einsum", x, y, subscripts=f"{z}{lx},{z}{ly}->{z}{lo}")
+    want = _tensordot_dtype(x.type.dtype, y.type.dtype)
+    return [out if out.type.dtype == want else b.op("cast", out, dtype=want)]
+
+
+def _b_vecdot(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    axis = attrs["axis"]
+    ranks = [bh.ndim(x) - f for x, f in zip(ins, batched, strict=True)]
+    # the axis from the end on each operand, which leading batch and broadcast axes leave where it is
+    ends = {axis - r if axis >= 0 else axis for r in ranks}
+    if len(ends) != 1:
+        return None
+    return [b.op("vecdot", *bh.same_rank(b, ins, batched), axis=ends.pop())]
+
+
+def _b_outer(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, y = ins
+    x = b.op("reshape", x, shape=(int(size), -1, 1) if batched[0] else (-1, 1))
+    y = b.op("reshape", y, shape=(int(size), 1, -1) if batched[1] else (1, -1))
+    return [b.op("multiply", x, y)]
+
+
+set_rules("batch", {"matmul": _b_matmul, "einsum": _b_einsum, "tensordot": _b_tensordot, "vecdot": _b_vecdot,
+                    "outer": _b_outer})

@@ -54,11 +54,12 @@ from typing import Any
 import numpy as np
 
 from opgraph.core import hooks
-from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, get_op, optional, register_op
+from opgraph.core.registry import CONST, Attr, OpDef, attr_bool, attr_int, get_op, optional, register_op, set_rules
 from opgraph.core.subgraph import Subgraph, attr_subgraph
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import write_out
+from opgraph.ops.batch_helpers import broadcast_batch
 from opgraph.ops.grad_helpers import is_float, zeros_like
 
 FAMILY = "control"
@@ -612,6 +613,324 @@ def _while_grad(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], cots: Seq
     return g[:len(inputs)]
 
 
+# ---------------------------------------------------------------- tangent rules
+# Each rule emits one op of its own kind on the jvp bodies (hooks.BODY_JVP, built by the autodiff layer): the
+# primal results come out of the same op as the tangents (a loop runs once, carrying both, as JAX's jvp of
+# scan does). The sweep keeps the primal op too; passes.control.merge_subsumed reads its results off the new op.
+def _jvp_body(body: Subgraph, wrt: Sequence[int]) -> Subgraph:
+    """``(*params, *tangents of params wrt) -> (*results, *tangents of the floating results)`` (built and cached
+    by the autodiff layer; see :func:`opgraph.autodiff.control.jvp_body`)."""
+    return hooks.BODY_JVP.get()(body, tuple(wrt))  # type: ignore[no-any-return]
+
+
+def tangent_names(names: Sequence[str | None], wrt: Sequence[int]) -> list[str | None]:
+    """Names for the tangents of parameters ``wrt``: ``t_<name>``, or none where that name is taken already
+    (a tangent body's own ``t_x``, say, when it is differentiated again).
+
+    >>> tangent_names(["x", "t_x", None], [0, 1, 2])
+    [None, 't_t_x', None]
+    """
+    taken = {n for n in names if n}
+    out: list[str | None] = []
+    for i in wrt:
+        n = f"t_{names[i]}" if names[i] else None
+        if n in taken:
+            n = None
+        if n:
+            taken.add(n)
+        out.append(n)
+    return out
+
+
+def _floats(types: Sequence[ValueType]) -> list[int]:
+    return [j for j, t in enumerate(types) if is_float(t)]
+
+
+def _with_tangents(res: Sequence[Any], float_results: Sequence[int], tans: Sequence[Any]) -> list[Any]:
+    """The tangent of each of ``res`` (None for a non-floating one) from the tangents of the floating ones."""
+    return _scatter(len(res), float_results, tans)
+
+
+def _call_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    wrt = [i for i, t in enumerate(tangents) if t is not None]
+    body = attrs["body"]
+    res = _as_list(b.op("call", *inputs, *[tangents[i] for i in wrt], body=_jvp_body(body, wrt)))
+    m = body.num_outputs
+    return _with_tangents(outputs, _floats(body.out_types), res[m:])
+
+
+def _cond_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    operands, tans = inputs[1:], tangents[1:]
+    wrt = [i for i, t in enumerate(tans) if t is not None]
+    then_body, else_body = attrs["then_body"], attrs["else_body"]
+    res = _as_list(b.op("cond", inputs[0], *operands, *[tans[i] for i in wrt],
+                        then_body=_jvp_body(then_body, wrt), else_body=_jvp_body(else_body, wrt)))
+    m = len(outputs)
+    return _with_tangents(outputs, _floats([o.type for o in outputs]), res[m:])
+
+
+def _loop_step(body: Subgraph, nc: int, ncarry: int, tc: Sequence[int], fcar: Sequence[int],
+               tx: Sequence[int]) -> Subgraph:
+    """A loop body with tangents in a loop's layout: ``(*consts, *t_consts[tc], *carry, *t_carry[fcar], *xs,
+    *t_xs[tx]) -> (*carry', *t_carry'[fcar], *ys, *t_ys of the floating ys)``.
+
+    It is the body's jvp body with its parameters and results reordered, so
+    the primal step and its tangents are one body and run in one loop.
+    """
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        ins = body.in_types
+        nx = body.num_inputs - nc - ncarry
+        wrt = [*tc, *(nc + k for k in fcar), *(nc + ncarry + k for k in tx)]
+        jb = _jvp_body(body, wrt)
+        sb = GraphBuilder()
+        names = [body.graph.name_of(int(v)) for v in body.graph.inputs]
+        tname = dict(zip(wrt, tangent_names(names, wrt), strict=True))
+        consts = [sb.input(ins[i], name=names[i]) for i in range(nc)]
+        t_consts = [sb.input(ins[i], name=tname[i]) for i in tc]
+        carry = [sb.input(ins[nc + k], name=names[nc + k]) for k in range(ncarry)]
+        t_carry = [sb.input(ins[nc + k], name=tname[nc + k]) for k in fcar]
+        xs = [sb.input(ins[i], name=names[i]) for i in range(nc + ncarry, nc + ncarry + nx)]
+        t_xs = [sb.input(ins[nc + ncarry + k], name=tname[nc + ncarry + k]) for k in tx]
+        res = inline_body(sb, jb, [*consts, *carry, *xs, *t_consts, *t_carry, *t_xs])
+        m = body.num_outputs
+        prim, tans = res[:m], res[m:]
+        fout = _floats(body.out_types)
+        tan_of = dict(zip(fout, tans, strict=True))
+        sb.output(*prim[:ncarry], *(tan_of[k] for k in fcar), *prim[ncarry:],
+                  *(tan_of[j] for j in fout if j >= ncarry))
+        return Subgraph(sb.freeze(), name=f"jvp({body.name})" if body.name else "jvp")
+
+    key = ("jvp-loop-step", nc, ncarry, tuple(tc), tuple(fcar), tuple(tx))
+    return body.cache(key, make)  # type: ignore[no-any-return]
+
+
+def _loop_tangents(b: Any, res: Sequence[Any], body: Subgraph, ncarry: int, fcar: Sequence[int]) -> list[Any]:
+    """The tangent of each result of a loop from the results of its tangent loop (see :func:`_loop_step`)."""
+    ny = body.num_outputs - ncarry
+    nf = len(fcar)
+    carry_t = _scatter(ncarry, fcar, res[ncarry:ncarry + nf])
+    fy = [j for j in range(ny) if is_float(body.out_types[ncarry + j])]
+    ys_t = _scatter(ny, fy, res[ncarry + nf + ny:])
+    return [*carry_t, *ys_t]
+
+
+def _carry_tangents(b: Any, init: Sequence[Any], tangents: Sequence[Any]) -> tuple[list[int], list[Any]]:
+    """Every floating carry gets a tangent (the body may give one to a carry whose init has none): zeros there."""
+    fcar = [k for k, v in enumerate(init) if is_float(v.type)]
+    return fcar, [tangents[k] if tangents[k] is not None else zeros_like(b, init[k]) for k in fcar]
+
+
+def _scan_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+              attrs: dict[str, Any]) -> list[Any]:
+    body, nc, ncarry = attrs["body"], attrs["num_consts"], attrs["num_carry"]
+    consts, init, xs = inputs[:nc], inputs[nc:nc + ncarry], inputs[nc + ncarry:]
+    t_c, t_init, t_x = tangents[:nc], tangents[nc:nc + ncarry], tangents[nc + ncarry:]
+    tc = [i for i, t in enumerate(t_c) if t is not None]
+    tx = [k for k, t in enumerate(t_x) if t is not None]
+    fcar, t_carry = _carry_tangents(b, init, t_init)
+    step = _loop_step(body, nc, ncarry, tc, fcar, tx)
+    res = _as_list(b.op("scan", *consts, *(t_c[i] for i in tc), *init, *t_carry, *xs, *(t_x[k] for k in tx),
+                        body=step, num_consts=nc + len(tc), num_carry=ncarry + len(fcar), length=attrs["length"],
+                        reverse=attrs["reverse"]))
+    return _loop_tangents(b, res, body, ncarry, fcar)
+
+
+def _while_cond_step(cond_body: Subgraph, nc: int, tc: Sequence[int], fcar: Sequence[int]) -> Subgraph:
+    """The predicate body of a tangent while_loop: ``cond_body`` on the primal parameters (tangents unread)."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> Subgraph:
+        ins = cond_body.in_types
+        sb = GraphBuilder()
+        consts = [sb.input(ins[i]) for i in range(nc)]
+        for i in tc:
+            sb.input(ins[i])
+        carry = [sb.input(t) for t in ins[nc:]]
+        for k in fcar:
+            sb.input(ins[nc + k])
+        sb.output(*inline_body(sb, cond_body, [*consts, *carry]))
+        return Subgraph(sb.freeze(), name=cond_body.name)
+
+    return cond_body.cache(("jvp-cond-step", nc, tuple(tc), tuple(fcar)), make)  # type: ignore[no-any-return]
+
+
+def _while_jvp(b: Any, inputs: Sequence[Any], outputs: Sequence[Any], tangents: Sequence[Any],
+               attrs: dict[str, Any]) -> list[Any]:
+    body, nc = attrs["body"], attrs["num_consts"]
+    ncarry = len(inputs) - nc
+    consts, init = inputs[:nc], inputs[nc:]
+    t_c = tangents[:nc]
+    tc = [i for i, t in enumerate(t_c) if t is not None]
+    fcar, t_carry = _carry_tangents(b, init, tangents[nc:])
+    step = _loop_step(body, nc, ncarry, tc, fcar, ())
+    test = _while_cond_step(attrs["cond_body"], nc, tc, fcar)
+    res = _as_list(b.op("while_loop", *consts, *(t_c[i] for i in tc), *init, *t_carry, cond_body=test, body=step,
+                        num_consts=nc + len(tc), max_trip=attrs["max_trip"]))
+    return _loop_tangents(b, res, body, ncarry, fcar)
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# As JAX batches its control primitives: a body runs batched (hooks.BODY_BATCH, filled by the autodiff layer);
+# a loop's carry is batched when its init is or when the body makes it so (a fixed point over the carries, the
+# inits of the batched ones broadcast); a batched predicate runs both branches of a cond and selects, and runs a
+# while_loop while any example goes on, each example's carry frozen once its own predicate is false.
+def batched_results(body: Subgraph, batched: Sequence[bool]) -> tuple[bool, ...]:
+    """Which results of ``body`` depend on its parameters flagged in ``batched`` (and so carry a batch axis when
+    the body runs batched: every op with a batched input gives batched outputs).
+
+    >>> import opgraph
+    >>> sb = opgraph.GraphBuilder(); x, y = sb.input(("f8", ()), name="x"), sb.input(("f8", ()), name="y")
+    >>> sb.output(sb.sin(x), sb.cos(y), x)
+    >>> batched_results(Subgraph(sb.freeze()), (False, True))
+    (False, True, False)
+    """
+    flags = tuple(bool(f) for f in batched)
+    if len(flags) != body.num_inputs:
+        raise OpTypeError(f"body {body.label} takes {body.num_inputs} parameter(s), got {len(flags)} batch flags")
+
+    def make() -> tuple[bool, ...]:
+        g = body.graph
+        on = np.zeros(g.num_values, dtype=bool)
+        on[np.asarray(g.inputs, dtype=np.int64)[list(flags)] if any(flags) else []] = True
+        for op in g.topological_order():
+            ins = g.op_inputs(int(op))
+            if len(ins) and on[ins].any():
+                on[g.op_outputs(int(op))] = True
+        return tuple(bool(on[int(v)]) for v in g.outputs)
+
+    return body.cache(("batched-results", flags), make)  # type: ignore[no-any-return]
+
+
+def _batched_body(body: Subgraph, batched: Sequence[bool], size: int, unbatched: Sequence[int] = ()) -> Subgraph:
+    """``body`` with a leading batch axis of ``size`` on the parameters flagged in ``batched`` and on its results
+    (but those in ``unbatched``), built once per body by the autodiff layer (:data:`hooks.BODY_BATCH`)."""
+    return hooks.BODY_BATCH.get()(body, tuple(bool(f) for f in batched), size,  # type: ignore[no-any-return]
+                                  unbatched=tuple(unbatched))
+
+
+def _as_flag(b: Any, pred: Any, size: int) -> Any:
+    """A batched predicate ``(size, 1, ...)`` as ``(size,)`` booleans (nonzero is true)."""
+    p = b.op("reshape", pred, shape=(size,))
+    if p.type.dtype != np.dtype(bool):
+        p = b.op("not_equal", p, b.constant(np.zeros((), dtype=p.type.dtype)))
+    return p
+
+
+def _select(b: Any, flag: Any, yes: Any, no: Any) -> Any:
+    """``yes`` for the examples whose ``flag`` is true, else ``no`` (both batched)."""
+    rank = len(yes.type.shape)
+    f = flag if rank == 1 else b.op("reshape", flag, shape=(flag.type.shape[0],) + (1,) * (rank - 1))
+    return b.op("where", f, yes, no)
+
+
+def _call_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    return _as_list(b.op("call", *ins, body=_batched_body(attrs["body"], batched, size)))
+
+
+def _cond_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    pred, ops, flags = ins[0], ins[1:], batched[1:]
+    then_b = _batched_body(attrs["then_body"], flags, size)
+    else_b = _batched_body(attrs["else_body"], flags, size)
+    if not batched[0]:
+        return _as_list(b.op("cond", pred, *ops, then_body=then_b, else_body=else_b))
+    # each example takes its own branch: run both, select per example (jax's select)
+    flag = _as_flag(b, pred, size)
+    yes, no = _as_list(b.op("call", *ops, body=then_b)), _as_list(b.op("call", *ops, body=else_b))
+    return [_select(b, flag, t, e) for t, e in zip(yes, no, strict=True)]
+
+
+def _carry_fixed_point(body: Subgraph, before: Sequence[bool], carry: Sequence[bool],
+                       after: Sequence[bool]) -> tuple[list[bool], tuple[bool, ...]]:
+    """Which carries are batched (those whose init is, and those the body makes batched from them, until nothing
+    changes), and which results the body then gives batched."""
+    cb = list(carry)
+    while True:
+        res = batched_results(body, (*before, *cb, *after))
+        new = [c or r for c, r in zip(cb, res, strict=False)]
+        if new == cb:
+            return cb, res
+        cb = new
+
+
+def _scan_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    body, nc, ncarry = attrs["body"], attrs["num_consts"], attrs["num_carry"]
+    cf, xf = batched[:nc], batched[nc + ncarry:]
+    cb, res = _carry_fixed_point(body, cf, batched[nc:nc + ncarry], xf)
+    yb = res[ncarry:]
+    init = [broadcast_batch(b, v, size) if c and not f else v
+            for v, c, f in zip(ins[nc:nc + ncarry], cb, batched[nc:nc + ncarry], strict=True)]
+    # a batched x is scanned along its own leading axis: the batch axis goes second
+    xs = [b.op("moveaxis", x, source=(0,), destination=(1,)) if f else x for x, f in zip(ins[nc + ncarry:], xf,
+                                                                                         strict=True)]
+    keep = [k for k in range(ncarry) if not cb[k]] + [ncarry + j for j, f in enumerate(yb) if not f]
+    step = _batched_body(body, (*cf, *cb, *xf), size, keep)
+    out = _as_list(b.op("scan", *ins[:nc], *init, *xs, body=step, num_consts=nc, num_carry=ncarry,
+                        length=attrs["length"], reverse=attrs["reverse"]))
+    carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+    ys = [b.op("moveaxis", y, source=(1,), destination=(0,)) if f else broadcast_batch(b, y, size)
+          for y, f in zip(out[ncarry:], yb, strict=True)]
+    return carry + ys
+
+
+def _while_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                 attrs: dict[str, Any]) -> list[Any]:
+    body, cond_body, nc = attrs["body"], attrs["cond_body"], attrs["num_consts"]
+    ncarry = len(ins) - nc
+    cf = tuple(batched[:nc])
+    cb, _ = _carry_fixed_point(body, cf, batched[nc:], ())
+    (pred_batched,) = batched_results(cond_body, (*cf, *cb))
+    if pred_batched:
+        if body.num_outputs > ncarry:
+            raise OpTypeError(
+                f"vmap of a while_loop (body {body.label}) whose predicate differs between examples, with stacked "
+                "ys: each example would stack its own number of trips; return the values as carries instead")
+        cb = [True] * ncarry
+    init = [broadcast_batch(b, v, size) if c and not f else v for v, c, f in zip(ins[nc:], cb, batched[nc:],
+                                                                                   strict=True)]
+    flags = (*cf, *cb)
+    if not pred_batched:
+        # every y batched: their trip count is known only at run time, so they are not broadcast after the loop
+        step = _batched_body(body, flags, size, [k for k in range(ncarry) if not cb[k]])
+        test = _batched_body(cond_body, flags, size, (0,))
+        out = _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,
+                            max_trip=attrs["max_trip"]))
+        carry = [v if c else broadcast_batch(b, v, size) for v, c in zip(out[:ncarry], cb, strict=True)]
+        return carry + [b.op("moveaxis", y, source=(1,), destination=(0,)) for y in out[ncarry:]]
+    test, step = _while_any(cond_body, body, flags, size, ncarry)
+    return _as_list(b.op("while_loop", *ins[:nc], *init, cond_body=test, body=step, num_consts=nc,
+                         max_trip=attrs["max_trip"]))
+
+
+def _while_any(cond_body: Subgraph, body: Subgraph, flags: tuple[bool, ...], size: int,
+               ncarry: int) -> tuple[Subgraph, Subgraph]:
+    """A while_loop with a batched predicate as one loop: go on while any example's predicate holds; an example's
+    carry stays as it is once its own is false (``where(pred, new, old)``)."""
+    from opgraph.core.builder import GraphBuilder
+
+    def make() -> tuple[Subgraph, Subgraph]:
+        test = _batched_body(cond_body, flags, size)
+        step = _batched_body(body, flags, size)
+        tb = GraphBuilder()
+        params = [tb.input(t) for t in step.in_types]
+        (pred,) = inline_body(tb, test, params)
+        tb.output(tb.op("any", _as_flag(tb, pred, size)))
+        sb = GraphBuilder()
+        params = [sb.input(t) for t in step.in_types]
+        (pred,) = inline_body(sb, test, params)
+        flag = _as_flag(sb, pred, size)
+        new = inline_body(sb, step, params)[:ncarry]
+        old = params[len(params) - ncarry:]
+        sb.output(*[_select(sb, flag, n, o) for n, o in zip(new, old, strict=True)])
+        return (Subgraph(tb.freeze(), name=f"vmap_any({cond_body.name})"),
+                Subgraph(sb.freeze(), name=f"vmap_while({body.name})"))
+
+    return body.cache(("vmap-while-any", cond_body, flags, size), make)  # type: ignore[no-any-return]
+
+
 # ---------------------------------------------------------------- workspaces (memory/plan.py counts them)
 # A control op runs its bodies on their own plans: its workspace is the bodies' peaks (both of a while_loop,
 # the larger branch of a cond) plus, for a loop, one carry (the one a trip reads while it makes the next).
@@ -849,6 +1168,8 @@ SCAN = register_op(OpDef(
 for _rule in (_call_grad, _cond_grad, _scan_grad, _while_grad):
     _rule.takes_needed = True  # type: ignore[attr-defined]
 
+set_rules("jvp", {"call": _call_jvp, "cond": _cond_jvp, "scan": _scan_jvp, "while_loop": _while_jvp})
+
 
 # ---------------------------------------------------------------- folding bounds
 FOLD_WORK = 1 << 14
@@ -920,3 +1241,6 @@ def _fold_guard(kind: str) -> Callable[[Mapping[str, Any], Sequence[np.ndarray]]
 # Folding runs a control op at build time: only while its work there is bounded (a while_loop may not stop).
 for _kind in ("call", "cond", "while_loop", "scan"):
     get_op(_kind).fold_guard = _fold_guard(_kind)
+
+
+set_rules("batch", {"call": _call_batch, "cond": _cond_batch, "scan": _scan_batch, "while_loop": _while_batch})

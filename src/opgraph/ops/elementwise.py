@@ -21,10 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, Emit, OpDef, attr_dtype, attr_float, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    Emit,
+    OpDef,
+    attr_dtype,
+    attr_float,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import TensorType, ValueType, broadcast_shapes
 from opgraph.errors import MissingDependencyError
 from opgraph.ops._common import const_like, tensor, ufunc_dtypes, with_out, write_out
+from opgraph.ops.batch_helpers import same_rank
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, scalar, unbroadcast
 
 FAMILY = "elementwise"
@@ -376,7 +387,10 @@ _UNARY_GRADS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
     "exp2": lambda b, x, y, g: _m(b, g, y, _c(b, _LN2, y)),
     "cbrt": lambda b, x, y, g: _d(b, g, _m(b, _c(b, 3.0, y), b.op("square", y))),
     "conj": lambda b, x, y, g: b.op("conj", g),
-    "real": lambda b, x, y, g: g if not x.type.dtype.kind == "c" else None,
+    # the parts of a complex value: cotangents complex(g, 0) and complex(0, -g), JAX's transposes of real and imag
+    "real": lambda b, x, y, g: b.op("cast", g, dtype=x.type.dtype) if x.type.dtype.kind == "c" else g,
+    "imag": lambda b, x, y, g: (_m(b, b.op("cast", g, dtype=x.type.dtype), b.constant(np.array(-1j, x.type.dtype)))
+                                if x.type.dtype.kind == "c" else None),
 }
 _BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] = {
     "add": lambda b, x1, x2, y, g: (g, g),
@@ -406,7 +420,7 @@ _BINARY_GRADS: dict[str, Callable[[Any, Any, Any, Any, Any], tuple[Any, Any]]] =
 
 # Zero gradient (piecewise constant, comparisons, logic, integer/bit ops): not an error, no cotangent.
 ZERO_GRAD = ("sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "isfinite", "logical_not",
-             "bitwise_invert", "signbit", "imag", "floor_divide", "nextafter", "equal", "not_equal", "less",
+             "bitwise_invert", "signbit", "floor_divide", "nextafter", "equal", "not_equal", "less",
              "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
              "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")
 GRADS: dict[str, Callable[..., Any]] = {
@@ -864,3 +878,27 @@ mark_traits(
     "sign", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh", "trunc")
 mark_traits("truth_valued", "logical_and", "logical_not", "logical_or", "logical_xor")
 mark_traits("comparison", "equal", "greater", "greater_equal", "less", "less_equal", "not_equal")
+
+
+# ---------------------------------------------------------------- tangent rules (the rest transpose their gradients)
+# real and imag are real-linear: the op on the tangent. Their gradient rules give a complex input no cotangent,
+# so the transposed rules would drop the tangent of a complex input (rfft(x) -> real: zero).
+set_rules("jvp", {
+    "real": lambda b, ins, outs, tans, attrs: [b.op("real", tans[0]) if ins[0].type.dtype.kind == "c" else tans[0]],
+    "imag": lambda b, ins, outs, tans, attrs: [b.op("imag", tans[0]) if ins[0].type.dtype.kind == "c" else None],
+})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _batched_like(kind: str) -> Callable[..., list[Any]]:
+    """The batching rule of an n-ary broadcasting kind: the same op on operands lined up by
+    :func:`~opgraph.ops.batch_helpers.same_rank` (the batch axis in front of the examples' broadcast axes)."""
+
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: Mapping[str, Any]) -> list[Any]:
+        return [b.op(kind, *same_rank(b, ins, batched), **attrs)]
+
+    rule.__name__ = f"_batch_{kind}"
+    return rule
+
+
+set_rules("batch", {kind: _batched_like(kind) for kind in family_kinds(FAMILY)})

@@ -37,11 +37,23 @@ from typing import Any
 import numpy as np
 
 from opgraph.core.dtypes import dtype_code
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, family_kinds, mark_traits, register_op
+from opgraph.core.registry import (
+    Attr,
+    OpDef,
+    attr_bool,
+    attr_int,
+    attr_str,
+    family_kinds,
+    mark_traits,
+    register_op,
+    set_rules,
+)
 from opgraph.core.types import Shape, TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, num_elements, tensor, version_of_first, write_out
+from opgraph.ops.batch_helpers import all_batched, batch_axis, broadcast_batch, example_ndim, move_axis
 from opgraph.ops.grad_helpers import is_float, mask, no_grad, static_shape, zeros_like
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "indexing"
 
@@ -690,3 +702,122 @@ _register("searchsorted", 1111, _searchsorted_infer, _searchsorted_kernel,
 
 # ---------------------------------------------------------------- traits
 mark_traits("linear_time", *family_kinds(FAMILY))
+
+
+# ---------------------------------------------------------------- tangent rules
+# The gathers, trilu, reverse_sequence and one_hot (in its values) are linear: the op on the tangent. sort and
+# topk pass on the tangent at the indices they chose (one gather, where the transposed rule scatters and
+# gathers back); a scatter that overwrites or adds is linear in x and the updates jointly.
+def _jvp_selected(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("gather_elements", tans[0], outs[1], axis=attrs["axis"]), None]
+
+
+def _jvp_scatter(kind: str) -> Any:
+    joint = linear(kind, (0, 2))
+
+    def rule(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+        if attrs["reduction"] not in ("none", "add"):
+            raise NotImplementedError(f"{kind} tangent: reduction {attrs['reduction']!r} is not supported "
+                                      "(only 'none', 'add')")
+        return joint(b, ins, outs, tans, attrs)
+
+    return rule
+
+
+set_rules("jvp", {
+    **{k: linear(k) for k in ("gather_elements", "gather_nd", "trilu", "reverse_sequence")},
+    "one_hot": linear("one_hot", (1,)), "sort": _jvp_selected, "topk": _jvp_selected,
+    "scatter_elements": _jvp_scatter("scatter_elements"), "scatter_nd": _jvp_scatter("scatter_nd"),
+})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Every input gets the batch axis (the unbatched ones broadcast) and the op's axes move past it; scatter_nd, which
+# indexes x's leading axes, gets each example's batch index as the first column of its indices. unique and
+# nonzero have no rule: their result's length depends on each example's values, so examples do not stack.
+def _batch_on_axis(kind: str, ranked: int = 0) -> Any:
+    """The rule of an op whose inputs all get the batch axis and whose ``axis`` attribute moves past it
+    (input ``ranked`` gives the rank the axis counts in)."""
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        xs = all_batched(b, ins, batched, size)
+        axis = batch_axis(attrs["axis"], example_ndim(ins[ranked], batched[ranked]))
+        res = b.op(kind, *xs, **{**attrs, "axis": axis})
+        return list(res) if isinstance(res, (tuple, list)) else [res]
+    return rule
+
+
+def _gather_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                     attrs: dict[str, Any]) -> list[Any]:
+    x, idx = all_batched(b, ins, batched, size)
+    return [b.op("gather_nd", x, idx, batch_dims=attrs["batch_dims"] + 1)]
+
+
+def _scatter_nd_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                      attrs: dict[str, Any]) -> list[Any]:
+    x, idx, upd = all_batched(b, ins, batched, size)
+    shape = static_shape(idx.type)
+    # example e's rows index x[e, ...]: its number leads each row of indices
+    rows = np.broadcast_to(np.arange(size, dtype=idx.type.dtype).reshape((size,) + (1,) * (len(shape) - 1)),
+                           (*shape[:-1], 1))
+    idx = b.op("concat", b.constant(np.ascontiguousarray(rows)), idx, axis=-1)
+    return [b.op("scatter_nd", x, idx, upd, **attrs)]
+
+
+def _trilu_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("trilu", ins[0], **attrs)]  # it works on the last two axes whatever leads them
+
+
+def _one_hot_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                   attrs: dict[str, Any]) -> list[Any] | None:
+    if batched[1]:
+        return None  # each example's own (off, on) pair: the fallback
+    axis = attrs["axis"]
+    return [b.op("one_hot", ins[0], ins[1], depth=attrs["depth"], axis=axis + 1 if axis >= 0 else axis)]
+
+
+def _reverse_sequence_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                            attrs: dict[str, Any]) -> list[Any]:
+    # vmap's axis folds into the op's batch axis: the lengths of example e's rows are lengths[e]
+    x, lengths = all_batched(b, ins, batched, size)
+    shape = static_shape(ins[0].type)[int(batched[0]):]
+    at = attrs["batch_axis"] % len(shape)
+    merged = list(shape)
+    merged[at] *= size
+    x = b.op("reshape", move_axis(b, x, 0, at), shape=tuple(merged))
+    y = b.op("reverse_sequence", x, b.op("reshape", lengths, shape=(-1,)), **attrs)
+    y = b.op("reshape", y, shape=(*shape[:at], size, *shape[at:]))
+    return [move_axis(b, y, at, 0)]
+
+
+def _searchsorted_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                        attrs: dict[str, Any]) -> list[Any]:
+    a, v = ins
+    if not batched[0]:
+        return [b.op("searchsorted", a, v, **attrs)]
+    # each example has its own sorted row: count the entries that sort before each value (after equal ones
+    # with side='right'), NaN sorting last as np.searchsorted has it
+    v = v if batched[1] else broadcast_batch(b, v, size)
+    vr = len(static_shape(v.type))
+    row = b.op("reshape", a, shape=(size,) + (1,) * (vr - 1) + (static_shape(a.type)[1],))
+    val = b.op("expand_dims", v, axis=-1)
+    before = b.op("less" if attrs["side"] == "left" else "less_equal", row, val)
+    if np.result_type(a.type.dtype, v.type.dtype).kind == "f":
+        nan_v = b.op("isnan", val)
+        if attrs["side"] == "left":
+            nan_v = b.op("logical_and", nan_v, b.op("logical_not", b.op("isnan", row)))
+        before = b.op("logical_or", before, nan_v)
+    return [b.op("sum", b.op("cast", before, dtype="int64"), axis=-1)]
+
+
+set_rules("batch", {
+    "gather_elements": _batch_on_axis("gather_elements"),
+    "scatter_elements": _batch_on_axis("scatter_elements"),
+    "gather_nd": _gather_nd_batch,
+    "scatter_nd": _scatter_nd_batch,
+    "topk": _batch_on_axis("topk"),
+    "sort": _batch_on_axis("sort"),
+    "one_hot": _one_hot_batch,
+    "trilu": _trilu_batch,
+    "reverse_sequence": _reverse_sequence_batch,
+    "searchsorted": _searchsorted_batch,
+})

@@ -40,10 +40,12 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import Shape, TensorType, ValueType, broadcast_shapes
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import tensor, write_out
+from opgraph.ops.batch_helpers import all_batched, example_ndim
 from opgraph.ops.grad_helpers import eye, rank, static_shape, swap_last, unbroadcast
 
 FAMILY = "linalg"
@@ -547,3 +549,134 @@ _op("eig", 911, _eig_infer, _eig_kernel,
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "det")
+
+
+# ---------------------------------------------------------------- tangent rules
+# The classical forward derivatives (Giles 2008, "Extended collection of matrix derivative results"), fewer
+# ops than the transposed gradient rules: no inverse where a solve does, no symmetrising of the result. As the
+# gradient rules (and JAX), eigh, eigvalsh and cholesky see the symmetric part of the input's tangent.
+def _jvp_inv(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    y = outs[0]
+    return [b.op("negative", _mm(b, y, tans[0], y))]
+
+
+def _trace_solve(b: Any, a: Any, t: Any) -> Any:
+    """trace(a^-1 t) over the last two axes, as sum(a^-T * t)."""
+    return b.op("sum", b.op("multiply", swap_last(b, b.op("inv", a)), t), axis=(-2, -1))
+
+
+def _jvp_det(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("multiply", outs[0], _trace_solve(b, ins[0], tans[0]))]
+
+
+def _jvp_slogdet(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    return [None, _trace_solve(b, ins[0], tans[0])]
+
+
+def _jvp_solve(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # a x = rhs: a dx = drhs - da x
+    a, x = ins[0], outs[0]
+    ta, tb = tans
+    r = tb
+    if ta is not None:
+        dax = b.op("matmul", ta, x)
+        r = b.op("negative", dax) if r is None else b.op("subtract", r, dax)
+    return [b.op("solve", a, r)]
+
+
+def _jvp_cholesky(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # a = l l^T: dl = l phi(l^-1 da l^-T), phi keeps the lower triangle and halves the diagonal
+    low = swap_last(b, outs[0]) if attrs["upper"] else outs[0]
+    n = _n(low)
+    s = b.op("solve", low, _sym(b, tans[0]))            # l^-1 da
+    s = b.op("solve", low, swap_last(b, s))             # l^-1 (l^-1 da)^T = l^-1 da l^-T (da symmetric)
+    phi = b.op("multiply", s, _const(b, np.tril(np.ones((n, n))) - 0.5 * np.eye(n), s))
+    dl = _mm(b, low, phi)
+    return [swap_last(b, dl) if attrs["upper"] else dl]
+
+
+def _eig_tangent(b: Any, v: Any, t: Any) -> Any:
+    """v^T sym(t) v: the input's tangent in the eigenbasis."""
+    return _mm(b, swap_last(b, v), _sym(b, t), v)
+
+
+def _diag_of(b: Any, m: Any) -> Any:
+    return b.op("sum", b.op("multiply", m, eye(b, _n(m), m)), axis=-1)
+
+
+def _jvp_eigh(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # dw = diag(m), dv = v (f * m), m = v^T da v, f_ij = 1 / (w_j - w_i) off the diagonal
+    w, v = outs
+    n = _n(v)
+    m = _eig_tangent(b, v, tans[0])
+    diff = b.op("subtract", b.op("expand_dims", w, axis=-2), b.op("expand_dims", w, axis=-1))
+    f = b.op("divide", _const(b, 1.0 - np.eye(n), v), b.op("add", diff, eye(b, n, v)))
+    return [_diag_of(b, m), _mm(b, v, b.op("multiply", f, m))]
+
+
+def _jvp_eigvalsh(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    _, v = b.op("eigh", ins[0], UPLO=attrs["UPLO"])
+    return [_diag_of(b, _eig_tangent(b, v, tans[0]))]
+
+
+def _jvp_svd(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # Reduced a = u diag(s) vh, ds = u^T da v: ds -> diag(dS), du = u (f * (dS s + (dS s)^T)),
+    # dv = v (f * (s dS + (s dS)^T)), f_ij = 1 / (s_j^2 - s_i^2) off the diagonal; plus the parts of da
+    # outside the spans of u (M > N) or v (N > M).
+    a, (u, s, vh), ta = ins[0], outs, tans[0]
+    m, n = static_shape(a.type)[-2:]
+    if attrs["full_matrices"] and m != n:
+        raise NotImplementedError("svd tangent with full_matrices=True of a non-square matrix")
+    k = min(m, n)
+    v = swap_last(b, vh)
+    da_v = _mm(b, ta, v)
+    ds = _mm(b, swap_last(b, u), da_v)
+    s2 = b.op("square", s)
+    diff = b.op("subtract", b.op("expand_dims", s2, axis=-2), b.op("expand_dims", s2, axis=-1))
+    f = b.op("divide", _const(b, 1.0 - np.eye(k), u), b.op("add", diff, eye(b, k, u)))
+    s_row, s_col = b.op("expand_dims", s, axis=-2), b.op("expand_dims", s, axis=-1)
+    dss, sds = b.op("multiply", ds, s_row), b.op("multiply", s_col, ds)
+    du = _mm(b, u, b.op("multiply", f, b.op("add", dss, swap_last(b, dss))))
+    dv = _mm(b, v, b.op("multiply", f, b.op("add", sds, swap_last(b, sds))))
+    if m > k:  # (I - u u^T) da v / s
+        du = b.op("add", du, b.op("divide", b.op("subtract", da_v, _mm(b, u, ds)), s_row))
+    if n > k:  # (I - v v^T) da^T u / s
+        dat_u = _mm(b, swap_last(b, ta), u)
+        dv = b.op("add", dv, b.op("divide", b.op("subtract", dat_u, _mm(b, v, swap_last(b, ds))), s_row))
+    return [du, _diag_of(b, ds), swap_last(b, dv)]
+
+
+set_rules("jvp", {"svd": _jvp_svd, "inv": _jvp_inv, "det": _jvp_det, "slogdet": _jvp_slogdet, "solve": _jvp_solve,
+                  "cholesky": _jvp_cholesky, "eigh": _jvp_eigh, "eigvalsh": _jvp_eigvalsh})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Every kind takes leading batch dims already, so vmap's axis is one more of them; solve lines up its two
+# operands' batch dims first (a 1-d b is a vector only when exactly 1-d, as NumPy 2 has it).
+def _leading_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        res = b.op(kind, ins[0], **attrs)
+        return list(res) if isinstance(res, (tuple, list)) else [res]
+    return rule
+
+
+def _solve_batch(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    a, rhs = all_batched(b, ins, batched, size)
+    vector = example_ndim(ins[1], batched[1]) == 1
+    if vector:
+        rhs = b.op("expand_dims", rhs, axis=-1)
+    # batch dims align from the right: pad the shorter stack after vmap's axis
+    ra, rb = len(static_shape(a.type)), len(static_shape(rhs.type))
+    if ra < rb:
+        a = b.op("expand_dims", a, axis=tuple(range(1, 1 + rb - ra)))
+    elif rb < ra:
+        rhs = b.op("expand_dims", rhs, axis=tuple(range(1, 1 + ra - rb)))
+    x = b.op("solve", a, rhs)
+    return [b.op("squeeze", x, axis=-1) if vector else x]
+
+
+set_rules("batch", {
+    **{k: _leading_batch(k) for k in ("eigh", "qr", "svd", "cholesky", "inv", "det", "slogdet", "eigvalsh",
+                                      "svdvals", "pinv", "eig")},
+    "solve": _solve_batch,
+})

@@ -72,11 +72,14 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import const_like, normalize_axis, tensor, version_of_first, write_out
+from opgraph.ops.batch_helpers import all_batched, batch_axis, broadcast_batch, example_ndim
 from opgraph.ops.grad_helpers import dilate, mask, no_grad, scalar, static_shape
+from opgraph.ops.jvp_helpers import linear, multilinear
 
 FAMILY = "nn"
 
@@ -1651,3 +1654,183 @@ register_op(OpDef(
 
 # ---------------------------------------------------------------- traits (see OpDef)
 mark_traits("promotes", "conv", "conv2d", "conv_transpose", "log_softmax", "relu", "softmax")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Written where the transposed gradient rule costs many more ops than the derivative: the convolutions are
+# bilinear (two convolutions, where the transposed input gradient dilates, pads, flips and crops), a max pool
+# passes on the tangent at each window's maximum (its argmax, where the transposed rule compares every
+# kernel tap and scatters back), the average pools are linear.
+def _take_at_argmax(b: Any, t: Any, idx: Any, out_shape: tuple[int, ...]) -> Any:
+    """``t`` (N, C, *spatial) at the flat positions ``idx`` (N, C, *out) within each (n, c) plane."""
+    n, c = static_shape(t.type)[:2]
+    flat_t = b.op("reshape", t, shape=(n, c, -1))
+    flat_i = b.op("reshape", idx, shape=(n, c, -1))
+    return b.op("reshape", b.op("gather_elements", flat_t, flat_i, axis=2), shape=out_shape)
+
+
+def _jvp_max_pool(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    if tans[0] is None:
+        return [None]
+    idx = b.op("max_pool_argmax", ins[0], **attrs)
+    return [_take_at_argmax(b, tans[0], idx, static_shape(outs[0].type))]
+
+
+def _jvp_max_pool2d(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    if tans[0] is None:
+        return [None]
+    (kh, kw), (sh, sw), (top, bottom, left, right) = _pool_params(attrs)
+    idx = b.op("max_pool_argmax", _batched(b, ins[0]), kernel_size=(kh, kw), stride=(sh, sw),
+               padding=((top, bottom), (left, right)))
+    return [_take_at_argmax(b, _batched(b, tans[0]), idx, static_shape(outs[0].type))]
+
+
+def _jvp_relu(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0]
+    return [mask(b, b.op("greater", x, scalar(b, 0.0, x)), tans[0])]
+
+
+def _jvp_softmax(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # dy = y * (t - sum(y * t))
+    y, t = outs[0], tans[0]
+    dot = b.op("sum", b.op("multiply", y, t), axis=attrs["axis"], keepdims=True)
+    return [b.op("multiply", y, b.op("subtract", t, dot))]
+
+
+def _jvp_log_softmax(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # dy = t - sum(softmax * t), softmax = exp(y)
+    y, t = outs[0], tans[0]
+    return [b.op("subtract", t, b.op("sum", b.op("multiply", b.op("exp", y), t), axis=attrs["axis"], keepdims=True))]
+
+
+def _jvp_layer_norm(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # xhat = (x - mean) * rstd: dxhat = rstd * (dc - xhat * mean(xhat * dc)), dc = dx - mean(dx);
+    # y = xhat * scale + bias: dy = dxhat * scale + xhat * dscale + dbias
+    from opgraph.ops.jvp_helpers import add_all
+
+    x, *rest = ins
+    tx, *trest = tans
+    axes = tuple(range(normalize_axis(attrs["axis"], len(static_shape(x.type))), len(x.type.shape)))
+
+    def mean(v: Any) -> Any:
+        return b.op("mean", v, axis=axes, keepdims=True)
+
+    d = b.op("subtract", x, mean(x))
+    rstd = b.op("reciprocal", b.op("sqrt", b.op("add", mean(b.op("square", d)), scalar(b, attrs["epsilon"], x))))
+    xhat = b.op("multiply", d, rstd)
+    terms = []
+    if tx is not None:
+        dc = b.op("subtract", tx, mean(tx))
+        dxhat = b.op("multiply", rstd, b.op("subtract", dc, b.op("multiply", xhat, mean(b.op("multiply", xhat, dc)))))
+        terms.append(b.op("multiply", dxhat, rest[0]) if rest else dxhat)
+    if rest and trest[0] is not None:
+        terms.append(b.op("multiply", xhat, trest[0]))
+    if len(rest) > 1 and trest[1] is not None:
+        terms.append(trest[1])
+    return [add_all(b, terms)]
+
+
+set_rules("jvp", {
+    **{k: multilinear(k) for k in ("conv2d", "conv", "conv_transpose")},
+    **{k: linear(k) for k in ("avg_pool2d", "avg_pool")},
+    "max_pool2d": _jvp_max_pool2d, "max_pool": _jvp_max_pool, "relu": _jvp_relu, "softmax": _jvp_softmax,
+    "log_softmax": _jvp_log_softmax, "layer_norm": _jvp_layer_norm,
+})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# vmap's axis folds into the op's own batch axis N (convolutions, pools, lrn, grid_sample); a batched kernel w
+# folds into the channels instead, as a grouped convolution with one group of channels per example (JAX's rule).
+def _fold(b: Any, x: Any) -> Any:
+    """``(B, N, ...) -> (B * N, ...)``."""
+    shape = static_shape(x.type)
+    return b.op("reshape", x, shape=(shape[0] * shape[1], *shape[2:]))
+
+
+def _unfold(b: Any, y: Any, size: int) -> Any:
+    """``(B * N, ...) -> (B, N, ...)``."""
+    shape = static_shape(y.type)
+    return b.op("reshape", y, shape=(size, shape[0] // size, *shape[1:]))
+
+
+def _unary_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        return [b.op(kind, ins[0], **attrs)]
+    return rule
+
+
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": batch_axis(attrs["axis"], example_ndim(x, True))})]
+    return rule
+
+
+def _folded_batch(kind: str) -> Any:
+    """The rule of an op on (N, ...) inputs, every input folded into N."""
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        xs = [_fold(b, x) for x in all_batched(b, ins, batched, size)]
+        res = b.op(kind, *xs, **attrs)
+        return [_unfold(b, r, size) for r in (res if isinstance(res, (tuple, list)) else [res])]
+    return rule
+
+
+def _conv_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: dict[str, Any]) -> list[Any]:
+        x, w = ins
+        if not batched[1]:
+            return [_unfold(b, b.op(kind, _fold(b, x), w, **attrs), size)]
+        x = x if batched[0] else broadcast_batch(b, x, size)
+        xs, ws = static_shape(x.type), static_shape(w.type)
+        # x (B, N, C, ...) -> (N, B * C, ...); w (B, O, C/g, ...) -> (B * O, C/g, ...) [conv_transpose: (B, C,
+        # M/g, ...) -> (B * C, M/g, ...)]; groups B * g: group (e, j) sees example e's channels and kernels only
+        x = b.op("reshape", b.op("moveaxis", x, source=(0,), destination=(1,)), shape=(xs[1], size * xs[2], *xs[3:]))
+        w = b.op("reshape", w, shape=(size * ws[1], *ws[2:]))
+        y = b.op(kind, x, w, **{**attrs, "groups": size * attrs["groups"]})
+        ys = static_shape(y.type)
+        y = b.op("reshape", y, shape=(ys[0], size, ys[1] // size, *ys[2:]))
+        return [b.op("moveaxis", y, source=(1,), destination=(0,))]
+    return rule
+
+
+def _resize_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                  attrs: dict[str, Any]) -> list[Any]:
+    # the batch axis keeps its size and scale 1 (the identity, which the kernel and ONNX leave alone)
+    scales, roi = attrs["scales"], attrs["roi"]
+    if roi is not None:
+        half = len(roi) // 2
+        roi = (0.0, *roi[:half], 1.0, *roi[half:])
+    return [b.op("resize", ins[0], **{**attrs, "sizes": (size, *attrs["sizes"]),
+                                      "scales": None if scales is None else (1.0, *scales), "roi": roi})]
+
+
+def _layer_norm_batch(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int,
+                      attrs: dict[str, Any]) -> list[Any]:
+    x = ins[0] if batched[0] else broadcast_batch(b, ins[0], size)
+    rank = example_ndim(ins[0], batched[0])
+    axis = batch_axis(attrs["axis"], rank)
+    if not any(batched[1:]):
+        return [b.op("layer_norm", x, *ins[1:], axis=axis, epsilon=attrs["epsilon"])]
+    # an example's own scale or bias: normalise, then scale and shift with their batch axis lined up with x's
+    y = b.op("layer_norm", x, axis=axis, epsilon=attrs["epsilon"])
+    for kind, p, f in zip(("multiply", "add"), ins[1:], batched[1:], strict=False):
+        if f:
+            extra = rank - example_ndim(p, True)
+            if extra:
+                p = b.op("expand_dims", p, axis=tuple(range(1, 1 + extra)))
+        y = b.op(kind, y, p)
+    return [y]
+
+
+set_rules("batch", {
+    "relu": _unary_batch("relu"),
+    "softmax": _axis_batch("softmax"),
+    "log_softmax": _axis_batch("log_softmax"),
+    "conv2d": _conv_batch("conv2d"),
+    "conv": _conv_batch("conv"),
+    "conv_transpose": _conv_batch("conv_transpose"),
+    **{k: _folded_batch(k) for k in ("max_pool2d", "avg_pool2d", "max_pool", "max_pool_argmax", "avg_pool",
+                                     "lp_pool", "lrn", "grid_sample")},
+    "resize": _resize_batch,
+    "layer_norm": _layer_norm_batch,
+})

@@ -42,11 +42,14 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import Shape, TensorType, ValueType, normalize_axes
 from opgraph.errors import OpTypeError
+from opgraph.ops import batch_helpers as bh
 from opgraph.ops._common import normalize_axis, tensor, write_out
 from opgraph.ops.grad_helpers import broadcast_like, expand_reduced, no_grad, reduced_count, scalar
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "reduction"
 
@@ -392,3 +395,50 @@ register_op(OpDef(
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("promotes", "cumsum", "logsumexp", "mean", "prod", "std", "sum", "var")
 mark_traits("truth_valued", "all", "any")
+
+
+# ---------------------------------------------------------------- tangent rules
+# sum, mean and cumsum are linear: the op on the tangent (their transposed gradients broadcast and sum back).
+set_rules("jvp", {k: linear(k) for k in ("sum", "mean", "cumsum")})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _batch_reduce(kind: str) -> Callable[..., list[Any]]:
+    """A reduction over per-example axes: the same axes shifted past the batch axis (None: every per-example
+    axis, never the batch axis)."""
+
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: Mapping[str, Any]) -> list[Any]:
+        (x,) = ins
+        a = dict(attrs)
+        a["axis"] = bh.batch_axes(attrs["axis"], bh.ndim(x) - 1)
+        return [b.op(kind, x, **a)]
+
+    rule.__name__ = f"_batch_{kind}"
+    return rule
+
+
+def _batch_flat(kind: str) -> Callable[..., list[Any]]:
+    """argmax/argmin/cumsum/cumprod: one axis shifted; axis None (the flattened example) flattens each example."""
+
+    def rule(b: Any, ins: Sequence[Any], batched: Sequence[bool], size: int, attrs: Mapping[str, Any]) -> list[Any]:
+        (x,) = ins
+        r = bh.ndim(x) - 1
+        a = dict(attrs)
+        if attrs["axis"] is not None:
+            a["axis"] = bh.batch_axis(attrs["axis"], r)
+            return [b.op(kind, x, **a)]
+        a["axis"] = 1
+        keep = a.pop("keepdims", False)
+        y = b.op(kind, b.op("reshape", x, shape=(int(size), -1)), **a)
+        if keep:  # every per-example axis kept as size 1
+            y = b.op("reshape", y, shape=(int(size),) + (1,) * r)
+        return [y]
+
+    rule.__name__ = f"_batch_{kind}"
+    return rule
+
+
+set_rules("batch", {
+    **{k: _batch_reduce(k) for k in ("sum", "prod", "max", "min", "mean", "any", "all", "var", "std", "logsumexp")},
+    **{k: _batch_flat(k) for k in ("argmax", "argmin", "cumsum", "cumprod")},
+})

@@ -46,9 +46,11 @@ from opgraph.core.registry import (
     mark_traits,
     optional,
     register_op,
+    set_rules,
 )
 from opgraph.core.types import TensorType, ValueType, normalize_axes, shape_str
 from opgraph.errors import OpTypeError
+from opgraph.ops import batch_helpers as bh
 from opgraph.ops._common import (
     normalize_axis,
     num_elements,
@@ -58,6 +60,7 @@ from opgraph.ops._common import (
     write_out,
 )
 from opgraph.ops.grad_helpers import dilate, no_grad, rank, static_shape, unbroadcast, zeros_like
+from opgraph.ops.jvp_helpers import add_all, linear
 
 FAMILY = "shape"
 
@@ -1204,3 +1207,233 @@ VIEW_OPS: frozenset[str] = mark_traits(
 
 mark_traits("linear_time", *family_kinds(FAMILY))
 mark_traits("promotes", "concat", "copy", "stack")
+
+
+# ---------------------------------------------------------------- tangent rules
+# Every op here is linear in its floating inputs (indices, shapes and bounds are fixed), so its tangent is the
+# op on the tangents: one op, where transposing the gradient rule costs several and, for the ops whose
+# gradient reads a run-time shape (reshape_to, alloc, slice_update), cannot be formed.
+def _jvp_arange(b: Any, ins: Any, outs: Any, tans: Any, attrs: dict[str, Any]) -> list[Any]:
+    # out[i] = start + i * step (the length moves in jumps with stop: zero a.e.)
+    out = outs[0]
+    if out.type.dtype.kind != "f":
+        return [None]
+    n = b.op("getitem", b.op("shape", out), index=(0,))
+    i = b.op("arange", b.constant(np.int64(0)), n, b.constant(np.int64(1)), dtype=out.type.dtype)
+    t_start, _, t_step = tans
+    return [add_all(b, [t_start, None if t_step is None else b.op("multiply", i, t_step)])]
+
+
+set_rules("jvp", {
+    **{k: linear(k) for k in ("reshape", "permute_dims", "broadcast_to", "expand_dims", "squeeze", "split",
+                              "getitem", "take", "flip", "roll", "tile", "repeat", "moveaxis", "slice",
+                              "alloc", "reshape_to")},
+    "concat": linear("concat", None), "stack": linear("stack", None), "slice_update": linear("slice_update", (0, 1)),
+    "pad": linear("pad", constant_value=0.0), "arange": _jvp_arange,
+    # a copy's tangent (and a checked x's) is the tangent itself: no second copy, no second check
+    **{k: lambda b, ins, outs, tans, attrs: [tans[0]] for k in ("copy", "assert_all")},
+})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+# Each rule gets the batched inputs with the batch axis in front and returns outputs with it in front: the
+# per-example axes an attribute names move by one (opgraph.ops.batch_helpers).
+def _b_x(ins: Sequence[Any]) -> tuple[Any, int]:
+    return ins[0], bh.ndim(ins[0]) - 1
+
+
+def _b_reshape(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    return [b.op("reshape", ins[0], shape=bh.batched_shape(size, attrs["shape"]))]
+
+
+def _b_permute(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    axes = tuple(reversed(range(r))) if attrs["axes"] is None else tuple(int(a) % max(r, 1) for a in attrs["axes"])
+    return [b.op("permute_dims", x, axes=(0, *(a + 1 for a in axes)))]
+
+
+def _b_broadcast_to(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    shape = attrs["shape"]
+    return [b.op("broadcast_to", bh.lift_rank(b, ins[0], len(shape)), shape=bh.batched_shape(size, shape))]
+
+
+def _b_expand_dims(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    out_rank = r + len(attrs["axis"])
+    return [b.op("expand_dims", x, axis=bh.batch_axes(attrs["axis"], out_rank))]
+
+
+def _b_squeeze(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    x, r = _b_x(ins)
+    if attrs["axis"] is None:
+        shape = x.type.shape[1:]
+        if any(d is None for d in shape):
+            return None  # which axes are 1 is known per example only
+        axes = tuple(i + 1 for i, d in enumerate(shape) if d == 1)
+    else:
+        axes = bh.batch_axes(attrs["axis"], r)
+    return [b.op("squeeze", x, axis=axes) if axes else x]
+
+
+def _b_concat(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    xs = bh.all_batched(b, ins, batched, size)
+    if attrs["axis"] is None:  # every example flattened, then joined
+        return [b.op("concat", *(b.op("reshape", x, shape=(int(size), -1)) for x in xs), axis=1)]
+    return [b.op("concat", *xs, axis=bh.batch_axis(attrs["axis"], bh.ndim(xs[0]) - 1))]
+
+
+def _b_stack(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    xs = bh.all_batched(b, ins, batched, size)
+    return [b.op("stack", *xs, axis=bh.batch_axis(attrs["axis"], bh.ndim(xs[0])))]
+
+
+def _b_split(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    res = b.op("split", x, sections=attrs["sections"], axis=bh.batch_axis(attrs["axis"], r))
+    return list(res) if isinstance(res, tuple) else [res]
+
+
+def _b_getitem(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    # a full slice in front keeps the batch axis; the user's entries (ellipsis included) then index each example
+    return [b.op("getitem", ins[0], index=(("slice", None, None, None), *attrs["index"]))]
+
+
+def _b_take(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    if batched[1]:
+        if batched[0]:
+            return None  # per-example indices into per-example arrays: the per-example fallback
+        x, idx = ins  # one shared x: the batch axis of the indices comes out where the taken axis was
+        if attrs["axis"] is None:
+            return [b.op("take", x, idx, axis=None)]
+        axis = normalize_axis(attrs["axis"], max(bh.ndim(x), 1))
+        return [bh.move_axis(b, b.op("take", x, idx, axis=axis), axis, 0)]
+    x, r = _b_x(ins)
+    if attrs["axis"] is None or r == 0:
+        return [b.op("take", b.op("reshape", x, shape=(int(size), -1)), ins[1], axis=1)]
+    return [b.op("take", x, ins[1], axis=bh.batch_axis(attrs["axis"], r))]
+
+
+def _b_pad(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    pw = tuple(attrs["pad_width"])
+    if len(pw) == 1:
+        pw = pw * r
+    return [b.op("pad", x, pad_width=((0, 0), *pw), mode=attrs["mode"], constant_value=attrs["constant_value"])]
+
+
+def _b_flip(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    return [b.op("flip", x, axis=bh.batch_axes(attrs["axis"], r))]
+
+
+def _b_roll(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    if attrs["axis"] is None:  # rolls the flattened example
+        flat = b.op("roll", b.op("reshape", x, shape=(int(size), -1)), shift=attrs["shift"], axis=(1,))
+        return [b.op("reshape", flat, shape=bh.batched_shape(size, static_shape(x.type, "roll")[1:]))]
+    return [b.op("roll", x, shift=attrs["shift"], axis=bh.batch_axes(attrs["axis"], r))]
+
+
+def _b_tile(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    reps = tuple(attrs["reps"])
+    k = max(r, len(reps))
+    return [b.op("tile", bh.lift_rank(b, x, k), reps=(1,) * (k + 1 - len(reps)) + reps)]
+
+
+def _b_repeat(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    if attrs["axis"] is None:
+        return [b.op("repeat", b.op("reshape", x, shape=(int(size), -1)), repeats=attrs["repeats"], axis=1)]
+    return [b.op("repeat", x, repeats=attrs["repeats"], axis=bh.batch_axis(attrs["axis"], r))]
+
+
+def _b_moveaxis(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    x, r = _b_x(ins)
+    return [b.op("moveaxis", x, source=bh.batch_axes(attrs["source"], r),
+                 destination=bh.batch_axes(attrs["destination"], r))]
+
+
+def _b_same(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        return [b.op(kind, ins[0], **attrs)]
+
+    return rule
+
+
+def _b_slice(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    if any(batched[1:]):
+        return None  # per-example bounds give examples of different shapes
+    x, r = _b_x(ins)
+    if attrs["axes"] is None:
+        k = _int_vector_len(ins[1].type, "starts")
+        if k is None:
+            return None
+        axes = tuple(range(1, k + 1))
+    else:
+        axes = bh.batch_axes(attrs["axes"], r)
+    return [b.op("slice", x, *ins[1:], axes=axes)]
+
+
+def _b_slice_update(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    if any(batched[2:]):
+        return None  # per-example bounds: the fallback updates each example
+    r = bh.ndim(ins[0]) - (1 if batched[0] else 0)
+    x = ins[0] if batched[0] else bh.broadcast_batch(b, ins[0], size)
+    u = bh.lift_rank(b, ins[1], r) if batched[1] else ins[1]
+    if attrs["axes"] is None:
+        k = _int_vector_len(ins[2].type, "starts")
+        if k is None:
+            return None
+        axes = tuple(range(1, k + 1))
+    else:
+        axes = bh.batch_axes(attrs["axes"], r)
+    return [b.op("slice_update", x, u, *ins[2:], axes=axes)]
+
+
+def _b_shape(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    per_example = b.op("getitem", b.op("shape", ins[0]), index=(("slice", 1, None, None),))
+    return [bh.broadcast_batch(b, per_example, size)]
+
+
+def _with_batch_dim(b: Any, shape: Any, size: int) -> Any:
+    """A run-time shape vector with the batch size in front."""
+    lead = b.constant(np.array([size], dtype=shape.type.dtype))
+    return b.op("concat", lead, shape, axis=0)
+
+
+def _b_alloc(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    if batched[1]:
+        return None  # per-example shapes
+    k = _int_vector_len(ins[1].type, "shape", "dim")
+    if k is None:
+        return None
+    return [b.op("alloc", bh.lift_rank(b, ins[0], k), _with_batch_dim(b, ins[1], size))]
+
+
+def _b_reshape_to(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
+    if batched[1]:
+        return None  # per-example shapes
+    return [b.op("reshape_to", ins[0], _with_batch_dim(b, ins[1], size))]
+
+
+def _b_assert_all(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+    # a condition holds for every example when it holds for the whole batch of them
+    x = ins[0] if batched[0] else bh.broadcast_batch(b, ins[0], size)
+    return [b.op("assert_all", x, *ins[1:], **attrs)]
+
+
+BATCH_FALLBACK: dict[str, str] = {
+    "arange": "per-example bounds give examples of different lengths: the per-example fallback (which needs "
+              "equal lengths) or arange outside vmap",
+}
+"""Shape kinds that run once per example under ``vmap`` (the engine's fallback), and why."""
+
+set_rules("batch", {
+    "reshape": _b_reshape, "permute_dims": _b_permute, "broadcast_to": _b_broadcast_to,
+    "expand_dims": _b_expand_dims, "squeeze": _b_squeeze, "concat": _b_concat, "stack": _b_stack, "split": _b_split,
+    "getitem": _b_getitem, "take": _b_take, "pad": _b_pad, "flip": _b_flip, "roll": _b_roll, "tile": _b_tile,
+    "repeat": _b_repeat, "moveaxis": _b_moveaxis, "copy": _b_same("copy"), "bitcast": _b_same("bitcast"),
+    "slice": _b_slice, "slice_update": _b_slice_update, "shape": _b_shape, "alloc": _b_alloc,
+    "reshape_to": _b_reshape_to, "assert_all": _b_assert_all,
+})

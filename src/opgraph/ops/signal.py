@@ -35,11 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, optional, register_op
+from opgraph.core.registry import Attr, OpDef, attr_bool, attr_int, attr_str, optional, register_op, set_rules
 from opgraph.core.types import TensorType, ValueType
 from opgraph.errors import OpTypeError
 from opgraph.ops._common import normalize_axis, tensor
+from opgraph.ops.batch_helpers import batch_axis, example_ndim
 from opgraph.ops.grad_helpers import is_float, rank
+from opgraph.ops.jvp_helpers import linear
 
 FAMILY = "signal"
 
@@ -253,3 +255,20 @@ _register("irfft", 1202, _irfft_infer, _irfft_kernel,
           "irfft(x, axis=-1, n=None, norm='backward'): np.fft.irfft: the real signal of length n (default "
           "2 * (m - 1)) whose rfft is the one-sided spectrum x; keeps x's precision (complex64 -> float32)",
           _g_irfft, inverse_attr=False)
+
+
+# ---------------------------------------------------------------- tangent rules
+# The transforms are linear: the op on the tangent. (rfft's gradient takes a real part, and the reverse rule
+# of real drops a complex input's cotangent, so its transpose would lose the tangent.)
+set_rules("jvp", {k: linear(k) for k in ("fft", "rfft", "irfft")})
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+def _axis_batch(kind: str) -> Any:
+    def rule(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:
+        (x,) = ins
+        return [b.op(kind, x, **{**attrs, "axis": batch_axis(attrs["axis"], example_ndim(x, True))})]
+    return rule
+
+
+set_rules("batch", {k: _axis_batch(k) for k in ("fft", "rfft", "irfft")})

@@ -27,7 +27,12 @@ from opgraph.core.graph import Graph
 from opgraph.core.registry import get_op, has_trait
 from opgraph.core.types import TensorType
 from opgraph.passes.base import PassResult, merge_counts, use_counts
-from opgraph.passes.control import BodyOptimizer, hoist_invariants, merge_sibling_scans
+from opgraph.passes.control import (
+    BodyOptimizer,
+    hoist_invariants,
+    merge_sibling_scans,
+    merge_subsumed,
+)
 from opgraph.passes.dce import cse, dce
 from opgraph.passes.rewrite import FOLD_LIMIT, P, Rule, RuleSet, rewrite
 from opgraph.passes.rules import FOLD_AFFINE, FUSE, FUSE_ELEMENTWISE, FUSE_UPDATES, LAYOUT, SIMPLIFY
@@ -274,7 +279,8 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
     ``hoist`` (:func:`~opgraph.passes.control.hoist_invariants`).
 
     >>> [n for n, _ in pipeline_for(2).passes]
-    ['bodies', 'dce', 'cse', 'simplify', 'fold_affine', 'fuse_updates', 'fuse', 'layout', 'merge_scans', 'hoist']
+    ['bodies', 'dce', 'cse', 'simplify', 'fold_affine', 'fuse_updates', 'fuse', 'layout', 'merge_subsumed',
+     'merge_scans', 'hoist']
     """
     flags = ("fast_math",) if fast_math else ()
     passes: list[tuple[str, PassFn]] = []
@@ -293,7 +299,8 @@ def pipeline_for(level: int, *, fast_math: bool = False, fold_limit: int = FOLD_
         # Bodies first (bottom-up: the run on a body optimises its own bodies first); hoisting last, on
         # simplified bodies. One BodyOptimizer per pipeline: each distinct body is optimised once.
         bodies = BodyOptimizer(lambda g: _as_result(pipe.run(g)))
-        pipe.passes = [("bodies", bodies), *passes, ("merge_scans", merge_sibling_scans), ("hoist", hoist_invariants)]
+        pipe.passes = [("bodies", bodies), *passes, ("merge_subsumed", merge_subsumed),
+                       ("merge_scans", merge_sibling_scans), ("hoist", hoist_invariants)]
     return pipe
 
 
