@@ -24,7 +24,8 @@ differentiating, optimising, compiling), for opgraph the phases of that (``trace
 ``compile_s``: ``jit.compile_times``) and the ops of the traced and optimised graphs, for JAX ``lower_s`` and
 ``xla_compile_s`` (measured on a second ``jax.jit`` of the same function), ``call_s`` (the median of ``--repeat``
 samples, each a loop of calls of ~20 ms, after the first call) and the error. Threads: OMP/OPENBLAS/MKL 1
-(bench/run.py), XLA's CPU client one thread, torch one thread, CasADi is single-threaded.
+(bench/run.py), XLA's CPU client one thread, torch one thread, CasADi is single-threaded. The c engine compiles
+into a fresh cache folder (its programs are kept on disk; ``OPGRAPH_BENCH_FWD_KEEP_CACHE=1`` keeps the usual one).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ import os
 os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 import argparse
+import atexit
 import collections
 import json
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -229,6 +232,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     a = ap.parse_args()
     VARIANT = a.variant
+    if a.backend == "c" and not os.environ.get("OPGRAPH_BENCH_FWD_KEEP_CACHE"):
+        # the c engine keeps compiled programs on disk: a fresh folder, so that the first call compiles
+        cache = tempfile.TemporaryDirectory(prefix="opgraph-bench-")
+        atexit.register(cache.cleanup)
+        os.environ["OPGRAPH_CACHE_DIR"] = cache.name
     size = a.size or SIZES[a.case]
     base: dict[str, Any] = {"case": a.case, "lib": a.lib, "backend": a.backend, "variant": a.variant, "size": size}
     if a.lib == "opgraph":
