@@ -176,9 +176,14 @@ def test_jacfwd_of_rk4_ode_matches_jax() -> None:
     assert got.shape == (2, 3)
     np.testing.assert_allclose(got, np.asarray(want), **TOL)
     np.testing.assert_allclose(got, opgraph.jacrev(lambda p: rk4(p, y0))(p), **TOL)
-    # one tangent scan per parameter, each carrying the primal state: merged, one loop steps them all
-    jac = opgraph.jacfwd(lambda p: rk4(p, y0))
-    g = opgraph.trace(jac, p)
+    # jacfwd batches the three tangents (vmap of jvp): one loop carries the counter, the state and its tangents
+    g = opgraph.trace(opgraph.jacfwd(lambda p: rk4(p, y0)), p)
+    (op,) = [o for o in range(g.num_ops) if g.kind_of(o) == "scan"]
+    assert g.attrs_of(op)["num_carry"] == 3 and g.type_of(g.op_outputs(op)[2]).shape == (3, 2)
+    # three jvps, one tangent scan each carrying the primal state: merged, one loop steps them all
+    eye = np.eye(3)
+    g = opgraph.trace(lambda p: onp.stack([opgraph.jvp(lambda q: rk4(q, y0), (p,), (e,))[1] for e in eye], axis=1), p)
+    g = merge_subsumed(g).graph  # the primal scan is read off the tangent scans
     r = merge_overlapping_scans(g)
     assert kinds(g).count("scan") == 3 and kinds(r.graph).count("scan") == 1 and r.counts == {"merge.overlap": 3}
     (op,) = [o for o in range(r.graph.num_ops) if r.graph.kind_of(o) == "scan"]

@@ -160,6 +160,7 @@ class GradFunction:
     """
 
     label = "grad"
+    forward = False  # forward mode inside: traced graphs get one_loop
 
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], with_value: bool, *,
                  has_aux: bool = False, label: str | None = None) -> None:
@@ -179,7 +180,7 @@ class GradFunction:
         self._star = star or "args"
         if star is None:  # a fixed number of positional parameters: a bad argnums is an error now, not at the call
             _check_argnums(self._what, self.fname, argnums, self._nums, len(self._params), "takes")
-        self._traced = TracedFunction(self._lazy, name=self.fname)
+        self._traced = TracedFunction(self._lazy, name=self.fname, finish=one_loop if self.forward else None)
         self._traced.signature = inspect.signature(fn)  # traced by fn's parameters
 
     def _arg_name(self, i: int) -> str:
@@ -405,6 +406,7 @@ class HessianFunction(GradFunction):
     """
 
     label = "hessian"
+    forward = True
 
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], with_value: bool, *,
                  has_aux: bool = False, mode: str = "auto") -> None:
@@ -529,6 +531,14 @@ def _function_vjp(fun: Callable[..., Any], primals: tuple[Any, ...], has_aux: bo
 
 
 # ---------------------------------------------------------------- forward mode (JAX style)
+def one_loop(graph: Any) -> Any:
+    """``graph`` with each control op read off the op carrying its tangents (forward mode traces both: the
+    primal loop, then the loop carrying values and tangents), so a loop runs once also without ``jit``."""
+    from opgraph.passes.control import merge_subsumed
+
+    return merge_subsumed(graph).graph
+
+
 def _check_pair(what: str, primals: Any, tangents: Any) -> None:
     """JAX's checks of jvp's arguments: tuples or lists of one length, each tangent shaped as its primal."""
     from opgraph.frontend import pytree
@@ -614,7 +624,7 @@ def jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]
     _check_pair(what, primals, tangents)
     if _any_lazy((primals, tangents)):
         return _lazy_jvp(fun, primals, tangents, has_aux, what)
-    traced = TracedFunction(lambda p, t: _lazy_jvp(fun, p, t, has_aux, what), name=what)
+    traced = TracedFunction(lambda p, t: _lazy_jvp(fun, p, t, has_aux, what), name=what, finish=one_loop)
     return traced(tuple(primals), tuple(tangents))
 
 
@@ -650,16 +660,26 @@ def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> 
                  for ls, s in (pytree.flatten(p) for p in primals)]
         return _lazy_jvp(fun, fixed, tangents, has_aux, what)[1]
 
-    f_jvp = TracedFunction(tangent_of, name=f"linearize({fname}).jvp")
+    f_jvp = TracedFunction(tangent_of, name=f"linearize({fname}).jvp", finish=one_loop)
     return (out, f_jvp, aux) if has_aux else (out, f_jvp)
+
+
+def _basis_tangents(outs: Sequence[Any], wrt: Sequence[Any], bases: Sequence[Any]) -> list[Any]:
+    """The tangents of ``outs`` along each row of ``bases`` (one basis per ``wrt`` leaf, rows first), stacked:
+    one batched forward sweep (vmap of the jvp)."""
+    from opgraph.autodiff.batching import vmap
+    from opgraph.autodiff.forward import lazy_jvp as tangent_ops
+
+    return list(vmap(lambda *ts: tuple(tangent_ops(outs, wrt, list(ts))))(*bases))
 
 
 class JacfwdFunction(GradFunction):
     """The Jacobian of a function in forward mode (made by :func:`jacfwd` and :func:`hessian`).
 
-    One Jacobian-vector product per element of the differentiated inputs; the
+    The Jacobian-vector product along every unit vector of the differentiated
+    inputs, batched into one sweep (``vmap`` of ``jvp``, as ``jax.jacfwd``); the
     result for an output leaf ``o`` and an input leaf ``x`` has shape
-    ``o.shape + x.shape`` (as :class:`JacobianFunction`, ``jax.jacfwd``).
+    ``o.shape + x.shape`` (as :class:`JacobianFunction`).
 
     >>> import numpy as np
     >>> JacfwdFunction(lambda x: x * x, 0, with_value=False)(np.array([1.0, 2.0]))
@@ -668,9 +688,9 @@ class JacfwdFunction(GradFunction):
     """
 
     label = "jacfwd"
+    forward = True
 
     def _lazy(self, *args: Any, **kwargs: Any) -> Any:
-        from opgraph.autodiff.forward import lazy_jvp as tangent_ops
         from opgraph.frontend import api, pytree
         from opgraph.frontend.lazy import as_lazy, constant
 
@@ -685,23 +705,32 @@ class JacfwdFunction(GradFunction):
                 raise TypeError(f"{self._what}: {self.fname} returned {o.type} as {path}; the Jacobian needs a "
                                 "floating output")
             outs.append(o)
-        # columns[j][k]: the tangent of output j along the k-th unit vector of input leaf w (one sweep each)
-        per_input: list[list[Any]] = []
         for w in wrt:
-            shape = w.type.shape
-            if shape is None or any(d is None for d in shape):
+            if w.type.shape is None or any(d is None for d in w.type.shape):
                 raise TypeError(f"{self._what}: an input of type {w.type}; the Jacobian needs static input shapes")
-            n = int(np.prod(shape, dtype=np.int64))
-            eye = np.eye(n, dtype=w.dtype)
-            cols = [tangent_ops(outs, [w], [constant(eye[k].reshape(shape))]) for k in range(n)]
-            blocks = []
-            for j, o in enumerate(outs):
-                if n == 0:
-                    blocks.append(api.zeros(o.type.shape + shape, dtype=o.dtype))
-                    continue
-                stacked = api.stack([c[j] for c in cols], axis=-1)  # o.shape + (n,)
-                blocks.append(api.reshape(stacked, o.type.shape + shape))
-            per_input.append(blocks)
+        sizes = [int(np.prod(w.type.shape, dtype=np.int64)) for w in wrt]
+        total = sum(sizes)
+        if total == 0:
+            per_input = [[api.zeros(o.type.shape + w.type.shape, dtype=o.dtype) for o in outs] for w in wrt]
+        else:
+            # As jax.jacfwd: the jvp vmapped over the standard basis of all differentiated inputs at once, so the
+            # tangents of every direction share one sweep (and a loop carries them all, once).
+            bases, start = [], 0
+            for w, n in zip(wrt, sizes, strict=True):
+                eye = np.zeros((total, n), dtype=w.dtype)
+                eye[start:start + n] = np.eye(n, dtype=w.dtype)
+                bases.append(constant(eye.reshape((total, *w.type.shape))))
+                start += n
+            columns = _basis_tangents(outs, wrt, bases)  # per output: (total,) + o.shape
+            per_input, start = [], 0
+            for w, n in zip(wrt, sizes, strict=True):
+                blocks = []
+                for o, col in zip(outs, columns, strict=True):
+                    part = col if n == total else col[start:start + n]
+                    moved = api.moveaxis(part, 0, -1) if o.type.shape else part  # o.shape + (n,)
+                    blocks.append(api.reshape(moved, o.type.shape + w.type.shape))
+                per_input.append(blocks)
+                start += n
         jacs = [self._structure(specs, [per_input[i][j] for i in range(len(wrt))]) for j in range(len(outs))]
         jac = pytree.unflatten(spec, jacs)
         return (jac, aux) if self.has_aux else jac
@@ -710,9 +739,9 @@ class JacfwdFunction(GradFunction):
 def jacfwd(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, *, has_aux: bool = False) -> GradFunction:
     """The Jacobian of ``fun`` for its argument(s) ``argnums`` in forward mode (``jax.jacfwd``).
 
-    One forward sweep per input element, so it suits few inputs and many
-    outputs (sensitivities of a simulation to a few parameters);
-    :func:`jacrev` suits the opposite. Shapes and pytrees as :func:`jacobian`.
+    One forward sweep carrying a tangent per input element (batched by
+    ``vmap``), so it suits few inputs and many outputs (sensitivities of a
+    simulation to a few parameters); :func:`jacrev` suits the opposite. Shapes and pytrees as :func:`jacobian`.
 
     >>> import numpy as np, opgraph.numpy as onp
     >>> jacfwd(lambda p: onp.stack([p[0] * p[1], onp.sin(p[0]), p[1] ** 2]))(np.array([0.0, 2.0]))

@@ -149,13 +149,16 @@ class TracedFunction:
 
     ``name`` is the name errors give the function (``fn.__name__`` by default). ``describe`` says how an argument
     leaf is traced (:func:`describe_leaf` by default; None: it is static, or with ``strict`` an error); the
-    parameters named in ``static`` are static whole (hashed into the cache key, never flattened).
+    parameters named in ``static`` are static whole (hashed into the cache key, never flattened). ``finish``, if
+    given, rewrites each traced graph before it is kept (a transform's clean-up, such as forward mode reading a
+    loop's results off the loop that carries its tangents).
     """
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  describe: Callable[[Any], Leaf | None] = describe_leaf, static: frozenset[str] = frozenset(),
-                 strict: bool = False) -> None:
+                 strict: bool = False, finish: Callable[[Graph], Graph] | None = None) -> None:
         self.fn = fn
+        self.finish = finish
         self.signature = inspect.signature(fn)
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
         self.describe = describe
@@ -280,6 +283,8 @@ class TracedFunction:
         outs, spec = pytree.flatten(result)
         static = tuple((i, o) for i, o in enumerate(outs) if not _is_output(o))
         graph = to_graph([o for o in outs if _is_output(o)], inputs=holders)
+        if self.finish is not None:
+            graph = self.finish(graph)
         traced = self._cache[call.key] = Traced(graph, spec, static)
         return traced
 
