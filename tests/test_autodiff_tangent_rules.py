@@ -18,19 +18,7 @@ import opgraph
 from opgraph.autodiff import build_vjp_ops
 from opgraph.autodiff.forward import build_jvp_ops
 from opgraph.frontend.lazy import apply, constant
-from test_autodiff_rules import CASES, NO_RULE_FAMILIES, ZERO
-
-
-def _make(b: opgraph.GraphBuilder, spec: Any, rng: np.random.Generator) -> tuple[Any, Any]:
-    if isinstance(spec, tuple) and spec and isinstance(spec[0], str):
-        kind, arg = spec
-        if kind == "const":
-            return b.constant(arg), None
-        lo, hi = {"pos": (0.5, 2.0), "unit": (-0.8, 0.8), "gt1": (1.5, 3.0)}[kind]
-        arr = rng.uniform(lo, hi, arg)
-    else:
-        arr = rng.standard_normal(spec)
-    return b.input(("float64", arr.shape)), arr
+from test_autodiff_rules import CASES, NO_RULE_FAMILIES, ZERO, _make
 
 
 def _real_parts(b: Any, outs: Any) -> list[Any]:

@@ -728,8 +728,24 @@ def _pad_infer(in_types: tuple[ValueType, ...], attrs: dict[str, Any]) -> tuple[
 
 def _pad_kernel(x: np.ndarray, out: Any = None, *, pad_width: tuple[tuple[int, int], ...], mode: str,
                 constant_value: float) -> np.ndarray:
-    kw = {"constant_values": constant_value} if mode == "constant" else {}
-    return write_out(np.pad(x, pad_width, mode=mode, **kw), out)  # type: ignore[call-overload]
+    if len(pad_width) == 1 and x.ndim > 1:  # one pair for every axis
+        pad_width = pad_width * x.ndim
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pad_width, strict=False))
+    if mode != "constant" or len(pad_width) != x.ndim or (
+            out is not None and (out.shape != shape or out.dtype != x.dtype)):
+        kw = {"constant_values": constant_value} if mode == "constant" else {}
+        return write_out(np.pad(x, pad_width, mode=mode, **kw), out)  # type: ignore[call-overload]
+    # np.pad's general machinery costs more than the copy (a slice's gradient pads with zeros): fill the
+    # borders, then copy x in, once, into out when given
+    res = np.empty(shape, x.dtype) if out is None else out
+    for axis, (a, b) in enumerate(pad_width):
+        lead = (slice(None),) * axis
+        if a:
+            res[(*lead, slice(0, a))] = constant_value
+        if b:
+            res[(*lead, slice(shape[axis] - b, None))] = constant_value
+    res[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pad_width, strict=True))] = x
+    return res
 
 
 _register("pad", 710, _pad_infer, _pad_kernel,
@@ -1361,18 +1377,20 @@ def _b_same(kind: str) -> Any:
     return rule
 
 
+def _b_slice_axes(attrs: dict[str, Any], starts: Any, r: int) -> tuple[int, ...] | None:
+    """A slice's axes under vmap (None: the starts' count is not known, the fallback slices each example)."""
+    if attrs["axes"] is not None:
+        return bh.batch_axes(attrs["axes"], r)
+    k = _int_vector_len(starts.type, "starts")
+    return None if k is None else tuple(range(1, k + 1))
+
+
 def _b_slice(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
     if any(batched[1:]):
         return None  # per-example bounds give examples of different shapes
     x, r = _b_x(ins)
-    if attrs["axes"] is None:
-        k = _int_vector_len(ins[1].type, "starts")
-        if k is None:
-            return None
-        axes = tuple(range(1, k + 1))
-    else:
-        axes = bh.batch_axes(attrs["axes"], r)
-    return [b.op("slice", x, *ins[1:], axes=axes)]
+    axes = _b_slice_axes(attrs, ins[1], r)
+    return None if axes is None else [b.op("slice", x, *ins[1:], axes=axes)]
 
 
 def _b_slice_update(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any] | None:
@@ -1381,14 +1399,8 @@ def _b_slice_update(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, 
     r = bh.ndim(ins[0]) - (1 if batched[0] else 0)
     x = ins[0] if batched[0] else bh.broadcast_batch(b, ins[0], size)
     u = bh.lift_rank(b, ins[1], r) if batched[1] else ins[1]
-    if attrs["axes"] is None:
-        k = _int_vector_len(ins[2].type, "starts")
-        if k is None:
-            return None
-        axes = tuple(range(1, k + 1))
-    else:
-        axes = bh.batch_axes(attrs["axes"], r)
-    return [b.op("slice_update", x, u, *ins[2:], axes=axes)]
+    axes = _b_slice_axes(attrs, ins[2], r)
+    return None if axes is None else [b.op("slice_update", x, u, *ins[2:], axes=axes)]
 
 
 def _b_shape(b: Any, ins: Any, batched: Any, size: int, attrs: dict[str, Any]) -> list[Any]:

@@ -72,6 +72,37 @@ def fix_result(result: Any, t: Any) -> Any:
     return r
 
 
+def with_literal_splats(fn: Callable[..., Any], consts: list[np.ndarray]) -> tuple[Callable[..., Any], list[Any]]:
+    """``fn(consts, *inputs)`` with its one-valued constants (scalars, and arrays of one repeated value) written
+    into the program as literals; returns the new function, which takes the other constants, and those.
+
+    XLA folds a literal (``2 * x``, the seed of a gradient broadcast to a vector) into the ops that read it;
+    a constant passed at run time is a buffer it must read, and the fold is lost (an ``hvp`` ran 1.9x slower).
+
+    >>> f, live = with_literal_splats(lambda c, x: c[0] * x + c[1], [np.full(3, 2.0), np.arange(3.0)])
+    >>> [a.tolist() for a in live], f(live, np.ones(3)).tolist()
+    ([[0.0, 1.0, 2.0]], [2.0, 3.0, 4.0])
+    """
+    splats: dict[int, tuple[tuple[int, ...], Any, np.dtype]] = {}
+    for i, c in enumerate(consts):
+        first = c.reshape(-1)[:1]
+        if c.size and c.dtype != object and bool((c == first).all()):  # nan never equals itself: kept a buffer
+            splats[i] = (c.shape, first[0], c.dtype)
+    if not splats:
+        return fn, consts
+    live_at = [i for i in range(len(consts)) if i not in splats]
+
+    def program(live: Sequence[Any], *inputs: Any) -> Any:
+        full: list[Any] = [None] * len(consts)
+        for k, i in enumerate(live_at):
+            full[i] = live[k]
+        for i, (dims, value, dtype) in splats.items():
+            full[i] = jnp.full(dims, value, dtype=dtype)
+        return fn(full, *inputs)
+
+    return program, [consts[i] for i in live_at]
+
+
 class _JaxExecutable(Executable):
     def __init__(self, fn: Callable[..., Any], consts: list[Any], device: Any, graph: Graph) -> None:
         self.fn = fn
@@ -117,8 +148,9 @@ class JaxBackend(Backend):
             raise TypeError(f"the jax backend takes no option(s) {sorted(options)}")
         dev = self._device(device)
         fn, consts, _src = straight_line(graph, lambda info: self.rules[info.kind](info), fix=fix_result)
+        fn, live = with_literal_splats(fn, consts)
         jitted = jax.jit(fn, donate_argnums=tuple(1 + i for i in donate))
-        return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in consts], dev, graph)
+        return _JaxExecutable(jitted, [jax.device_put(c, dev) for c in live], dev, graph)
 
     def from_numpy(self, array: np.ndarray, device: str | None = None) -> Any:
         return jax.device_put(array, self._device(device))
