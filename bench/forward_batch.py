@@ -24,7 +24,7 @@ differentiating, optimising, compiling), for opgraph the phases of that (``trace
 ``compile_s``: ``jit.compile_times``) and the ops of the traced and optimised graphs, for JAX ``lower_s`` and
 ``xla_compile_s`` (measured on a second ``jax.jit`` of the same function), ``call_s`` (the median of ``--repeat``
 samples, each a loop of calls of ~20 ms, after the first call) and the error. Threads: OMP/OPENBLAS/MKL 1
-(bench/run.py), XLA's CPU client one thread, torch one thread, CasADi is single-threaded. The c engine compiles
+(bench/run.py), numba 1, XLA's CPU client one thread, torch one thread, CasADi is single-threaded. The c engine compiles
 into a fresh cache folder (its programs are kept on disk; ``OPGRAPH_BENCH_FWD_KEEP_CACHE=1`` keeps the usual one).
 """
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 
 os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # the numba engine's parallel loops, as every other library: one
 
 import argparse
 import atexit

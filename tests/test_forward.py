@@ -19,6 +19,7 @@ import opgraph
 import opgraph.numpy as onp
 from opgraph.autodiff import NoTangentError, build_jvp_ops, build_vjp_ops
 from opgraph.frontend import pytree
+from opgraph.frontend.lazy import apply
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -215,3 +216,37 @@ def test_no_tangent_names_the_op() -> None:
     y = b.op("test_fwd_opaque", x)
     with pytest.raises(NoTangentError, match="test_fwd_opaque"):
         build_jvp_ops(b, [y], [x], [np.ones(2)])
+
+
+def test_hessian_auto_falls_back_to_reverse_where_forward_cannot_go() -> None:
+    from opgraph.core.registry import OpDef, register_op
+
+    # a user's op whose gradient rule is right (2 g written as 2 |g| sign g) but not linear in g as written, so
+    # its tangent cannot come from transposing it: forward-over-reverse fails, reverse-over-reverse works
+    def grad(b: Any, ins: Any, outs: Any, cots: Any, attrs: Any) -> list[Any]:
+        g = cots[0]
+        return [b.op("multiply", b.op("multiply", b.op("abs", g), b.op("sign", g)), b.constant(np.array(2.0)))]
+
+    register_op(OpDef(name="test_fwd_double", id=50372, arity=1, infer=lambda ts, a: ts, grad=grad,
+                      kernel=lambda x, out=None: np.multiply(x, 2.0, out=out), family="user"))
+
+    def f(x: Any) -> Any:
+        return onp.sum(apply("test_fwd_double", x) ** 2)
+
+    x = np.array([0.5, -1.5, 2.0])
+    np.testing.assert_allclose(opgraph.hessian(f)(x), 8.0 * np.eye(3))
+    np.testing.assert_allclose(opgraph.hessian(f, mode="rev")(x), 8.0 * np.eye(3))
+    with pytest.raises(NoTangentError, match="test_fwd_double"):
+        opgraph.hessian(f, mode="fwd")(x)
+
+
+def test_a_gradient_rule_through_an_op_without_one_names_both() -> None:
+    from opgraph.core.registry import OpDef, register_op
+
+    register_op(OpDef(name="test_fwd_inner", id=50373, arity=1, infer=lambda ts, a: ts,
+                      kernel=lambda x, out=None: np.negative(x, out=out), family="user"))
+    register_op(OpDef(name="test_fwd_outer", id=50374, arity=1, infer=lambda ts, a: ts,
+                      grad=lambda b, ins, outs, cots, attrs: [b.op("test_fwd_inner", cots[0])],
+                      kernel=lambda x, out=None: np.negative(x, out=out), family="user"))
+    with pytest.raises(NoTangentError, match=r"test_fwd_outer.*test_fwd_inner"):
+        opgraph.jvp(lambda x: apply("test_fwd_outer", x), (np.ones(2),), (np.ones(2),))

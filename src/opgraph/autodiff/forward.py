@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from opgraph.autodiff.reverse import Record, sweep
+from opgraph.autodiff.reverse import NoGradientError, Record, sweep
 from opgraph.core.builder import GraphBuilder
 from opgraph.core.graph import Value
 from opgraph.core.registry import CONST, get_op
@@ -135,7 +135,11 @@ def transposed_grad(b: Any, rec: Record, tangents: Sequence[Any], level: Level) 
         (c,) = sweep_fitted(rb, c, x)
         seeds.append((c, t))
     wrt = [u for u in us if u is not None]
-    outs = sweep(b, rb.records, key, seeds, wrt) if seeds else [None] * len(wrt)
+    try:
+        outs = sweep(b, rb.records, key, seeds, wrt) if seeds else [None] * len(wrt)
+    except NoGradientError as exc:  # an op the gradient rule emits: say which kind's tangent needed it
+        raise NoTangentError(f"op {rec.opdef.name!r}{rec.label} has no tangent rule, and its gradient rule cannot "
+                             f"be transposed: {exc}") from None
     if level.reads([o for o in outs if o is not None], wrt):
         raise NoTangentError(
             f"op {rec.opdef.name!r}{rec.label} has no tangent rule, and its gradient rule cannot be transposed "
