@@ -49,7 +49,6 @@ import argparse
 import json
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,7 +62,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import finegrained_graphs as fg
-from scale_common import peak_rss_bytes, release_memory, reset_peak, rss_bytes
+from scale_common import peak_rss_bytes, per_call, release_memory, reset_peak, rss_bytes
 
 MPC = Path(os.environ.get("OPGRAPH_TENSCALC", "/work/shared/tenscalc")) / "mpc_medium"
 VALUE_RTOL, MPC_ATOL, FD_STEP, FD_TOL = 1e-9, 1e-12, 1e-6, 1e-5
@@ -72,21 +71,6 @@ FD_COORDS = (0, 17, 40, 63)  # dag coordinates checked by finite differences (rk
 
 class NotAvailable(Exception):
     """The case cannot run here; the message is the table cell."""
-
-
-def per_call(call: Callable[[], Any], repeat: int, sample_s: float = 0.02) -> float:
-    """Median seconds per call over ``repeat`` samples, each a loop of calls taking about ``sample_s``."""
-    t0 = time.perf_counter()
-    call()
-    once = time.perf_counter() - t0
-    loops = max(1, int(sample_s / max(once, 1e-9)))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            call()
-        samples.append((time.perf_counter() - t0) / loops)
-    return statistics.median(samples)
 
 
 # ----------------------------------------------------------------------------- workloads

@@ -40,7 +40,6 @@ import atexit
 import collections
 import json
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -53,26 +52,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import forward_workloads as wl
+from scale_common import per_call
 
 RTOL = {"hvp": 1e-10, "ode": 1e-5, "pergrad": 1e-10}  # ode: against central differences
 SIZES = {"hvp": 10_000, "ode": 100, "pergrad": 256}
 TINY = {"hvp": 5, "ode": 3, "pergrad": 2}
 MLP = (64, 128, 10)
 MISSING = {"hvp": ("hvp",), "ode": ("jacfwd",), "pergrad": ("vmap", "grad")}
-
-
-def per_call(call: Callable[[], Any], repeat: int, sample_s: float = 0.02) -> float:
-    """Median seconds per call over ``repeat`` samples, each a loop of calls that takes about ``sample_s``."""
-    t0 = time.perf_counter()
-    call()
-    loops = max(1, int(sample_s / max(time.perf_counter() - t0, 1e-9)))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            call()
-        samples.append((time.perf_counter() - t0) / loops)
-    return statistics.median(samples)
 
 
 def inputs(case: str, size: int) -> tuple[Any, ...]:

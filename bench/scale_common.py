@@ -41,6 +41,21 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def per_call(call: Callable[[], Any], repeat: int, sample_s: float = 0.02) -> float:
+    """Median seconds per call over ``repeat`` samples, each a loop of calls taking about ``sample_s``."""
+    t0 = time.perf_counter()
+    call()
+    once = time.perf_counter() - t0
+    loops = max(1, int(sample_s / max(once, 1e-9)))
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            call()
+        samples.append((time.perf_counter() - t0) / loops)
+    return statistics.median(samples)
+
+
 def rss_bytes() -> int:
     """Current resident set size of this process in bytes (the peak where /proc is missing)."""
     try:

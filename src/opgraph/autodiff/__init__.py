@@ -38,11 +38,10 @@ from opgraph.autodiff.forward import NoTangentError, build_jvp_ops, lazy_jvp
 from opgraph.autodiff.reverse import NoGradientError, Record, build_grad_ops, build_vjp_ops, sweep
 from opgraph.core.graph import Value
 
-__all__ = [
-           "GradFunction", "HessianFunction", "JacfwdFunction", "JacobianFunction", "NoGradientError",
-           "NoTangentError", "build_grad_ops", "build_jvp_ops", "build_vjp_ops", "grad", "hessian", "hvp", "jacfwd",
-           "jacobian", "jacrev", "jvp", "lazy_jvp", "lazy_vjp", "linearize", "value_and_grad", "vjp"]
-__all__ += ["VmapFunction", "batch_sweep", "vmap"]  # batching (opgraph.autodiff.batching)
+__all__ = ["GradFunction", "HessianFunction", "JacfwdFunction", "JacobianFunction", "NoGradientError",
+           "NoTangentError", "VmapFunction", "batch_sweep", "build_grad_ops", "build_jvp_ops", "build_vjp_ops",
+           "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jvp", "lazy_jvp", "lazy_vjp", "linearize",
+           "value_and_grad", "vjp", "vmap"]
 
 
 class _LazyEmitter:
